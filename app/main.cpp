@@ -1,0 +1,24 @@
+// dflash: verification matrix, golden files and memory plans for DFlash drafter training.
+#include <exception>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "app/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dflash: verified DFlash drafter training steps (reference, golden files, memory plans)"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  dflash::app::add_verify_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    // Bad input (configs, files, flags) surfaces here with a message naming what is wrong.
+    std::cerr << "dflash: error: " << e.what() << "\n";
+    return 2;
+  }
+  return exit_code;
+}

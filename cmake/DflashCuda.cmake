@@ -1,0 +1,28 @@
+# CUDA is enabled automatically when nvcc is found. The code is compiled and linked on machines
+# without a GPU (CI); it only runs where a GPU is present.
+option(DFLASH_ENABLE_CUDA "Build the CUDA implementation when nvcc is found" ON)
+set(DFLASH_HAVE_CUDA OFF)
+if(DFLASH_ENABLE_CUDA)
+  if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)   # Hopper (H100/H200): the production target
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(DFLASH_HAVE_CUDA ON)
+  endif()
+endif()
+message(STATUS "dflash: CUDA ${DFLASH_HAVE_CUDA} (archs: ${CMAKE_CUDA_ARCHITECTURES})")
+
+# CMake 3.25 accepts CUDA_STANDARD 20 but passes no -std to nvcc 13: pass it ourselves.
+function(dflash_cuda_target target)
+  dflash_project_target(${target})
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 --expt-relaxed-constexpr>)
+  set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+endfunction()

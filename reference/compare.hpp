@@ -1,0 +1,39 @@
+// How results are compared (SPEC §10). Tensors: the largest absolute difference divided by the
+// largest absolute reference value (a norm-wise relative error; an element-wise one is
+// meaningless for entries near zero). Scalars: |a - b| / max(|b|, floor).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+
+namespace dflash {
+
+// Converts both sides to double only after subtracting in the wider of the two types.
+template <class A, class B>
+double relative_error(std::span<const A> a, std::span<const B> b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double max_diff = 0, max_ref = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double ref = static_cast<double>(b[i]);
+    const double diff = std::abs(static_cast<double>(B(a[i]) - b[i]));
+    if (std::isnan(diff)) return std::numeric_limits<double>::infinity();
+    max_diff = std::max(max_diff, diff);
+    max_ref = std::max(max_ref, std::abs(ref));
+  }
+  if (max_diff == 0) return 0;
+  return max_ref == 0 ? std::numeric_limits<double>::infinity() : max_diff / max_ref;
+}
+
+template <class A, class B>
+double scalar_relative_error(const A& a, const B& b, double floor = 0) {
+  const double diff = std::abs(static_cast<double>(B(a) - b));
+  if (std::isnan(diff)) return std::numeric_limits<double>::infinity();
+  if (diff == 0) return 0;
+  const double denom = std::max(std::abs(static_cast<double>(b)), floor);
+  return denom == 0 ? std::numeric_limits<double>::infinity() : diff / denom;
+}
+
+}  // namespace dflash

@@ -1,0 +1,8 @@
+#include "reference/loss_head.hpp"
+
+namespace dflash {
+
+DFLASH_LOSS_HEAD_INSTANTIATE(, double)
+DFLASH_LOSS_HEAD_INSTANTIATE(, Mp50)
+
+}  // namespace dflash

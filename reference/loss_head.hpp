@@ -1,0 +1,272 @@
+// The loss head as production computes it: rows in chunks, per-row streaming statistics over the
+// vocabulary (common/row_stats.hpp), and one of four policies deciding what is kept between
+// forward and backward (SPEC §7). Every buffer goes through the MemoryTracker, so the policies'
+// memory behaviour is measured, not asserted.
+//
+// What each policy holds (b = sizeof(Real), c = chunk rows, T rows, V vocab, H hidden):
+//   materialize            saved: z and log q for all rows in one piece, 2 T V b, + row stats 3 T b
+//   chunk_retain           saved: the same, chunk by chunk (2 T V b in all): chunking did not help
+//   chunk_recompute        saved: a copy of the input rows T H b + row stats 3 T b; transient 2 c V b
+//   chunk_grad_in_forward  saved: dL/dY, T H b; transient 2 c V b + row stats 3 T b
+// (materialize and chunk_retain also keep the input rows, T H b, when dL/dW_lm is requested.)
+//
+// Within a row every policy performs the same operations in the same order, and rows are
+// visited in ascending order for every accumulation across rows (dW_lm, the sums), so the four
+// policies and all chunk sizes give bitwise identical results.
+#pragma once
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "common/row_stats.hpp"
+#include "reference/linalg.hpp"
+#include "reference/hybrid_loss.hpp"
+#include "reference/loss_head_types.hpp"
+#include "reference/scalar.hpp"
+
+namespace dflash {
+
+// What forward keeps for backward. Which members are set depends on the policy.
+template <class Real>
+struct LossHeadSaved {
+  LossPolicy policy = LossPolicy::chunk_recompute;
+  std::int64_t chunk_rows = 1;
+  Real weight_sum{0};
+  std::vector<Tensor<Real>> logits;             // materialize / chunk_retain: z, one [c,V] per chunk
+  std::vector<Tensor<Real>> teacher_log_probs;  // materialize / chunk_retain: log q, one [c,V] per chunk
+  std::optional<Tensor<Real>> hidden;           // a copy of Y [T,H] (recompute; retain if dW_lm wanted)
+  std::optional<Tensor<Real>> row_stats;        // [T,3]: lse(z), lse(z/tau), lse(t/tau)
+  std::optional<Tensor<Real>> hidden_grad;      // chunk_grad_in_forward: dL/dY [T,H]
+  std::optional<Tensor<Real>> lm_head_grad;     // chunk_grad_in_forward with dW_lm: [V,H]
+};
+
+template <class Real>
+struct LossHeadForward {
+  LossHeadStats<Real> stats;
+  Tensor<Real> lse;         // [T]
+  Tensor<Real> token_loss;  // [T]
+  LossHeadSaved<Real> saved;
+};
+
+template <class Real>
+struct LossHeadGradients {
+  Tensor<Real> hidden_grad;
+  std::optional<Tensor<Real>> lm_head_grad;
+};
+
+namespace loss_head_detail {
+
+template <class Real>
+struct Hyper {
+  Real hard, soft, tau;
+  explicit Hyper(const LossHeadOptions& o) : hard(o.hard_weight), soft(o.soft_weight), tau(o.temperature) {}
+};
+
+inline std::int64_t effective_chunk_rows(const LossHeadOptions& o, std::int64_t T) {
+  return o.policy == LossPolicy::materialize ? std::max<std::int64_t>(T, 1) : o.chunk_rows;
+}
+
+// z[r,:] = W y_r for rows [r0, r0 + rows), and teacher logits t[r,:] = W_t g_r for the valid ones
+// (rows without a teacher are left at 0: nothing may depend on them).
+template <class Real>
+void chunk_logits(const Tensor<Real>& hidden, const LossHeadTargets<Real>& in, std::int64_t r0, std::int64_t rows,
+                  Tensor<Real>& z, Tensor<Real>& t) {
+  const std::int64_t H = hidden.dim(1), V = in.lm_head->dim(0);
+  matmul_abt(hidden.row(r0), in.lm_head->data(), z.data(), rows, V, H);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (in.valid[r0 + r] == 0) continue;
+    matmul_abt(in.teacher_hidden->row(r0 + r), in.teacher_head().data(), t.row(r), 1, V, H);
+  }
+}
+
+template <class Real>
+HybridRowResult<Real> row_result_from_saved(const Tensor<Real>& row_stats, std::int64_t i) {
+  HybridRowResult<Real> row{};
+  row.lse_z = row_stats[3 * i];
+  row.lse_zt = row_stats[3 * i + 1];
+  row.lse_tt = row_stats[3 * i + 2];
+  return row;
+}
+
+// Turns row r of a logits chunk into its gradient in place (z -> dL/dz), given log q in place of t.
+template <class Real>
+void logits_to_grad_row(Real* z, const Real* log_q, std::int64_t V, std::int64_t label,
+                        const HybridRowResult<Real>& row, const Hyper<Real>& hp, const Real& scale) {
+  for (std::int64_t v = 0; v < V; ++v) {
+    z[v] = hybrid_logit_grad(z[v], log_q[v], v == label, row, hp.tau, hp.hard, hp.soft, scale);
+  }
+}
+
+// dY[i,:] = dz_i W (sequential over v), and dW += dz_i^T y_i when wanted.
+template <class Real>
+void push_through_head(const Real* dz, const Tensor<Real>& lm_head, const Real* y, Real* dy_row, Tensor<Real>* dw) {
+  const std::int64_t V = lm_head.dim(0), H = lm_head.dim(1);
+  matmul_ab_accumulate(dz, lm_head.data(), dy_row, 1, H, V);
+  if (dw) matmul_atb_accumulate(dz, y, dw->data(), V, H, 1);
+}
+
+template <class Real>
+Real row_scale(const Real& w, const Real& weight_sum) {
+  return weight_sum > 0 ? Real(w / weight_sum) : Real(0);
+}
+
+}  // namespace loss_head_detail
+
+// Forward over all rows. `hidden` is not needed after this returns: what backward needs is saved.
+template <class Real>
+LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOptions& options,
+                                        const Tensor<Real>& hidden, const LossHeadTargets<Real>& in,
+                                        const Real& weight_sum) {
+  using namespace loss_head_detail;
+  validate_loss_head(options, hidden, in, weight_sum);
+  const std::int64_t T = hidden.dim(0), H = hidden.dim(1), V = in.lm_head->dim(0);
+  const std::int64_t C = effective_chunk_rows(options, T);
+  const Hyper<Real> hp(options);
+  const LossPolicy policy = options.policy;
+  const bool retain = policy == LossPolicy::materialize || policy == LossPolicy::chunk_retain;
+  const bool grad_in_forward = policy == LossPolicy::chunk_grad_in_forward;
+
+  LossHeadForward<Real> f{{}, Tensor<Real>(tracker, MemoryCategory::outputs, {T}),
+                          Tensor<Real>(tracker, MemoryCategory::outputs, {T}), {}};
+  LossHeadSaved<Real>& saved = f.saved;
+  saved.policy = policy;
+  saved.chunk_rows = C;
+  saved.weight_sum = weight_sum;
+  if (policy == LossPolicy::chunk_recompute || (retain && options.lm_head_grad)) {
+    saved.hidden.emplace(hidden.clone(MemoryCategory::saved));
+  }
+  Tensor<Real> row_stats(tracker, grad_in_forward ? MemoryCategory::transient : MemoryCategory::saved, {T, 3});
+  if (grad_in_forward) {
+    saved.hidden_grad.emplace(tracker, MemoryCategory::saved, Shape{T, H});
+    if (options.lm_head_grad) saved.lm_head_grad.emplace(tracker, MemoryCategory::gradients, Shape{V, H});
+  }
+
+  Real sum_wl(0), sum_wce(0), sum_wkl(0);
+  for (std::int64_t r0 = 0; r0 < T; r0 += C) {
+    const std::int64_t rows = std::min(C, T - r0);
+    const MemoryCategory chunk_category = retain ? MemoryCategory::saved : MemoryCategory::transient;
+    Tensor<Real> z(tracker, chunk_category, {rows, V});
+    Tensor<Real> log_q(tracker, chunk_category, {rows, V});  // holds t, then log q in place
+    chunk_logits(hidden, in, r0, rows, z, log_q);
+
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t i = r0 + r;
+      if (in.valid[i] == 0) continue;
+      const std::int64_t y = in.labels[i];
+      HybridRowStats<Real> stats;
+      for (std::int64_t v = 0; v < V; ++v) stats.update(z.row(r)[v], log_q.row(r)[v], v, y, hp.tau);
+      const HybridRowResult<Real> row = finish_row(stats, hp.tau);
+      row_stats[3 * i] = row.lse_z;
+      row_stats[3 * i + 1] = row.lse_zt;
+      row_stats[3 * i + 2] = row.lse_tt;
+      for (std::int64_t v = 0; v < V; ++v) log_q.row(r)[v] = teacher_log_prob(log_q.row(r)[v], row, hp.tau);
+
+      const Real loss_i = hp.hard * row.ce + hp.soft * hp.tau * hp.tau * row.kl;
+      f.lse[i] = row.lse_z;
+      f.token_loss[i] = loss_i;
+      const Real& w = in.weights[i];
+      sum_wl += w * loss_i;
+      sum_wce += w * row.ce;
+      sum_wkl += w * row.kl;
+      f.stats.correct += stats.argmax == y ? 1 : 0;
+      f.stats.valid_rows += 1;
+
+      if (grad_in_forward) {
+        logits_to_grad_row(z.row(r), log_q.row(r), V, y, row, hp, row_scale(w, weight_sum));
+        push_through_head(z.row(r), *in.lm_head, hidden.row(i), saved.hidden_grad->row(i),
+                          saved.lm_head_grad ? &*saved.lm_head_grad : nullptr);
+      }
+    }
+    if (retain) {
+      saved.logits.push_back(std::move(z));
+      saved.teacher_log_probs.push_back(std::move(log_q));
+    }
+  }
+  if (!grad_in_forward) saved.row_stats.emplace(std::move(row_stats));
+  if (weight_sum > 0) {
+    f.stats.loss = sum_wl / weight_sum;
+    f.stats.ce = sum_wce / weight_sum;
+    f.stats.kl = sum_wkl / weight_sum;
+  }
+  return f;
+}
+
+// Backward: dL/dY (and dL/dW_lm). Takes what forward saved (moved in), freeing it chunk by chunk;
+// nothing of it outlives this call.
+template <class Real>
+LossHeadGradients<Real> loss_head_backward(MemoryTracker& tracker, const LossHeadOptions& options,
+                                           const LossHeadTargets<Real>& in, LossHeadSaved<Real> saved) {
+  using namespace loss_head_detail;
+  if (saved.policy != options.policy) {
+    throw_input_error("loss_policy", str("backward called with '", loss_policy_name(options.policy),
+                                         "' on the saved state of '", loss_policy_name(saved.policy), "'"));
+  }
+  if (saved.policy == LossPolicy::chunk_grad_in_forward) {
+    LossHeadGradients<Real> g{std::move(*saved.hidden_grad), std::move(saved.lm_head_grad)};
+    g.hidden_grad.recategorize(MemoryCategory::gradients);
+    return g;
+  }
+  const Hyper<Real> hp(options);
+  const std::int64_t V = in.lm_head->dim(0), H = in.lm_head->dim(1);
+  const Tensor<Real>& row_stats = *saved.row_stats;
+  const std::int64_t T = row_stats.dim(0);
+  const std::int64_t C = saved.chunk_rows;
+  LossHeadGradients<Real> g{Tensor<Real>(tracker, MemoryCategory::gradients, {T, H}), std::nullopt};
+  if (options.lm_head_grad) g.lm_head_grad.emplace(tracker, MemoryCategory::gradients, Shape{V, H});
+  Tensor<Real>* dw = g.lm_head_grad ? &*g.lm_head_grad : nullptr;
+
+  for (std::int64_t r0 = 0, chunk = 0; r0 < T; r0 += C, ++chunk) {
+    const std::int64_t rows = std::min(C, T - r0);
+    Tensor<Real> z, log_q;
+    if (saved.policy == LossPolicy::chunk_recompute) {
+      z = Tensor<Real>(tracker, MemoryCategory::transient, {rows, V});
+      log_q = Tensor<Real>(tracker, MemoryCategory::transient, {rows, V});
+      chunk_logits(*saved.hidden, in, r0, rows, z, log_q);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        if (in.valid[r0 + r] == 0) continue;
+        const HybridRowResult<Real> row = row_result_from_saved(row_stats, r0 + r);
+        for (std::int64_t v = 0; v < V; ++v) log_q.row(r)[v] = teacher_log_prob(log_q.row(r)[v], row, hp.tau);
+      }
+    } else {
+      z = std::move(saved.logits[chunk]);
+      log_q = std::move(saved.teacher_log_probs[chunk]);
+    }
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t i = r0 + r;
+      if (in.valid[i] == 0) continue;
+      const HybridRowResult<Real> row = row_result_from_saved(row_stats, i);
+      logits_to_grad_row(z.row(r), log_q.row(r), V, in.labels[i], row, hp, row_scale(in.weights[i], saved.weight_sum));
+      push_through_head(z.row(r), *in.lm_head, saved.hidden ? saved.hidden->row(i) : nullptr, g.hidden_grad.row(i), dw);
+    }
+  }
+  return g;
+}
+
+// Forward then backward, as one call (verification, benchmarks, tests).
+template <class Real>
+LossHeadResult<Real> run_loss_head(MemoryTracker& tracker, const LossHeadOptions& options, const Tensor<Real>& hidden,
+                                   const LossHeadTargets<Real>& in, const Real& weight_sum) {
+  LossHeadForward<Real> f = loss_head_forward(tracker, options, hidden, in, weight_sum);
+  LossHeadGradients<Real> g = loss_head_backward(tracker, options, in, std::move(f.saved));
+  return LossHeadResult<Real>{f.stats, std::move(f.lse), std::move(f.token_loss), std::move(g.hidden_grad),
+                              std::move(g.lm_head_grad)};
+}
+
+#define DFLASH_LOSS_HEAD_INSTANTIATE(EXTERN, Real)                                                              \
+  EXTERN template LossHeadResult<Real> hybrid_loss_unchunked(MemoryTracker&, const LossHeadOptions&,              \
+                                                             const Tensor<Real>&, const LossHeadTargets<Real>&,   \
+                                                             const Real&);                                        \
+  EXTERN template LossHeadForward<Real> loss_head_forward(MemoryTracker&, const LossHeadOptions&,                 \
+                                                          const Tensor<Real>&, const LossHeadTargets<Real>&,      \
+                                                          const Real&);                                           \
+  EXTERN template LossHeadGradients<Real> loss_head_backward(MemoryTracker&, const LossHeadOptions&,              \
+                                                             const LossHeadTargets<Real>&, LossHeadSaved<Real>);  \
+  EXTERN template LossHeadResult<Real> run_loss_head(MemoryTracker&, const LossHeadOptions&, const Tensor<Real>&, \
+                                                     const LossHeadTargets<Real>&, const Real&);
+
+// Compiled once, in loss_head.cpp, for the two scalars the project uses.
+DFLASH_LOSS_HEAD_INSTANTIATE(extern, double)
+DFLASH_LOSS_HEAD_INSTANTIATE(extern, Mp50)
+
+}  // namespace dflash

@@ -1,0 +1,119 @@
+// A dense row-major tensor whose storage is counted by a MemoryTracker for as long as it lives.
+// Move-only: a copy is an allocation, so it is spelled out (clone()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reference/errors.hpp"
+#include "reference/memory_tracker.hpp"
+
+namespace dflash {
+
+using Shape = std::vector<std::int64_t>;
+
+inline std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+inline std::string shape_string(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+template <class T>
+class Tensor {
+ public:
+  // An empty tensor that owns nothing (a slot to move a real one into).
+  Tensor() = default;
+  Tensor(MemoryTracker& tracker, MemoryCategory category, Shape shape)
+      : tracker_(&tracker), category_(category), shape_(std::move(shape)) {
+    for (std::int64_t d : shape_) {
+      if (d < 0) throw_input_error("tensor shape", shape_string(shape_) + " has a negative dimension");
+    }
+    data_.assign(static_cast<std::size_t>(shape_numel(shape_)), T(0));
+    tracker_->allocate(category_, bytes());
+  }
+  Tensor(MemoryTracker& tracker, MemoryCategory category, Shape shape, const std::vector<T>& values)
+      : Tensor(tracker, category, std::move(shape)) {
+    if (values.size() != data_.size()) {
+      throw_input_error("tensor values", str(values.size(), " values for shape ", shape_string(shape_)));
+    }
+    data_ = values;
+  }
+  Tensor(Tensor&& other) noexcept
+      : tracker_(std::exchange(other.tracker_, nullptr)),
+        category_(other.category_),
+        shape_(std::move(other.shape_)),
+        data_(std::move(other.data_)) {}
+  Tensor& operator=(Tensor&& other) noexcept {
+    if (this != &other) {
+      release();
+      tracker_ = std::exchange(other.tracker_, nullptr);
+      category_ = other.category_;
+      shape_ = std::move(other.shape_);
+      data_ = std::move(other.data_);
+    }
+    return *this;
+  }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  ~Tensor() { release(); }
+
+  Tensor clone(MemoryCategory category) const {
+    Tensor copy(*tracker_, category, shape_);
+    copy.data_ = data_;
+    return copy;
+  }
+
+  // Frees the storage now (the tensor becomes empty); destruction does the same.
+  void release() {
+    if (tracker_ != nullptr) tracker_->release(category_, bytes());
+    tracker_ = nullptr;
+    data_.clear();
+    data_.shrink_to_fit();
+    shape_.clear();
+  }
+
+  // Moves the bytes from one category to another (a saved gradient handed back, say).
+  void recategorize(MemoryCategory category) {
+    tracker_->release(category_, bytes());
+    category_ = category;
+    tracker_->allocate(category_, bytes());
+  }
+
+  const Shape& shape() const { return shape_; }
+  std::int64_t dim(std::size_t axis) const { return shape_.at(axis); }
+  std::size_t rank() const { return shape_.size(); }
+  std::int64_t numel() const { return static_cast<std::int64_t>(data_.size()); }
+  std::size_t bytes() const { return data_.size() * sizeof(T); }
+  MemoryCategory category() const { return category_; }
+  MemoryTracker& tracker() const { return *tracker_; }
+
+  T* data() { return data_.data(); }
+  const T* data() const { return data_.data(); }
+  T& operator[](std::int64_t i) { return data_[static_cast<std::size_t>(i)]; }
+  const T& operator[](std::int64_t i) const { return data_[static_cast<std::size_t>(i)]; }
+
+  // Row i of a tensor viewed as [dim(0), numel/dim(0)].
+  std::int64_t row_size() const { return shape_.empty() || shape_[0] == 0 ? 0 : numel() / shape_[0]; }
+  T* row(std::int64_t i) { return data() + i * row_size(); }
+  const T* row(std::int64_t i) const { return data() + i * row_size(); }
+
+  const std::vector<T>& values() const { return data_; }
+
+ private:
+  MemoryTracker* tracker_ = nullptr;
+  MemoryCategory category_ = MemoryCategory::transient;
+  Shape shape_;
+  std::vector<T> data_;
+};
+
+}  // namespace dflash
