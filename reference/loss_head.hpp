@@ -3,7 +3,8 @@
 // forward and backward (SPEC §7). Every buffer goes through the MemoryTracker, so the policies'
 // memory behaviour is measured, not asserted.
 //
-// What each policy holds (b = sizeof(Real), c = chunk rows, T rows, V vocab, H hidden):
+// What each policy holds (b = sizeof(Real), c = chunk rows, T rows, V vocab, H hidden); "saved" is
+// MemoryCategory::loss_saved, "transient" MemoryCategory::transient:
 //   materialize            saved: z and log q for all rows in one piece, 2 T V b, + row stats 3 T b
 //   chunk_retain           saved: the same, chunk by chunk (2 T V b in all): chunking did not help
 //   chunk_recompute        saved: a copy of the input rows T H b + row stats 3 T b; transient 2 c V b
@@ -134,18 +135,18 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
   saved.chunk_rows = C;
   saved.weight_sum = weight_sum;
   if (policy == LossPolicy::chunk_recompute || (retain && options.lm_head_grad)) {
-    saved.hidden.emplace(hidden.clone(MemoryCategory::saved));
+    saved.hidden.emplace(hidden.clone(MemoryCategory::loss_saved));
   }
-  Tensor<Real> row_stats(tracker, grad_in_forward ? MemoryCategory::transient : MemoryCategory::saved, {T, 3});
+  Tensor<Real> row_stats(tracker, grad_in_forward ? MemoryCategory::transient : MemoryCategory::loss_saved, {T, 3});
   if (grad_in_forward) {
-    saved.hidden_grad.emplace(tracker, MemoryCategory::saved, Shape{T, H});
+    saved.hidden_grad.emplace(tracker, MemoryCategory::loss_saved, Shape{T, H});
     if (options.lm_head_grad) saved.lm_head_grad.emplace(tracker, MemoryCategory::gradients, Shape{V, H});
   }
 
   Real sum_wl(0), sum_wce(0), sum_wkl(0);
   for (std::int64_t r0 = 0; r0 < T; r0 += C) {
     const std::int64_t rows = std::min(C, T - r0);
-    const MemoryCategory chunk_category = retain ? MemoryCategory::saved : MemoryCategory::transient;
+    const MemoryCategory chunk_category = retain ? MemoryCategory::loss_saved : MemoryCategory::transient;
     Tensor<Real> z(tracker, chunk_category, {rows, V});
     Tensor<Real> log_q(tracker, chunk_category, {rows, V});  // holds t, then log q in place
     chunk_logits(hidden, in, r0, rows, z, log_q);

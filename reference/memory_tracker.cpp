@@ -15,6 +15,7 @@ std::string_view category_name(MemoryCategory category) {
     case MemoryCategory::optimizer: return "optimizer";
     case MemoryCategory::inputs: return "inputs";
     case MemoryCategory::saved: return "saved";
+    case MemoryCategory::loss_saved: return "loss_saved";
     case MemoryCategory::transient: return "transient";
     case MemoryCategory::outputs: return "outputs";
     case MemoryCategory::communication: return "communication";

@@ -17,12 +17,13 @@ enum class MemoryCategory : int {
   gradients,      // parameter gradients and input gradients handed back to the caller
   optimizer,      // optimizer state, master weights
   inputs,         // batch inputs (tokens, features, teacher hidden states)
-  saved,          // activations kept from forward until backward
+  saved,          // trunk activations kept from forward until backward
+  loss_saved,     // what the loss head keeps from forward until backward (its policy decides)
   transient,      // workspace that lives within one phase (a chunk's logits, a layer's scratch)
   outputs,        // per-row results returned to the caller (lse, token loss)
   communication,  // collective buffers
 };
-inline constexpr int kMemoryCategoryCount = 9;
+inline constexpr int kMemoryCategoryCount = 10;
 
 std::string_view category_name(MemoryCategory category);
 
