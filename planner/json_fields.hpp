@@ -1,0 +1,34 @@
+// Typed reads of a config's JSON fields, with errors that name the file and the field.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace dflash {
+
+// Throws InputError naming the path when it cannot be read or is not JSON.
+nlohmann::json read_json_file(const std::filesystem::path& path);
+
+// "<key> in <source>": how errors about a config field name it (as reference/drafter_config does).
+std::string config_field_name(std::string_view source, std::string_view key);
+
+class JsonFields {
+ public:
+  // Throws InputError unless `json` is an object.
+  JsonFields(const nlohmann::json& json, std::string_view source);
+
+  std::int64_t integer(std::string_view key) const;  // required, an integer
+  std::int64_t integer_or(std::string_view key, std::int64_t fallback) const;
+  bool boolean_or(std::string_view key, bool fallback) const;
+  std::string name(std::string_view key) const { return config_field_name(source_, key); }
+
+ private:
+  const nlohmann::json& json_;
+  std::string source_;
+};
+
+}  // namespace dflash

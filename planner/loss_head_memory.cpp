@@ -1,0 +1,68 @@
+#include "planner/loss_head_memory.hpp"
+
+#include <algorithm>
+
+#include "planner/checked_bytes.hpp"
+#include "reference/errors.hpp"
+
+namespace dflash {
+namespace {
+
+void require_positive(std::int64_t value, std::string_view field) {
+  if (value < 1) throw_input_error(field, str(value, " must be at least 1"));
+}
+
+std::int64_t chunk_rows_used(const LossHeadShape& s) { return std::min(s.chunk_rows, s.rows); }
+
+}  // namespace
+
+void validate_loss_head_shape(const LossHeadShape& s) {
+  require_positive(s.rows, "tokens");
+  require_positive(s.hidden, "hidden_size");
+  require_positive(s.vocab, "vocab_size");
+  require_positive(s.chunk_rows, "loss_chunk_rows");
+  require_positive(s.element_bytes, "activation element bytes");
+  require_positive(s.statistic_bytes, "statistic element bytes");
+}
+
+LossHeadHeadline loss_head_headline(const LossHeadShape& s) {
+  validate_loss_head_shape(s);
+  LossHeadHeadline h;
+  h.full_logits_bytes = checked_product({s.rows, s.vocab, s.element_bytes});
+  h.chunk_logits_bytes = checked_product({chunk_rows_used(s), s.vocab, s.element_bytes});
+  const std::int64_t logits_and_log_probs = checked_product({2, h.full_logits_bytes});
+  h.saved_input_bytes = checked_product({s.rows, s.hidden, s.element_bytes});
+  h.saved_bytes[static_cast<std::size_t>(LossPolicy::materialize)] = logits_and_log_probs;
+  h.saved_bytes[static_cast<std::size_t>(LossPolicy::chunk_retain)] = logits_and_log_probs;
+  h.saved_bytes[static_cast<std::size_t>(LossPolicy::chunk_recompute)] = h.saved_input_bytes;
+  h.saved_bytes[static_cast<std::size_t>(LossPolicy::chunk_grad_in_forward)] = h.saved_input_bytes;  // dL/dY
+  return h;
+}
+
+CategoryBytes loss_head_memory(const LossHeadShape& s, LossPolicy policy) {
+  const LossHeadHeadline h = loss_head_headline(s);
+  const std::int64_t rows_bytes = h.saved_input_bytes;  // any [T,H] tensor
+  const std::int64_t row_stats = checked_product({3, s.rows, s.statistic_bytes});
+  const std::int64_t chunk_pair = checked_product({2, h.chunk_logits_bytes});
+  CategoryBytes m;
+  switch (policy) {
+    case LossPolicy::materialize:
+    case LossPolicy::chunk_retain:
+      m[PlanCategory::loss_saved] = checked_sum(checked_sum(h.saved(policy), row_stats), s.lm_head_grad ? rows_bytes : 0);
+      break;
+    case LossPolicy::chunk_recompute:
+      m[PlanCategory::loss_saved] = checked_sum(rows_bytes, row_stats);
+      m[PlanCategory::transient] = chunk_pair;
+      break;
+    case LossPolicy::chunk_grad_in_forward:
+      m[PlanCategory::loss_saved] = rows_bytes;
+      m[PlanCategory::transient] = checked_sum(chunk_pair, row_stats);
+      break;
+  }
+  m[PlanCategory::gradients] =
+      checked_sum(rows_bytes, s.lm_head_grad ? checked_product({s.vocab, s.hidden, s.element_bytes}) : 0);
+  m[PlanCategory::outputs] = checked_product({2, s.rows, s.statistic_bytes});
+  return m;
+}
+
+}  // namespace dflash

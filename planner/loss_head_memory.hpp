@@ -1,0 +1,55 @@
+// What the loss head holds, per policy (SPEC §7, §8), in two forms:
+//  - the SPEC's headline numbers, which count only the big tensors (logits, log-probs, input rows,
+//    dL/dY): the figures a person compares policies by;
+//  - the bytes per category, which add the O(T) per-row statistics and everything else the loss
+//    head allocates, exactly as reference/loss_head.hpp does (see its header comment), so that a
+//    plan never lies below a measurement.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "planner/plan_category.hpp"
+#include "reference/loss_policy.hpp"
+
+namespace dflash {
+
+struct LossHeadShape {
+  std::int64_t rows = 0;        // T, block tokens on this GPU
+  std::int64_t hidden = 0;      // H
+  std::int64_t vocab = 0;       // V
+  std::int64_t chunk_rows = 0;  // c (materialize ignores it: one chunk of all rows)
+  std::int64_t element_bytes = 2;    // logits, log-probs, input rows, dL/dY (bf16 in production)
+  std::int64_t statistic_bytes = 4;  // per-row statistics and outputs (fp32 in production)
+  bool lm_head_grad = false;         // also dL/dW_lm (an unfrozen head)
+};
+
+// Throws InputError naming the field ("tokens", "hidden_size", "vocab_size", "loss_chunk_rows", ...).
+void validate_loss_head_shape(const LossHeadShape& shape);
+
+struct LossHeadHeadline {
+  std::int64_t full_logits_bytes = 0;   // T V b: the [T,V] logits
+  std::int64_t chunk_logits_bytes = 0;  // min(c,T) V b: one chunk's logits
+  // What each policy keeps for backward, big tensors only: materialize and chunk_retain keep
+  // logits and log-probs of every row (2 T V b); chunk_recompute the input rows (T H b);
+  // chunk_grad_in_forward dL/dY (T H b). Indexed by LossPolicy.
+  std::array<std::int64_t, 4> saved_bytes{};
+  std::int64_t saved_input_bytes = 0;   // T H b: the student input rows chunk_recompute keeps
+
+  std::int64_t saved(LossPolicy p) const { return saved_bytes[static_cast<std::size_t>(p)]; }
+};
+
+LossHeadHeadline loss_head_headline(const LossHeadShape& shape);
+
+// Peak bytes per category of one forward + backward of the loss head (b = element_bytes,
+// s = statistic_bytes, c' = min(c, T)):
+//   loss_saved   materialize, chunk_retain: 2 T V b + 3 T s (+ T H b with dL/dW_lm: the input rows)
+//                chunk_recompute: T H b + 3 T s;  chunk_grad_in_forward: T H b (dL/dY, built in forward)
+//   transient    chunk_recompute: 2 c' V b (a chunk's z and log q, forward and again in backward)
+//                chunk_grad_in_forward: 2 c' V b + 3 T s (row statistics live only during forward)
+//   gradients    T H b (dL/dY handed back) + V H b with dL/dW_lm
+//   outputs      2 T s (lse and token loss per row)
+// The student rows Y, the teacher rows and lm_head are the caller's (inputs, frozen).
+CategoryBytes loss_head_memory(const LossHeadShape& shape, LossPolicy policy);
+
+}  // namespace dflash

@@ -1,0 +1,122 @@
+// The loss head's memory: SPEC §8 worked example 1 to the byte, and the per-category model held
+// against the reference loss head's tracker on small problems (every policy, dL/dW_lm or not).
+#include <gtest/gtest.h>
+
+#include "planner/loss_head_memory.hpp"
+#include "planner/plan_vs_measured.hpp"
+#include "reference/loss_head.hpp"
+#include "reference/loss_head_problem.hpp"
+
+namespace dflash {
+namespace {
+
+// SPEC §8: bf16, T 32768, H 5120, V 248320, chunk 2048.
+LossHeadShape spec_example() {
+  return {.rows = 32768, .hidden = 5120, .vocab = 248320, .chunk_rows = 2048, .element_bytes = 2, .statistic_bytes = 4};
+}
+
+TEST(LossHeadMemory, SpecWorkedExampleToTheByte) {
+  const LossHeadHeadline h = loss_head_headline(spec_example());
+  EXPECT_EQ(h.full_logits_bytes, 16'273'899'520);
+  EXPECT_EQ(h.chunk_logits_bytes, 1'017'118'720);
+  EXPECT_EQ(h.saved(LossPolicy::chunk_retain), 32'547'799'040);
+  EXPECT_EQ(h.saved(LossPolicy::chunk_recompute), 335'544'320);
+  EXPECT_EQ(h.saved_input_bytes, 335'544'320);
+}
+
+TEST(LossHeadMemory, HeadlineOrderingOfPolicies) {
+  const LossHeadHeadline h = loss_head_headline(spec_example());
+  // materialize keeps what chunk_retain keeps (chunking did not help); dL/dY is as wide as the rows.
+  EXPECT_EQ(h.saved(LossPolicy::materialize), h.saved(LossPolicy::chunk_retain));
+  EXPECT_EQ(h.saved(LossPolicy::chunk_grad_in_forward), h.saved(LossPolicy::chunk_recompute));
+  EXPECT_EQ(h.saved(LossPolicy::chunk_retain), 2 * h.full_logits_bytes);
+  EXPECT_EQ(h.full_logits_bytes, 16 * h.chunk_logits_bytes);
+}
+
+TEST(LossHeadMemory, FullBytesAddTheRowStatisticsToTheHeadline) {
+  const LossHeadShape s = spec_example();
+  const LossHeadHeadline h = loss_head_headline(s);
+  const std::int64_t stats = 3 * s.rows * s.statistic_bytes;
+  EXPECT_EQ(loss_head_memory(s, LossPolicy::chunk_retain)[PlanCategory::loss_saved], h.saved(LossPolicy::chunk_retain) + stats);
+  EXPECT_EQ(loss_head_memory(s, LossPolicy::chunk_recompute)[PlanCategory::loss_saved],
+            h.saved(LossPolicy::chunk_recompute) + stats);
+  EXPECT_EQ(loss_head_memory(s, LossPolicy::chunk_recompute)[PlanCategory::transient], 2 * h.chunk_logits_bytes);
+  EXPECT_EQ(loss_head_memory(s, LossPolicy::chunk_grad_in_forward)[PlanCategory::transient],
+            2 * h.chunk_logits_bytes + stats);
+}
+
+TEST(LossHeadMemory, ChunkLargerThanTheRowsIsOneChunk) {
+  LossHeadShape s = spec_example();
+  s.rows = 1000;
+  EXPECT_EQ(loss_head_headline(s).chunk_logits_bytes, loss_head_headline(s).full_logits_bytes);
+}
+
+TEST(LossHeadMemory, BadShapesNameTheField) {
+  LossHeadShape s = spec_example();
+  s.chunk_rows = 0;
+  EXPECT_THROW(
+      {
+        try {
+          loss_head_headline(s);
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("loss_chunk_rows"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      InputError);
+  s = spec_example();
+  s.rows = -3;
+  EXPECT_THROW(loss_head_memory(s, LossPolicy::materialize), InputError);
+}
+
+TEST(LossHeadMemory, OverflowIsRefused) {
+  LossHeadShape s = spec_example();
+  s.rows = std::int64_t(1) << 50;  // T V b needs about 2^68
+  EXPECT_THROW(loss_head_headline(s), InputError);
+}
+
+// The plan of one run_loss_head call (the caller's inputs and lm_head included) against the peaks
+// the reference's tracker records. The model is exact for the loss head: no slack at all.
+struct SmallCase {
+  LossHeadProblemSpec spec;
+  std::int64_t chunk_rows;
+};
+
+class LossHeadAgainstReference : public testing::TestWithParam<std::tuple<LossPolicy, bool>> {};
+
+TEST_P(LossHeadAgainstReference, EveryCategoryMatchesTheTrackerExactly) {
+  const auto [policy, lm_head_grad] = GetParam();
+  for (const SmallCase& c : {SmallCase{{.rows = 7, .hidden = 3, .vocab = 11, .seed = 1}, 3},
+                             SmallCase{{.rows = 5, .hidden = 4, .vocab = 9, .seed = 2}, 9},
+                             SmallCase{{.rows = 1, .hidden = 2, .vocab = 3, .seed = 3}, 1}}) {
+    MemoryTracker tracker;
+    const LossHeadProblem<double> p = make_loss_head_problem<double>(tracker, c.spec);
+    LossHeadOptions o;
+    o.policy = policy;
+    o.chunk_rows = c.chunk_rows;
+    o.lm_head_grad = lm_head_grad;
+    const LossHeadResult<double> r = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
+
+    const LossHeadShape shape{.rows = c.spec.rows, .hidden = c.spec.hidden, .vocab = c.spec.vocab,
+                              .chunk_rows = c.chunk_rows, .element_bytes = 8, .statistic_bytes = 8,
+                              .lm_head_grad = lm_head_grad};
+    CategoryBytes plan = loss_head_memory(shape, policy);
+    plan[PlanCategory::inputs] = 2 * c.spec.rows * c.spec.hidden * 8;  // Y and the teacher rows
+    plan[PlanCategory::frozen] = c.spec.vocab * c.spec.hidden * 8;     // lm_head
+    const auto comparisons = compare_plan_with_tracker(plan, tracker);
+    for (const CategoryComparison& k : comparisons) {
+      EXPECT_EQ(k.planned, k.measured) << category_name(k.category) << " T=" << c.spec.rows << " c=" << c.chunk_rows
+                                       << "\n" << comparison_report(comparisons);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPolicies, LossHeadAgainstReference,
+                         testing::Combine(testing::ValuesIn(kAllLossPolicies), testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(loss_policy_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_with_lm_head_grad" : "");
+                         });
+
+}  // namespace
+}  // namespace dflash
