@@ -7,21 +7,21 @@
 
 namespace dflash {
 
-std::int64_t values_per_token(std::span<const SavedTensor> tensors) {
+std::int64_t values_per_token(std::span<const PerTokenTensor> tensors) {
   std::int64_t sum = 0;
-  for (const SavedTensor& t : tensors) sum = checked_sum(sum, t.values_per_token);
+  for (const PerTokenTensor& t : tensors) sum = checked_sum(sum, t.values_per_token);
   return sum;
 }
 
-std::int64_t values_per_token(std::span<const SavedTensor> tensors, std::string_view block) {
+std::int64_t values_per_token(std::span<const PerTokenTensor> tensors, std::string_view block) {
   std::int64_t sum = 0;
-  for (const SavedTensor& t : tensors) {
+  for (const PerTokenTensor& t : tensors) {
     if (t.block == block) sum = checked_sum(sum, t.values_per_token);
   }
   return sum;
 }
 
-ActivationMemory activation_memory(std::span<const SavedTensor> layer, const LayerStack& s) {
+ActivationMemory activation_memory(std::span<const PerTokenTensor> layer, const LayerStack& s) {
   if (s.layers < 1) throw_input_error("num_hidden_layers", str(s.layers, " must be at least 1"));
   if (s.tokens < 1) throw_input_error("tokens", str(s.tokens, " must be at least 1"));
   if (s.hidden < 1) throw_input_error("hidden_size", str(s.hidden, " must be at least 1"));

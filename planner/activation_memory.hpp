@@ -10,15 +10,16 @@
 
 namespace dflash {
 
-// One tensor a layer keeps from forward until backward: `values_per_token` values per token row.
-struct SavedTensor {
+// One tensor a layer keeps from forward until backward, `values_per_token` values per token row
+// (the generic model of SPEC §8; the drafter lists its own, with shapes: reference/trunk_memory.hpp).
+struct PerTokenTensor {
   std::string_view block;  // "attention", "mlp", ...
   std::string_view name;   // what it is and why backward needs it
   std::int64_t values_per_token = 0;
 };
 
-std::int64_t values_per_token(std::span<const SavedTensor> tensors);
-std::int64_t values_per_token(std::span<const SavedTensor> tensors, std::string_view block);
+std::int64_t values_per_token(std::span<const PerTokenTensor> tensors);
+std::int64_t values_per_token(std::span<const PerTokenTensor> tensors, std::string_view block);
 
 struct LayerStack {
   std::int64_t layers = 0;            // L
@@ -39,6 +40,6 @@ struct ActivationMemory {
 };
 
 // Throws InputError naming the field ("checkpoint_every", "tokens", "num_hidden_layers", ...).
-ActivationMemory activation_memory(std::span<const SavedTensor> layer, const LayerStack& stack);
+ActivationMemory activation_memory(std::span<const PerTokenTensor> layer, const LayerStack& stack);
 
 }  // namespace dflash

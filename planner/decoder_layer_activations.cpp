@@ -4,7 +4,7 @@
 
 namespace dflash {
 
-std::vector<SavedTensor> decoder_layer_saved_tensors(const DecoderConfig& c) {
+std::vector<PerTokenTensor> decoder_layer_saved_tensors(const DecoderConfig& c) {
   validate_decoder_config(c);
   const std::int64_t H = c.hidden_size, I = c.intermediate_size;
   const std::int64_t q = checked_product({c.num_attention_heads, c.head_dim});
@@ -28,7 +28,7 @@ std::vector<SavedTensor> decoder_layer_saved_tensors(const DecoderConfig& c) {
 
 ActivationMemory decoder_activation_memory(const DecoderConfig& c, std::int64_t tokens, std::int64_t checkpoint_every,
                                            std::int64_t element_bytes) {
-  const std::vector<SavedTensor> layer = decoder_layer_saved_tensors(c);
+  const std::vector<PerTokenTensor> layer = decoder_layer_saved_tensors(c);
   return activation_memory(layer, {.layers = c.num_hidden_layers,
                                    .tokens = tokens,
                                    .hidden = c.hidden_size,

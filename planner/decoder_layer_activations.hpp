@@ -32,7 +32,7 @@ namespace dflash {
 inline constexpr std::string_view kAttentionBlock = "attention";
 inline constexpr std::string_view kMlpBlock = "mlp";
 
-std::vector<SavedTensor> decoder_layer_saved_tensors(const DecoderConfig& config);
+std::vector<PerTokenTensor> decoder_layer_saved_tensors(const DecoderConfig& config);
 
 // The whole stack of config.num_hidden_layers layers over `tokens` tokens.
 ActivationMemory decoder_activation_memory(const DecoderConfig& config, std::int64_t tokens,

@@ -24,7 +24,7 @@ DecoderConfig spec_example() {
 }
 
 void expect_spec_example_2(const DecoderConfig& config) {
-  const std::vector<SavedTensor> layer = decoder_layer_saved_tensors(config);
+  const std::vector<PerTokenTensor> layer = decoder_layer_saved_tensors(config);
   EXPECT_EQ(values_per_token(layer, kAttentionBlock), 35'840);
   EXPECT_EQ(values_per_token(layer, kMlpBlock), 62'464);
   const ActivationMemory m = decoder_activation_memory(config, 8192, 4, 2);
