@@ -12,8 +12,9 @@
 namespace dflash {
 
 // Converts both sides to double only after subtracting in the wider of the two types.
+// `floor`: the scale below which differences are rounding noise (0: none).
 template <class A, class B>
-double relative_error(std::span<const A> a, std::span<const B> b) {
+double relative_error(std::span<const A> a, std::span<const B> b, double floor = 0) {
   if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double max_diff = 0, max_ref = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -23,6 +24,7 @@ double relative_error(std::span<const A> a, std::span<const B> b) {
     max_diff = std::max(max_diff, diff);
     max_ref = std::max(max_ref, std::abs(ref));
   }
+  max_ref = std::max(max_ref, floor);
   if (max_diff == 0) return 0;
   return max_ref == 0 ? std::numeric_limits<double>::infinity() : max_diff / max_ref;
 }

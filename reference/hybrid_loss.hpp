@@ -71,6 +71,7 @@ LossHeadResult<Real> hybrid_loss_unchunked(MemoryTracker& tracker, const LossHea
     sum_wl += w * loss_i;
     sum_wce += w * ce;
     sum_wkl += w * kl;
+    r.stats.magnitude = std::max(r.stats.magnitude, Real(1 + abs_of(lse) + abs_of(lse_tau) + abs_of(lse_teacher)));
     const std::int64_t argmax = std::max_element(z.begin(), z.end()) - z.begin();  // first maximum
     r.stats.correct += argmax == y ? 1 : 0;
     r.stats.valid_rows += 1;

@@ -135,7 +135,7 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
   saved.chunk_rows = C;
   saved.weight_sum = weight_sum;
   if (policy == LossPolicy::chunk_recompute || (retain && options.lm_head_grad)) {
-    saved.hidden.emplace(hidden.clone(MemoryCategory::loss_saved));
+    saved.hidden.emplace(hidden.clone(tracker, MemoryCategory::loss_saved));
   }
   Tensor<Real> row_stats(tracker, grad_in_forward ? MemoryCategory::transient : MemoryCategory::loss_saved, {T, 3});
   if (grad_in_forward) {
@@ -170,6 +170,7 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
       sum_wl += w * loss_i;
       sum_wce += w * row.ce;
       sum_wkl += w * row.kl;
+      f.stats.magnitude = std::max(f.stats.magnitude, Real(1 + abs_of(row.lse_z) + abs_of(row.lse_zt) + abs_of(row.lse_tt)));
       f.stats.correct += stats.argmax == y ? 1 : 0;
       f.stats.valid_rows += 1;
 

@@ -45,6 +45,12 @@ struct LossHeadStats {
   Real loss{0};
   Real ce{0};
   Real kl{0};
+  // max over labelled rows of 1 + |lse(z)| + |lse(z/tau)| + |lse(t/tau)|: the size of the terms
+  // that a row's lse, ce and kl are made of. Their rounding error is a few ulps of this whatever
+  // their own size: a KL near 0 between sharp distributions is a difference of numbers of size
+  // max|logit|/tau, and lse = max + log(sum) is off by ~eps in absolute terms even when it is ~0
+  // (the 1). Losses and lse are compared relative to it (reference/loss_head_compare.hpp).
+  Real magnitude{0};
   std::int64_t correct = 0;     // sum w01 [argmax z = y]
   std::int64_t valid_rows = 0;  // sum w01
   Real accuracy() const { return valid_rows == 0 ? Real(0) : Real(correct) / Real(valid_rows); }
@@ -64,6 +70,12 @@ Real sum_weights(std::span<const Real> weights) {
   Real total(0);
   for (const Real& w : weights) total += w;
   return total;
+}
+
+template <class Real>
+Real abs_of(const Real& x) {
+  using std::abs;
+  return abs(x);
 }
 
 template <class Real>

@@ -67,11 +67,14 @@ class Tensor {
   Tensor& operator=(const Tensor&) = delete;
   ~Tensor() { release(); }
 
-  Tensor clone(MemoryCategory category) const {
-    Tensor copy(*tracker_, category, shape_);
+  // A copy counted by `tracker` (whoever keeps the copy pays for it).
+  Tensor clone(MemoryTracker& tracker, MemoryCategory category) const {
+    Tensor copy(tracker, category, shape_);
     copy.data_ = data_;
     return copy;
   }
+  // A copy counted by this tensor's own tracker.
+  Tensor clone(MemoryCategory category) const { return clone(*tracker_, category); }
 
   // Frees the storage now (the tensor becomes empty); destruction does the same.
   void release() {
