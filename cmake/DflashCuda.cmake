@@ -13,6 +13,10 @@ if(DFLASH_ENABLE_CUDA)
       set(CMAKE_CUDA_ARCHITECTURES 90)   # Hopper (H100/H200): the production target
     endif()
     enable_language(CUDA)
+    # CMAKE_CXX_STANDARD 20 applies to CUDA sources too, and CMake 3.25 knows no nvcc flag for it:
+    # without these every CUDA target fails to generate ("requires the language dialect CUDA20").
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     find_package(CUDAToolkit REQUIRED)
     set(DFLASH_HAVE_CUDA ON)
   endif()

@@ -1,0 +1,17 @@
+#include "cuda/cuda_check.hpp"
+
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  throw CudaError(str("CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ") in ", call,
+                      " at ", file, ":", line));
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  throw CudaError(str("cuBLAS error ", cublasGetStatusName(status), " (", cublasGetStatusString(status), ") in ",
+                      call, " at ", file, ":", line));
+}
+
+}  // namespace dflash

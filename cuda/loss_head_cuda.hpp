@@ -1,0 +1,101 @@
+// The production loss head (SPEC §5, §7) on the GPU: bf16 inputs, cuBLAS products with fp32
+// accumulation, fp32 row statistics, never a [T, V] tensor except under `materialize`.
+//
+// Per chunk of c rows: student logits z = Y_c W^T and teacher logits t = G_c W^T (bf16, [c, V]
+// each), one statistics pass over both (loss_head_kernels.hpp), and when the gradient is wanted
+// one pass turning z into dL/dz in place, then dL/dY_c = dz W (fp32 out). GEMM passes per
+// forward + backward: chunk_grad_in_forward 3 (z, t, dY), chunk_recompute 5 (z, t; z, t, dY again
+// in backward), materialize 3.
+//
+// What each policy holds on the device (b = 2 for bf16, T rows, c' = min(c, T), H, V; fp32
+// statistics 4 B), every byte counted by the DeviceAllocator under the category named:
+//   chunk_recompute        loss_saved: Y copy T H b + row statistics 3 T 4
+//                          transient: z and t of one chunk 2 c' V b, per-row scratch 9 T (forward)
+//   chunk_grad_in_forward  loss_saved: dL/dY in fp32, T H 4 (built during forward)
+//                          transient: 2 c' V b + row statistics 3 T 4 + scratch 9 T (forward)
+//   materialize            loss_saved: z and t of all rows 2 T V b + row statistics 3 T 4
+// plus, for all: outputs lse and token loss 2 T 4; gradients dL/dY T H 4 (backward's result);
+// transient: the cuBLAS workspace (CublasGemm, for the loss head's lifetime) and a few bytes of
+// input checks and totals. Y, G, W_lm and the per-row targets are the caller's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "cuda/bf16_bits.hpp"
+#include "cuda/cublas_gemm.hpp"
+#include "cuda/device_allocator.hpp"
+#include "cuda/device_buffer.hpp"
+#include "cuda/loss_head_kernels.hpp"
+#include "reference/loss_head_types.hpp"
+
+namespace dflash {
+
+struct CudaLossHeadShape {
+  std::int64_t rows = 0;    // T
+  std::int64_t hidden = 0;  // H
+  std::int64_t vocab = 0;   // V
+};
+
+// Everything the loss head reads besides Y, on the device. All of it must outlive backward.
+// Rows with valid = 0 carry no label and no teacher: their label and teacher row are never read.
+struct CudaLossHeadTargets {
+  const Bf16Bits* teacher_hidden = nullptr;  // [T,H], row i = G[a_n + k - 1]
+  const Bf16Bits* lm_head = nullptr;         // W_lm [V,H], for the student and the teacher
+  DeviceRowTargets rows;                     // labels [T], weights [T] (fp32), valid [T]
+};
+
+// What forward keeps for backward; which members are set depends on the policy.
+struct CudaLossHeadSaved {
+  LossPolicy policy = LossPolicy::chunk_recompute;
+  CudaLossHeadShape shape;
+  std::int64_t chunk_rows = 1;
+  double weight_sum = 0;
+  std::optional<DeviceBuffer<Bf16Bits>> hidden;          // chunk_recompute: a copy of Y [T,H]
+  std::optional<DeviceBuffer<Bf16Bits>> logits;          // materialize: z [T,V]
+  std::optional<DeviceBuffer<Bf16Bits>> teacher_logits;  // materialize: t [T,V]
+  std::optional<DeviceBuffer<float>> row_stats;          // [T,3] lse(z), lse(z/tau), lse(t/tau)
+  std::optional<DeviceBuffer<float>> hidden_grad;        // chunk_grad_in_forward: dL/dY [T,H]
+};
+
+struct CudaLossHeadForward {
+  LossHeadStats<double> stats;     // loss, ce, kl already divided by W; correct, valid_rows
+  DeviceBuffer<float> lse;         // [T] logsumexp(z) where valid, else 0
+  DeviceBuffer<float> token_loss;  // [T] l_i where valid, else 0
+  CudaLossHeadSaved saved;
+};
+
+// The host-side checks every entry point runs first (no device needed): options (the reference's
+// rules), the policies this path implements (not chunk_retain, the memory trap; no dL/dW_lm: the
+// head is frozen), shape and W. Throws InputError naming the argument and the value.
+void validate_cuda_loss_head(const LossHeadOptions& options, const CudaLossHeadShape& shape, double weight_sum);
+
+class CudaLossHead {
+ public:
+  CudaLossHead(DeviceAllocator& allocator, const LossHeadOptions& options);
+
+  // `hidden` is Y [T,H] (bf16, on the device); W is the GLOBAL weight sum (SPEC §5), computed
+  // before the loss head so that ranks can share it. Checks the per-row targets and the
+  // finiteness of Y, G (valid rows) and W_lm on the device; bad input throws InputError naming
+  // the element. Y is not read after this returns.
+  CudaLossHeadForward forward(const Bf16Bits* hidden, const CudaLossHeadShape& shape, const CudaLossHeadTargets& in,
+                              double weight_sum);
+
+  // dL/dY [T,H] in fp32 (MemoryCategory::gradients). Consumes what forward saved; nothing of it
+  // outlives this call. `in` must be the targets forward saw.
+  DeviceBuffer<float> backward(const CudaLossHeadTargets& in, CudaLossHeadSaved saved);
+
+  const LossHeadOptions& options() const { return options_; }
+  DeviceAllocator& allocator() const { return allocator_; }
+
+ private:
+  void check_inputs(const Bf16Bits* hidden, const CudaLossHeadShape& shape, const CudaLossHeadTargets& in,
+                    double weight_sum);
+  HybridWeights hybrid_weights() const;
+
+  DeviceAllocator& allocator_;
+  LossHeadOptions options_;
+  CublasGemm gemm_;
+};
+
+}  // namespace dflash

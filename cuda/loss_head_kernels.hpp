@@ -1,0 +1,81 @@
+// The loss head's kernels (SPEC §5), behind host-callable launchers so that host code compiled by
+// the host compiler can drive them. Each row of a logits chunk is one thread block: it streams the
+// row's V columns once (common/row_stats.hpp, fp32) and merges the threads' partial statistics
+// in a fixed tree, so results are bitwise reproducible run to run.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/bf16_bits.hpp"
+
+namespace dflash {
+
+// Per-row targets on the device, indexed by global row i in [0, T).
+struct DeviceRowTargets {
+  const std::int64_t* labels = nullptr;  // y_i (read only where valid)
+  const float* weights = nullptr;        // w_i
+  const std::uint8_t* valid = nullptr;   // w01_i
+};
+
+struct HybridWeights {
+  float hard = 0.85f;  // h
+  float soft = 0.15f;  // s
+  float tau = 1.0f;    // temperature
+};
+
+// What the statistics pass writes for global row i (zeros where valid_i = 0).
+struct DeviceRowOutputs {
+  float* row_stats = nullptr;   // [T,3] lse(z), lse(z/tau), lse(t/tau): what backward needs
+  float* lse = nullptr;         // [T]
+  float* token_loss = nullptr;  // [T] h ce + s tau^2 kl
+  float* ce = nullptr;          // [T]
+  float* kl = nullptr;          // [T]
+  std::uint8_t* correct = nullptr;  // [T] argmax z = y
+};
+
+// Statistics of chunk rows r in [0, rows): student logits z[r,:], teacher logits t[r,:] (bf16,
+// row-major, V columns), global row index row0 + r.
+void launch_hybrid_row_stats(const Bf16Bits* z, const Bf16Bits* t, std::int64_t rows, std::int64_t vocab,
+                             std::int64_t row0, DeviceRowTargets targets, HybridWeights weights,
+                             DeviceRowOutputs out, cudaStream_t stream);
+
+// z[r,:] <- dL/dz (bf16, in place) from the saved row statistics; scale w_i / W (0 when W = 0 or
+// the row is invalid: such rows become exact zeros).
+void launch_hybrid_logit_grad(Bf16Bits* z, const Bf16Bits* t, std::int64_t rows, std::int64_t vocab,
+                              std::int64_t row0, DeviceRowTargets targets, HybridWeights weights,
+                              const float* row_stats, float weight_sum, cudaStream_t stream);
+
+// Sums over all T rows, in double, in a fixed order (one block).
+struct LossTotals {
+  double weighted_loss = 0;       // sum w l
+  double weighted_ce = 0;         // sum w ce
+  double weighted_kl = 0;         // sum w kl
+  double weighted_magnitude = 0;  // sum w (|lse z| + |lse z/tau| + |lse t/tau|)
+  long long correct = 0;          // sum w01 [argmax z = y]
+  long long valid_rows = 0;       // sum w01
+};
+void launch_loss_totals(const DeviceRowOutputs& rows_out, DeviceRowTargets targets, std::int64_t T,
+                        LossTotals* totals, cudaStream_t stream);
+
+// Lowest offending row of each kind, or T when there is none.
+struct RowTargetFaults {
+  unsigned long long valid_not_01;        // valid_i not in {0, 1}
+  unsigned long long bad_weight;          // w_i negative or not finite
+  unsigned long long weight_on_invalid;   // w_i != 0 where valid_i = 0
+  unsigned long long label_out_of_range;  // valid_i = 1 and y_i outside [0, V)
+  unsigned long long positive_weight;     // w_i > 0 (W = 0 is then inconsistent)
+};
+void launch_find_row_target_faults(DeviceRowTargets targets, std::int64_t T, std::int64_t vocab,
+                                   RowTargetFaults* faults, cudaStream_t stream);
+
+// Lowest flat index of a non-finite element of x [rows, cols], skipping rows whose mask is 0 (no
+// mask: every row); rows * cols when all are finite. *first must hold rows * cols on entry.
+void launch_find_non_finite_bf16(const Bf16Bits* x, std::int64_t rows, std::int64_t cols, const std::uint8_t* row_mask,
+                                 unsigned long long* first, cudaStream_t stream);
+
+// cudaSuccess when this build holds a kernel image the current device can run.
+cudaError_t loss_head_kernel_image_status();
+
+}  // namespace dflash
