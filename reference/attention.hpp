@@ -1,0 +1,206 @@
+// DFlash attention of one layer of one sequence (SPEC §3): block queries attend to the keys
+// [context rows; block rows] under the DFlash mask, with grouped-query heads (head h reads kv head
+// h / (nh/nkv)) and dropout on the probabilities (site 1, SPEC §6).
+//
+// Only visible keys are ever touched: a hidden key's probability is exactly 0, and so is its
+// dropped-out value, so skipping it is exact. This is also what makes the mask semantics hold
+// bitwise (a hidden key's value cannot leak into a visible row, not even as 0 * NaN).
+//
+// The probabilities are P_j = exp(s_j - lse) with lse the row's logsumexp, in forward and in
+// backward alike: forward keeps only lse per (row, head), backward recomputes the same P_j bits.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+
+#include "common/row_math.hpp"
+#include "reference/drafter_config.hpp"
+#include "reference/drafter_dims.hpp"
+#include "reference/dropout.hpp"
+#include "reference/linalg.hpp"
+#include "reference/tensor.hpp"
+
+namespace dflash {
+
+// Keys visible to one query row: context keys [context_begin, context_end) and block rows
+// [block_begin, block_end) (key index S + row).
+struct VisibleKeys {
+  std::int64_t context_begin = 0, context_end = 0;
+  std::int64_t block_begin = 0, block_end = 0;
+  bool empty() const { return context_end <= context_begin && block_end <= block_begin; }
+};
+
+// The mask M_l of one layer for one sequence. Query (n,k) sees context key j iff kappa_n = 1 and
+// j < a_n, and block key (n',k') iff kappa_n = 1 and n' = n; in a sliding layer also
+// j >= a_n + k - (window - 1) and k' <= k.
+struct AttentionMask {
+  std::int64_t block_size = 0;
+  std::span<const std::int64_t> anchors;
+  std::span<const std::uint8_t> keep;
+  LayerType type = LayerType::full_attention;
+  std::int64_t window = 0;  // read only for sliding layers
+
+  VisibleKeys visible(std::int64_t row) const {
+    const std::int64_t n = row / block_size, k = row % block_size;
+    VisibleKeys v;
+    if (keep[n] == 0) return v;
+    const std::int64_t a = anchors[n];
+    const bool sliding = type == LayerType::sliding_attention;
+    v.context_end = a;
+    v.context_begin = sliding ? std::clamp<std::int64_t>(a + k - (window - 1), 0, a) : 0;
+    v.block_begin = n * block_size;
+    v.block_end = sliding ? n * block_size + k + 1 : (n + 1) * block_size;
+    return v;
+  }
+};
+
+// Visits the visible key indices of a row in the one order every pass uses: context, then block.
+template <class Visit>
+void for_each_visible_key(const VisibleKeys& v, std::int64_t S, Visit visit) {
+  for (std::int64_t j = v.context_begin; j < v.context_end; ++j) visit(j);
+  for (std::int64_t r = v.block_begin; r < v.block_end; ++r) visit(S + r);
+}
+
+template <class Real>
+struct AttentionInputs {
+  const Real* q;      // [T, nh d] (normed, rotated)
+  const Real* k_ctx;  // [S, nkv d]
+  const Real* v_ctx;  // [S, nkv d]
+  const Real* k_blk;  // [T, nkv d]
+  const Real* v_blk;  // [T, nkv d]
+
+  // Row `key` of [context; block] for kv head g.
+  const Real* key(const DrafterDims& dims, std::int64_t key, std::int64_t g) const {
+    return key < dims.S ? k_ctx + key * dims.kv_width() + g * dims.d
+                        : k_blk + (key - dims.S) * dims.kv_width() + g * dims.d;
+  }
+  const Real* value(const DrafterDims& dims, std::int64_t key, std::int64_t g) const {
+    return key < dims.S ? v_ctx + key * dims.kv_width() + g * dims.d
+                        : v_blk + (key - dims.S) * dims.kv_width() + g * dims.d;
+  }
+};
+
+template <class Real>
+struct AttentionGrads {
+  Real* dq;      // [T, nh d]
+  Real* dk_ctx;  // [S, nkv d], accumulated
+  Real* dv_ctx;  // [S, nkv d], accumulated
+  Real* dk_blk;  // [T, nkv d], accumulated
+  Real* dv_blk;  // [T, nkv d], accumulated
+
+  Real* key(const DrafterDims& dims, std::int64_t key, std::int64_t g) const {
+    return key < dims.S ? dk_ctx + key * dims.kv_width() + g * dims.d
+                        : dk_blk + (key - dims.S) * dims.kv_width() + g * dims.d;
+  }
+  Real* value(const DrafterDims& dims, std::int64_t key, std::int64_t g) const {
+    return key < dims.S ? dv_ctx + key * dims.kv_width() + g * dims.d
+                        : dv_blk + (key - dims.S) * dims.kv_width() + g * dims.d;
+  }
+};
+
+// Site 1 element index: (h T + i)(S + T) + j, j over [context keys; block keys].
+inline std::uint64_t attention_dropout_element(const DrafterDims& dims, std::int64_t h, std::int64_t i,
+                                               std::int64_t key) {
+  return (static_cast<std::uint64_t>(h) * static_cast<std::uint64_t>(dims.T) + static_cast<std::uint64_t>(i)) *
+             static_cast<std::uint64_t>(dims.keys()) +
+         static_cast<std::uint64_t>(key);
+}
+
+namespace attention_detail {
+template <class Real>
+Real score(const DrafterDims& dims, const AttentionInputs<Real>& in, const Real* q, std::int64_t key, std::int64_t g,
+           const Real& sqrt_d) {
+  return dot(q, in.key(dims, key, g), dims.d) / sqrt_d;
+}
+template <class Real>
+Real sqrt_head_dim(std::int64_t d) {
+  using std::sqrt;
+  return Real(sqrt(Real(d)));
+}
+}  // namespace attention_detail
+
+// out[i, h] = sum_j dropout(P_ij) V_j; lse[i, h] = logsumexp of the visible scores (0 and an
+// all-zero output for a row that sees no key). `out` must be zero on entry.
+template <class Real>
+void dflash_attention_forward(MemoryTracker& tracker, const DrafterDims& dims, const AttentionMask& mask,
+                              const AttentionInputs<Real>& in, const DropoutSiteMask<Real>& dropout, Real* lse,
+                              Real* out) {
+  using namespace attention_detail;
+  const Real sqrt_d = sqrt_head_dim<Real>(dims.d);
+  const std::int64_t group = dims.nh / dims.nkv, d = dims.d;
+  Tensor<Real> scores(tracker, MemoryCategory::transient, {dims.keys()});
+  for (std::int64_t h = 0; h < dims.nh; ++h) {
+    const std::int64_t g = h / group;
+    for (std::int64_t i = 0; i < dims.T; ++i) {
+      const VisibleKeys v = mask.visible(i);
+      if (v.empty()) continue;
+      const Real* q = in.q + i * dims.q_width() + h * d;
+      Real max_score(0);
+      bool first = true;
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+        scores[j] = score(dims, in, q, j, g, sqrt_d);
+        if (first || scores[j] > max_score) max_score = scores[j];
+        first = false;
+      });
+      Real sum(0);
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) { sum += exp_of(Real(scores[j] - max_score)); });
+      const Real row_lse = max_score + log_of(sum);
+      lse[i * dims.nh + h] = row_lse;
+      Real* o = out + i * dims.q_width() + h * d;
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+        const Real p = exp_of(Real(scores[j] - row_lse)) * dropout.factor(attention_dropout_element(dims, h, i, j));
+        const Real* value = in.value(dims, j, g);
+        for (std::int64_t c = 0; c < d; ++c) o[c] += p * value[c];
+      });
+    }
+  }
+}
+
+// With P the probabilities, f the dropout factors and dP_j = f_j dO . V_j:
+//   dV_j += P_j f_j dO,   dS_j = P_j (dP_j - sum_l P_l dP_l),   dQ += dS_j K_j / sqrt d,   dK_j += dS_j Q / sqrt d.
+// `grads.dq` must be zero on entry; the key/value gradients accumulate.
+template <class Real>
+void dflash_attention_backward(MemoryTracker& tracker, const DrafterDims& dims, const AttentionMask& mask,
+                               const AttentionInputs<Real>& in, const DropoutSiteMask<Real>& dropout, const Real* lse,
+                               const Real* d_out, const AttentionGrads<Real>& grads) {
+  using namespace attention_detail;
+  const Real sqrt_d = sqrt_head_dim<Real>(dims.d);
+  const std::int64_t group = dims.nh / dims.nkv, d = dims.d;
+  Tensor<Real> probs(tracker, MemoryCategory::transient, {dims.keys()});
+  Tensor<Real> factors(tracker, MemoryCategory::transient, {dims.keys()});
+  Tensor<Real> d_probs(tracker, MemoryCategory::transient, {dims.keys()});
+  for (std::int64_t h = 0; h < dims.nh; ++h) {
+    const std::int64_t g = h / group;
+    for (std::int64_t i = 0; i < dims.T; ++i) {
+      const VisibleKeys v = mask.visible(i);
+      if (v.empty()) continue;
+      const Real* q = in.q + i * dims.q_width() + h * d;
+      const Real* d_o = d_out + i * dims.q_width() + h * d;
+      const Real row_lse = lse[i * dims.nh + h];
+      Real p_dot_dp(0);
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+        probs[j] = exp_of(Real(score(dims, in, q, j, g, sqrt_d) - row_lse));
+        factors[j] = dropout.factor(attention_dropout_element(dims, h, i, j));
+        d_probs[j] = dot(d_o, in.value(dims, j, g), d) * factors[j];
+        p_dot_dp += probs[j] * d_probs[j];
+      });
+      Real* dq = grads.dq + i * dims.q_width() + h * d;
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+        const Real d_score = probs[j] * (d_probs[j] - p_dot_dp) / sqrt_d;
+        const Real p = probs[j] * factors[j];
+        const Real* key = in.key(dims, j, g);
+        Real* dk = grads.key(dims, j, g);
+        Real* dv = grads.value(dims, j, g);
+        for (std::int64_t c = 0; c < d; ++c) {
+          dq[c] += d_score * key[c];
+          dk[c] += d_score * q[c];
+          dv[c] += p * d_o[c];
+        }
+      });
+    }
+  }
+}
+
+}  // namespace dflash

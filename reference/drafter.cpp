@@ -1,0 +1,7 @@
+#include "reference/drafter.hpp"
+
+namespace dflash {
+
+DFLASH_DRAFTER_INSTANTIATE(, double)
+
+}  // namespace dflash

@@ -1,0 +1,251 @@
+// One training step of the DFlash drafter on a batch (SPEC §2–§7): anchors and targets per
+// sequence, the trunk (reference/drafter_trunk.hpp) under a trunk policy, the loss head
+// (reference/loss_head.hpp) under a loss policy, and the backward to every trainable parameter
+// and to the target features. Parameters are never updated: this is one step's gradient.
+//
+// Sequences run one after another (forward, loss head, backward), accumulating the parameter
+// gradients in sequence order; the loss is normalised by the global weight sum W, which is the
+// whole batch's unless the caller passes the global one (several ranks or micro-steps, SPEC §5).
+// Compiled for double and Mp50 in drafter.cpp / drafter_mp50.cpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "reference/anchors.hpp"
+#include "reference/drafter_batch.hpp"
+#include "reference/drafter_config.hpp"
+#include "reference/drafter_parameters.hpp"
+#include "reference/drafter_trunk.hpp"
+#include "reference/dropout.hpp"
+#include "reference/loss_head.hpp"
+#include "reference/scalar.hpp"
+#include "reference/trunk_policy.hpp"
+
+namespace dflash {
+
+struct DrafterStepOptions {
+  std::uint32_t step = 0;             // optimizer step: the RNG counter's last word (SPEC §6)
+  std::uint32_t sequence_offset = 0;  // global index of the batch's sequence 0 (never the rank)
+  TrunkPolicy trunk_policy = TrunkPolicy::per_layer;
+  std::int64_t checkpoint_every = 1;  // k of every_k
+  LossPolicy loss_policy = LossPolicy::chunk_recompute;
+  std::int64_t loss_chunk_rows = 2048;
+  const DropoutObserver* dropout_observer = nullptr;  // sees every dropout draw (tests)
+};
+
+// The policies and chunk rows of the config's training fields.
+inline DrafterStepOptions drafter_step_options(const DrafterConfig& config, std::uint32_t step = 0,
+                                               std::uint32_t sequence_offset = 0) {
+  DrafterStepOptions o;
+  o.step = step;
+  o.sequence_offset = sequence_offset;
+  o.trunk_policy = config.trunk_policy;
+  o.checkpoint_every = config.checkpoint_every;
+  o.loss_policy = config.loss_policy;
+  o.loss_chunk_rows = config.loss_chunk_rows;
+  return o;
+}
+
+// What a forward reports (the golden files' outputs, SPEC §9).
+template <class Real>
+struct DrafterOutputs {
+  LossHeadStats<Real> stats;      // loss, ce, kl (each over W), correct and valid rows -> accuracy
+  Real weight_sum{0};             // W the loss was divided by
+  Tensor<std::int64_t> anchors;   // [nseq, N] as used (explicit or sampled)
+  Tensor<std::uint8_t> keep;      // [nseq, N]
+  Tensor<Real> hidden;            // Y [nseq, T, H]
+  Tensor<Real> lse;               // [nseq, T] logsumexp(z) where w01 = 1, else 0
+  Tensor<Real> token_loss;        // [nseq, T] l_i where w01 = 1, else 0
+  Tensor<Real> weights;           // [nseq, T] w_i
+};
+
+template <class Real>
+struct DrafterStepResult {
+  DrafterOutputs<Real> outputs;
+  DrafterParameters<Real> grads;     // dL/d(parameter), by Hugging Face name (MemoryCategory::gradients)
+  Tensor<Real> target_features_grad; // dL/dF [nseq, S, K H]
+};
+
+namespace drafter_detail {
+
+template <class Real>
+struct PreparedSequence {
+  AnchorSlots slots;
+  SequenceBlocks<Real> blocks;
+};
+
+template <class Real>
+std::vector<PreparedSequence<Real>> prepare_sequences(const DrafterConfig& config, const DrafterBatch<Real>& batch,
+                                                      const DrafterStepOptions& options) {
+  std::vector<PreparedSequence<Real>> seqs;
+  for (std::int64_t b = 0; b < batch.num_sequences(); ++b) {
+    AnchorSlots slots = batch_anchor_slots(config, batch, b, options.step, options.sequence_offset);
+    SequenceBlocks<Real> blocks =
+        sequence_blocks<Real>(batch.sequence_tokens(b), batch.sequence_loss_mask(b), slots, config.block_size,
+                              config.mask_token_id, config.loss_decay_gamma);
+    seqs.push_back({std::move(slots), std::move(blocks)});
+  }
+  return seqs;
+}
+
+// Teacher row of block row i: G[a_n + k - 1] where w01 = 1, else 0 (never read). Only the rows
+// used must be finite (SPEC §4: nothing may depend on the others).
+template <class Real>
+Tensor<Real> gather_teacher_rows(MemoryTracker& tracker, const DrafterBatch<Real>& batch, std::int64_t b,
+                                 const SequenceBlocks<Real>& blocks) {
+  const std::int64_t H = batch.teacher_hidden.dim(2), S = batch.context_length();
+  const auto T = static_cast<std::int64_t>(blocks.valid.size());
+  Tensor<Real> teacher(tracker, MemoryCategory::inputs, {T, H});
+  for (std::int64_t i = 0; i < T; ++i) {
+    if (blocks.valid[i] == 0) continue;
+    const std::int64_t p = blocks.teacher_rows[i];
+    const Real* g = batch.teacher_hidden.data() + (b * S + p) * H;
+    for (std::int64_t c = 0; c < H; ++c) {
+      if (!is_finite_value(g[c])) {
+        throw_input_error(str("teacher_hidden[", b, "][", p, "]"),
+                          str("element ", c, " is ", g[c], "; rows that carry a teacher must be finite"));
+      }
+      teacher.row(i)[c] = g[c];
+    }
+  }
+  return teacher;
+}
+
+template <class Real>
+void copy_row(const Tensor<Real>& from, Tensor<Real>& to, std::int64_t at) {
+  std::copy(from.data(), from.data() + from.numel(), to.data() + at * from.numel());
+}
+
+// The forward of every sequence, and (with result) its backward.
+template <class Real>
+DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& config,
+                                 const DrafterParameters<Real>& params, const FrozenWeights<Real>& frozen,
+                                 const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
+                                 const std::optional<Real>& global_weight_sum, DrafterStepResult<Real>* result) {
+  validate_drafter_config(config);
+  validate_drafter_parameters(config, params, frozen);
+  validate_drafter_batch(config, batch, options.sequence_offset);
+  trunk_segment_length(options.trunk_policy, options.checkpoint_every, config.num_hidden_layers);  // validates k
+  LossHeadOptions loss_options = config.loss_head_options();
+  loss_options.policy = options.loss_policy;
+  loss_options.chunk_rows = options.loss_chunk_rows;
+  validate_loss_head_options(loss_options);
+
+  if (result != nullptr) {
+    result->grads = make_drafter_parameters<Real>(tracker, config, MemoryCategory::gradients);
+    result->target_features_grad = Tensor<Real>(tracker, MemoryCategory::gradients, batch.target_features.shape());
+  }
+  const std::vector<PreparedSequence<Real>> seqs = prepare_sequences(config, batch, options);
+  const std::int64_t nseq = batch.num_sequences(), S = batch.context_length(), H = config.hidden_size;
+  const std::int64_t N = batch.anchor_slots(config);
+  const DrafterDims dims = DrafterDims::of(config, S, N);
+  const std::int64_t T = dims.T;
+
+  DrafterOutputs<Real> out{{},
+                           Real(0),
+                           Tensor<std::int64_t>(tracker, MemoryCategory::outputs, {nseq, N}),
+                           Tensor<std::uint8_t>(tracker, MemoryCategory::outputs, {nseq, N}),
+                           Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T, H}),
+                           Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T}),
+                           Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T}),
+                           Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T})};
+  Real batch_weight(0);
+  for (std::int64_t b = 0; b < nseq; ++b) {
+    const PreparedSequence<Real>& s = seqs[b];
+    for (const Real& w : s.blocks.weights) batch_weight += w;
+    std::copy(s.slots.anchors.begin(), s.slots.anchors.end(), out.anchors.row(b));
+    std::copy(s.slots.keep.begin(), s.slots.keep.end(), out.keep.row(b));
+    std::copy(s.blocks.weights.begin(), s.blocks.weights.end(), out.weights.row(b));
+  }
+  out.weight_sum = global_weight_sum.value_or(batch_weight);
+
+  for (std::int64_t b = 0; b < nseq; ++b) {
+    const PreparedSequence<Real>& s = seqs[b];
+    const TrunkInputs<Real> in{dims,
+                               batch.target_features.data() + b * S * dims.feature_width(),
+                               s.slots.anchors,
+                               s.slots.keep,
+                               s.blocks.input_tokens,
+                               s.blocks.positions,
+                               DropoutCoordinates{config.seed, options.step,
+                                                  options.sequence_offset + static_cast<std::uint32_t>(b),
+                                                  DropoutPass::forward, options.dropout_observer}};
+    SequenceTrunk<Real> trunk(tracker, config, params, frozen, in, options.trunk_policy, options.checkpoint_every);
+    Tensor<Real> y = trunk.forward(result != nullptr);
+    copy_row(y, out.hidden, b);
+
+    const Tensor<Real> teacher = gather_teacher_rows(tracker, batch, b, s.blocks);
+    const LossHeadTargets<Real> targets{&teacher,         &frozen.lm_head,  nullptr, s.blocks.labels,
+                                        s.blocks.weights, s.blocks.valid};
+    LossHeadForward<Real> f = loss_head_forward(tracker, loss_options, y, targets, out.weight_sum);
+    y.release();
+    copy_row(f.lse, out.lse, b);
+    copy_row(f.token_loss, out.token_loss, b);
+    out.stats.loss += f.stats.loss;
+    out.stats.ce += f.stats.ce;
+    out.stats.kl += f.stats.kl;
+    out.stats.correct += f.stats.correct;
+    out.stats.valid_rows += f.stats.valid_rows;
+    if (result == nullptr) continue;
+
+    LossHeadGradients<Real> g = loss_head_backward(tracker, loss_options, targets, std::move(f.saved));
+    const Tensor<Real> d_features = trunk.backward(std::move(g.hidden_grad), result->grads);
+    copy_row(d_features, result->target_features_grad, b);
+  }
+  return out;
+}
+
+}  // namespace drafter_detail
+
+// Forward only: outputs and loss statistics, nothing kept for a backward (the 50-digit finite
+// differences run this).
+template <class Real>
+DrafterOutputs<Real> drafter_forward(MemoryTracker& tracker, const DrafterConfig& config,
+                                     const DrafterParameters<Real>& params, const FrozenWeights<Real>& frozen,
+                                     const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
+                                     const std::optional<Real>& global_weight_sum = std::nullopt) {
+  return drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum,
+                                     static_cast<DrafterStepResult<Real>*>(nullptr));
+}
+
+// Forward and backward: outputs, every parameter's gradient and dL/dF.
+template <class Real>
+DrafterStepResult<Real> drafter_step(MemoryTracker& tracker, const DrafterConfig& config,
+                                     const DrafterParameters<Real>& params, const FrozenWeights<Real>& frozen,
+                                     const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
+                                     const std::optional<Real>& global_weight_sum = std::nullopt) {
+  DrafterStepResult<Real> r;
+  r.outputs = drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum, &r);
+  return r;
+}
+
+// W of a batch: the sum of w over every block row of every sequence (what the step divides by
+// when no global W is given). Ranks add theirs up for the global one.
+template <class Real>
+Real drafter_weight_sum(const DrafterConfig& config, const DrafterBatch<Real>& batch, const DrafterStepOptions& options) {
+  validate_drafter_config(config);
+  validate_drafter_batch(config, batch, options.sequence_offset);
+  Real total(0);
+  for (const auto& s : drafter_detail::prepare_sequences(config, batch, options)) {
+    for (const Real& w : s.blocks.weights) total += w;
+  }
+  return total;
+}
+
+#define DFLASH_DRAFTER_INSTANTIATE(EXTERN, Real)                                                                    \
+  EXTERN template DrafterOutputs<Real> drafter_forward(MemoryTracker&, const DrafterConfig&,                        \
+                                                       const DrafterParameters<Real>&, const FrozenWeights<Real>&,  \
+                                                       const DrafterBatch<Real>&, const DrafterStepOptions&,        \
+                                                       const std::optional<Real>&);                                  \
+  EXTERN template DrafterStepResult<Real> drafter_step(MemoryTracker&, const DrafterConfig&,                        \
+                                                       const DrafterParameters<Real>&, const FrozenWeights<Real>&,  \
+                                                       const DrafterBatch<Real>&, const DrafterStepOptions&,        \
+                                                       const std::optional<Real>&);                                  \
+  EXTERN template Real drafter_weight_sum(const DrafterConfig&, const DrafterBatch<Real>&, const DrafterStepOptions&);
+
+DFLASH_DRAFTER_INSTANTIATE(extern, double)
+DFLASH_DRAFTER_INSTANTIATE(extern, Mp50)
+
+}  // namespace dflash

@@ -1,0 +1,209 @@
+// The drafter config (SPEC §1): the shipped configs load, a released Hugging Face config without
+// the training fields loads with the defaults, and every bad field is rejected with a message
+// naming the field, the value and the file.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "reference/drafter_config.hpp"
+#include "reference/drafter_parameters.hpp"
+
+namespace dflash {
+namespace {
+
+using nlohmann::json;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+const std::filesystem::path kConfigs = std::filesystem::path(DFLASH_SOURCE_DIR) / "configs";
+
+json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+std::string error_of(const json& j, const std::string& source = "tiny.json") {
+  try {
+    drafter_config_from_json(j, source);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(DrafterConfig, TinyConfigIsSmallAndHasBothLayerTypes) {
+  const DrafterConfig c = load_drafter_config(kConfigs / "tiny.json");
+  EXPECT_EQ(c.num_hidden_layers, static_cast<std::int64_t>(c.layer_types.size()));
+  EXPECT_TRUE(c.has_sliding_layer());
+  EXPECT_NE(c.layer_types.front(), c.layer_types.back());
+  // "A few thousand parameters": the count by hand from the shapes of SPEC §3.
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
+  const std::int64_t per_layer = H + c.query_width() * H + 2 * c.kv_width() * H + H * c.query_width() + 2 * d + H +
+                                 3 * I * H;
+  const std::int64_t expected = H * c.feature_width() + H + c.num_hidden_layers * per_layer + H;
+  EXPECT_EQ(drafter_parameter_count(c), expected);
+  EXPECT_GE(expected, 1000);
+  EXPECT_LT(expected, 10000);
+}
+
+TEST(DrafterConfig, FullScaleConfigIsTheSpecReferencePoint) {
+  const DrafterConfig c = load_drafter_config(kConfigs / "qwen3.6-27b.json");
+  EXPECT_EQ(c.hidden_size, 5120);
+  EXPECT_EQ(c.intermediate_size, 17408);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.num_hidden_layers, 5);
+  EXPECT_EQ(c.vocab_size, 248320);
+  EXPECT_EQ(c.target_layer_ids, (std::vector<std::int64_t>{1, 16, 31, 46, 61}));
+  EXPECT_EQ(c.rope_theta, 1e7);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.mask_token_id, 248070);
+  ASSERT_EQ(c.layer_types.size(), 5u);
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(c.layer_types[l], LayerType::sliding_attention);
+  EXPECT_EQ(c.layer_types[4], LayerType::full_attention);
+  EXPECT_EQ(c.sliding_window, 2048);
+  EXPECT_EQ(c.block_size, 32);
+  EXPECT_EQ(c.max_anchors, 1024);
+  EXPECT_EQ(c.max_anchors * c.block_size, 32768);  // T per GPU
+}
+
+// The shape of a released DFlash drafter config: mask_token_id and target_layer_ids nested in
+// dflash_config, rope_theta in rope_parameters, no training fields, many unrelated keys.
+TEST(DrafterConfig, ReleasedHuggingFaceConfigLoadsWithDefaults) {
+  const json released = json::parse(R"({
+    "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "torch_dtype": "bfloat16",
+    "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "num_hidden_layers": 2, "rms_norm_eps": 1e-06, "vocab_size": 1000,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    "block_size": 16, "num_target_layers": 36, "use_sliding_window": false, "sliding_window": null,
+    "max_window_layers": 2, "attention_bias": false, "hidden_act": "silu",
+    "dflash_config": {"mask_token_id": 999, "target_layer_ids": [1, 9, 17]}
+  })");
+  const DrafterConfig c = drafter_config_from_json(released, "released.json");
+  EXPECT_EQ(c.mask_token_id, 999);
+  EXPECT_EQ(c.target_layer_ids, (std::vector<std::int64_t>{1, 9, 17}));
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.layer_types, std::vector<LayerType>(2, LayerType::full_attention));
+  EXPECT_FALSE(c.sliding_window.has_value());
+  const DrafterConfig defaults;
+  EXPECT_EQ(c.max_anchors, defaults.max_anchors);
+  EXPECT_FALSE(c.loss_decay_gamma.has_value());
+  EXPECT_EQ(c.hard_weight, 0.85);
+  EXPECT_EQ(c.soft_weight, 0.15);
+  EXPECT_EQ(c.temperature, 1.0);
+  EXPECT_EQ(c.attention_dropout, 0.0);
+  EXPECT_EQ(c.hidden_dropout, 0.0);
+  EXPECT_EQ(c.loss_policy, defaults.loss_policy);
+  EXPECT_EQ(c.trunk_policy, defaults.trunk_policy);
+}
+
+TEST(DrafterConfig, HeadDimAndKvHeadsDefaultLikeHuggingFace) {
+  json j = read_json(kConfigs / "tiny.json");
+  j.erase("head_dim");
+  j.erase("num_key_value_heads");
+  const DrafterConfig c = drafter_config_from_json(j);
+  EXPECT_EQ(c.head_dim, c.hidden_size / c.num_attention_heads);
+  EXPECT_EQ(c.num_key_value_heads, c.num_attention_heads);
+}
+
+TEST(DrafterConfig, JsonRoundTripKeepsEveryField) {
+  DrafterConfig c = load_drafter_config(kConfigs / "tiny.json");
+  c.loss_decay_gamma.reset();
+  c.seed = 0xFFFFFFFFFFFFFFFFull;
+  c.trunk_policy = TrunkPolicy::every_k;
+  c.checkpoint_every = 3;
+  const json j = drafter_config_to_json(c);
+  EXPECT_EQ(drafter_config_to_json(drafter_config_from_json(j)), j);
+  EXPECT_TRUE(j.at("loss_decay_gamma").is_null());
+}
+
+struct BadField {
+  std::string name;
+  std::function<void(json&)> edit;
+  std::string field;  // must appear in the message
+  std::string value;  // must appear in the message
+};
+
+class DrafterConfigRejects : public ::testing::TestWithParam<BadField> {};
+
+TEST_P(DrafterConfigRejects, NamingFieldValueAndFile) {
+  json j = read_json(kConfigs / "tiny.json");
+  GetParam().edit(j);
+  EXPECT_THAT(error_of(j, "tiny.json"),
+              AllOf(HasSubstr("invalid " + GetParam().field), HasSubstr(GetParam().value), HasSubstr("tiny.json")));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadFields, DrafterConfigRejects,
+    ::testing::Values(
+        BadField{"kv_heads_not_dividing", [](json& j) { j["num_key_value_heads"] = 3; }, "num_key_value_heads", "3"},
+        BadField{"odd_head_dim", [](json& j) { j["head_dim"] = 5; }, "head_dim", "5"},
+        BadField{"block_size_1", [](json& j) { j["block_size"] = 1; }, "block_size", "1"},
+        BadField{"too_few_layer_types", [](json& j) { j["layer_types"] = {"full_attention"}; }, "layer_types",
+                 "1 entries"},
+        BadField{"unknown_layer_type", [](json& j) { j["layer_types"][1] = "local"; }, "layer_types[1]", "local"},
+        BadField{"sliding_window_0", [](json& j) { j["sliding_window"] = 0; }, "sliding_window", "0"},
+        BadField{"sliding_window_missing", [](json& j) { j["sliding_window"] = nullptr; }, "sliding_window",
+                 "missing"},
+        BadField{"attention_dropout_1", [](json& j) { j["attention_dropout"] = 1.0; }, "attention_dropout", "1"},
+        BadField{"hidden_dropout_negative", [](json& j) { j["hidden_dropout"] = -0.25; }, "hidden_dropout", "-0.25"},
+        BadField{"mask_token_is_vocab", [](json& j) { j["mask_token_id"] = 64; }, "mask_token_id", "64"},
+        BadField{"vocab_0", [](json& j) { j["vocab_size"] = 0; }, "vocab_size", "0"},
+        BadField{"hidden_size_string", [](json& j) { j["hidden_size"] = "16"; }, "hidden_size", "\"16\""},
+        BadField{"hidden_size_missing", [](json& j) { j.erase("hidden_size"); }, "hidden_size", "missing"},
+        BadField{"no_target_layers", [](json& j) { j["target_layer_ids"] = json::array(); }, "target_layer_ids",
+                 "empty"},
+        BadField{"negative_target_layer", [](json& j) { j["target_layer_ids"][1] = -2; }, "target_layer_ids[1]",
+                 "-2"},
+        BadField{"unknown_loss_policy", [](json& j) { j["loss_policy"] = "stream"; }, "loss_policy", "stream"},
+        BadField{"unknown_trunk_policy", [](json& j) { j["trunk_policy"] = "sometimes"; }, "trunk_policy",
+                 "sometimes"},
+        BadField{"checkpoint_every_0", [](json& j) { j["checkpoint_every"] = 0; }, "checkpoint_every", "0"},
+        BadField{"max_anchors_0", [](json& j) { j["max_anchors"] = 0; }, "max_anchors", "0"},
+        BadField{"gamma_0", [](json& j) { j["loss_decay_gamma"] = 0.0; }, "loss_decay_gamma", "0"},
+        BadField{"temperature_0", [](json& j) { j["temperature"] = 0.0; }, "temperature", "0"},
+        BadField{"negative_hard_weight", [](json& j) { j["hard_weight"] = -1.5; }, "hard_weight", "-1.5"},
+        BadField{"eps_0", [](json& j) { j["rms_norm_eps"] = 0.0; }, "rms_norm_eps", "0"},
+        BadField{"too_many_layers",
+                 [](json& j) {
+                   j["num_hidden_layers"] = 256;
+                   j["layer_types"] = std::vector<std::string>(256, "full_attention");
+                 },
+                 "num_hidden_layers", "256"},
+        BadField{"negative_seed", [](json& j) { j["seed"] = -1; }, "seed", "-1"},
+        BadField{"loss_chunk_rows_0", [](json& j) { j["loss_chunk_rows"] = 0; }, "loss_chunk_rows", "0"},
+        BadField{"sliding_without_layer_types",
+                 [](json& j) {
+                   j.erase("layer_types");
+                   j["use_sliding_window"] = true;
+                 },
+                 "layer_types", "use_sliding_window"},
+        BadField{"nested_mask_token_disagrees", [](json& j) { j["dflash_config"] = {{"mask_token_id", 5}}; },
+                 "mask_token_id", "disagrees"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(DrafterConfig, FileErrorsNameTheFile) {
+  const std::filesystem::path missing = std::filesystem::temp_directory_path() / "dflash-no-such-config.json";
+  EXPECT_THAT([&] { load_drafter_config(missing); },
+              ::testing::ThrowsMessage<InputError>(HasSubstr("dflash-no-such-config.json")));
+  const std::filesystem::path broken = std::filesystem::temp_directory_path() / "dflash-broken-config.json";
+  std::ofstream(broken) << "{ \"hidden_size\": 16,";
+  EXPECT_THAT([&] { load_drafter_config(broken); },
+              ::testing::ThrowsMessage<InputError>(AllOf(HasSubstr("dflash-broken-config.json"), HasSubstr("JSON"))));
+  std::filesystem::remove(broken);
+}
+
+TEST(DrafterConfig, CodeBuiltConfigsAreValidatedToo) {
+  DrafterConfig c = load_drafter_config(kConfigs / "tiny.json");
+  c.num_key_value_heads = 3;
+  EXPECT_THAT([&] { validate_drafter_config(c); },
+              ::testing::ThrowsMessage<InputError>(HasSubstr("num_key_value_heads in config: 3")));
+}
+
+}  // namespace
+}  // namespace dflash
