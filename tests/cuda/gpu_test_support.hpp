@@ -1,0 +1,40 @@
+// GPU tests skip, with the reason, where no GPU is usable; where one must be (the device session:
+// ci/gpu sets DFLASH_REQUIRE_GPU=1) they fail instead, so a broken setup never reads as a skip.
+#pragma once
+
+#include <cstdlib>
+#include <memory>
+#include <string_view>
+
+#include <gtest/gtest.h>
+
+#include "cuda/device_allocator.hpp"
+#include "cuda/device_probe.hpp"
+
+namespace dflash {
+
+inline bool gpu_required() {
+  const char* v = std::getenv("DFLASH_REQUIRE_GPU");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+// The fixture of every GPU test: SetUp skips (or fails) without a GPU, else makes an allocator.
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const CudaDeviceStatus& gpu = cuda_device_status();
+    if (!gpu.available) {
+      if (gpu_required()) FAIL() << "DFLASH_REQUIRE_GPU=1, but " << gpu.reason;
+      GTEST_SKIP() << gpu.reason;
+    }
+    allocator_ = std::make_unique<DeviceAllocator>();
+  }
+  void TearDown() override { allocator_.reset(); }
+
+  DeviceAllocator& allocator() { return *allocator_; }
+
+ private:
+  std::unique_ptr<DeviceAllocator> allocator_;
+};
+
+}  // namespace dflash
