@@ -87,13 +87,14 @@ HfCheckpoint HfCheckpoint::open_index(const std::filesystem::path& index_path) {
   std::set<std::string> shard_names;
   for (const auto& [tensor, shard] : weight_map->items()) {
     if (!shard.is_string()) {
-      throw InputError(str(source, ": weight_map entry '", tensor, "' is ", safetensors::json_kind(shard),
-                           ", not a shard file name"));
+      throw InputError(str(source, ": weight_map entry ", safetensors::clipped_quote(tensor), " is ",
+                           safetensors::json_kind(shard), ", not a shard file name"));
     }
     const auto& shard_name = shard.get_ref<const std::string&>();
     if (!is_plain_file_name(shard_name)) {
-      throw InputError(str(source, ": shard '", shard_name, "' of tensor '", tensor, "' is not a plain file name in ",
-                           directory.string(), " (no directories, no '..')"));
+      throw InputError(str(source, ": shard ", safetensors::clipped_quote(shard_name), " of tensor ",
+                           safetensors::clipped_quote(tensor), " is not a plain file name in ", directory.string(),
+                           " (no directories, no '..')"));
     }
     shard_names.insert(shard_name);
   }
@@ -101,7 +102,8 @@ HfCheckpoint HfCheckpoint::open_index(const std::filesystem::path& index_path) {
     const std::filesystem::path shard_path = directory / shard_name;
     std::error_code error;
     if (!std::filesystem::is_regular_file(shard_path, error)) {
-      throw InputError(str(source, ": shard '", shard_name, "' does not exist in ", directory.string()));
+      throw InputError(
+          str(source, ": shard ", safetensors::clipped_quote(shard_name), " does not exist in ", directory.string()));
     }
     checkpoint.shard_names_.push_back(shard_name);
     checkpoint.shards_.push_back(safetensors::Reader::open_file(shard_path));
@@ -111,8 +113,9 @@ HfCheckpoint HfCheckpoint::open_index(const std::filesystem::path& index_path) {
     const auto position = std::lower_bound(checkpoint.shard_names_.begin(), checkpoint.shard_names_.end(), shard_name);
     const auto shard_index = static_cast<std::size_t>(position - checkpoint.shard_names_.begin());
     if (!checkpoint.shards_[shard_index].contains(tensor)) {
-      throw InputError(str(source, ": tensor '", tensor, "' is mapped to shard '", shard_name,
-                           "' but that shard has no tensor named '", tensor, "'"));
+      throw InputError(str(source, ": tensor ", safetensors::clipped_quote(tensor), " is mapped to shard ",
+                           safetensors::clipped_quote(shard_name), " but that shard has no tensor named ",
+                           safetensors::clipped_quote(tensor)));
     }
     checkpoint.shard_of_.emplace(tensor, shard_index);
   }
@@ -130,7 +133,7 @@ bool HfCheckpoint::contains(std::string_view name) const { return shard_of_.find
 
 const safetensors::Reader& HfCheckpoint::reader_for(std::string_view name) const {
   const auto it = shard_of_.find(name);
-  if (it == shard_of_.end()) throw InputError(str(source_, ": no tensor named '", name, "'"));
+  if (it == shard_of_.end()) throw InputError(str(source_, ": no tensor named ", safetensors::clipped_quote(name)));
   return shards_[it->second];
 }
 

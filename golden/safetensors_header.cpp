@@ -30,7 +30,7 @@ std::string describe(const json& value) {
 }
 
 [[noreturn]] void reject_tensor(std::string_view source, std::string_view name, std::string_view problem) {
-  throw InputError(str(source, ": tensor '", name, "' ", problem));
+  throw InputError(str(source, ": tensor ", clipped_quote(name), " ", problem));
 }
 
 // A JSON value as a non-negative integer within `limit`, or nothing.
@@ -58,7 +58,8 @@ Dtype parse_dtype(std::string_view source, std::string_view name, const json& va
   const auto& text = value.get_ref<const std::string&>();
   const auto dtype = dtype_from_name(text);
   if (!dtype) {
-    reject_tensor(source, name, str("has unsupported dtype '", text, "' (supported: ", supported_dtype_names(), ")"));
+    reject_tensor(source, name,
+                  str("has unsupported dtype ", clipped_quote(text), " (supported: ", supported_dtype_names(), ")"));
   }
   return *dtype;
 }
@@ -100,7 +101,8 @@ TensorInfo parse_tensor_entry(std::string_view source, const std::string& name, 
   if (!entry.is_object()) reject_tensor(source, name, str("entry is ", describe(entry), ", not an object"));
   for (const auto& [field, unused] : entry.items()) {
     if (std::find(kEntryFields.begin(), kEntryFields.end(), field) == kEntryFields.end()) {
-      reject_tensor(source, name, str("has unknown field '", field, "' (expected dtype, shape, data_offsets)"));
+      reject_tensor(source, name,
+                    str("has unknown field ", clipped_quote(field), " (expected dtype, shape, data_offsets)"));
     }
   }
   TensorInfo info;
@@ -138,7 +140,8 @@ Metadata parse_metadata(std::string_view source, const json& value) {
   Metadata metadata;
   for (const auto& [key, entry] : value.items()) {
     if (!entry.is_string()) {
-      throw InputError(str(source, ": ", kMetadataKey, " entry '", key, "' is ", describe(entry), ", not a string"));
+      throw InputError(
+          str(source, ": ", kMetadataKey, " entry ", clipped_quote(key), " is ", describe(entry), ", not a string"));
     }
     metadata.emplace(key, entry.get<std::string>());
   }
@@ -160,12 +163,13 @@ void check_ranges_tile_data(std::string_view source, const Layout& layout) {
   const TensorInfo* previous = nullptr;
   for (const TensorInfo* info : by_offset) {
     if (info->begin < covered) {
-      throw InputError(str(source, ": tensor '", info->name, "' data_offsets [", info->begin, ", ", info->end,
-                           "] overlap tensor '", previous->name, "' [", previous->begin, ", ", previous->end, "]"));
+      throw InputError(str(source, ": tensor ", clipped_quote(info->name), " data_offsets [", info->begin, ", ",
+                           info->end, "] overlap tensor ", clipped_quote(previous->name), " [", previous->begin, ", ",
+                           previous->end, "]"));
     }
     if (info->begin > covered) {
       throw InputError(str(source, ": hole in the data section: bytes [", covered, ", ", info->begin,
-                           ") before tensor '", info->name, "' belong to no tensor"));
+                           ") before tensor ", clipped_quote(info->name), " belong to no tensor"));
     }
     covered = info->end;
     previous = info;

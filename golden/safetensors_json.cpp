@@ -43,7 +43,7 @@ class StrictJsonBuilder {
     if (object.contains(name)) {
       // Every earlier key of this object already has its value in place (values are inserted as
       // soon as they start), so a repeat is visible here.
-      return fail("duplicate key '" + name + "'");
+      return fail("duplicate key " + clipped_quote(name));
     }
     pending_key_ = std::move(name);
     return true;
@@ -166,6 +166,14 @@ json parse_strict_json(std::string_view text, std::string_view source, std::size
   }
   if (!ok) throw InputError(str(source, ": ", builder.error()));
   return builder.take_result();
+}
+
+std::string clipped_quote(std::string_view text) {
+  constexpr std::size_t kMaxQuoted = 200;
+  if (text.size() <= kMaxQuoted) return str("'", text, "'");
+  std::size_t cut = kMaxQuoted;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0u) == 0x80u) --cut;  // not mid-character
+  return str("'", text.substr(0, cut), "'... (", text.size(), " bytes)");
 }
 
 std::string_view json_kind(const json& value) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace dflash::safetensors {
@@ -21,6 +22,10 @@ std::optional<std::size_t> first_invalid_utf8_offset(std::string_view text);
 // UTF-8, a syntax error, a key repeated within one object, or containers nested deeper than
 // `max_depth` (the top-level value is depth 1).
 nlohmann::json parse_strict_json(std::string_view text, std::string_view source, std::size_t max_depth);
+
+// `text` in single quotes for an error message, cut short (at a character boundary) if it is
+// long: names and strings in a hostile file can be up to 100 MB.
+std::string clipped_quote(std::string_view text);
 
 // "a string", "an array", ...: the JSON kind of `value`, for error messages.
 std::string_view json_kind(const nlohmann::json& value);

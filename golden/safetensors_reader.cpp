@@ -5,6 +5,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "golden/safetensors_json.hpp"
 #include "reference/errors.hpp"
 
 namespace dflash::safetensors {
@@ -77,7 +78,7 @@ bool Reader::contains(std::string_view name) const { return layout_.tensors.find
 
 const TensorInfo& Reader::info(std::string_view name) const {
   const auto it = layout_.tensors.find(name);
-  if (it == layout_.tensors.end()) throw InputError(str(source_, ": no tensor named '", name, "'"));
+  if (it == layout_.tensors.end()) throw InputError(str(source_, ": no tensor named ", clipped_quote(name)));
   return it->second;
 }
 

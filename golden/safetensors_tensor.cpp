@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "golden/safetensors_json.hpp"
 #include "reference/errors.hpp"
 
 namespace dflash::safetensors {
@@ -18,15 +19,16 @@ void check_byte_count(const TensorData& tensor) {
   const auto count = checked_element_count(info.shape, dtype_size(info.dtype));
   if (!count || info.end < info.begin || info.byte_size() != tensor.bytes.size() ||
       *count * dtype_size(info.dtype) != tensor.bytes.size()) {
-    throw InputError(str(tensor.source, ": tensor '", info.name, "' holds ", tensor.bytes.size(), " bytes but dtype ",
-                         dtype_name(info.dtype), " × shape ", format_shape(info.shape), " does not match"));
+    throw InputError(str(tensor.source, ": tensor ", clipped_quote(info.name), " holds ", tensor.bytes.size(),
+                         " bytes but dtype ", dtype_name(info.dtype), " × shape ", format_shape(info.shape),
+                         " does not match"));
   }
 }
 
 std::int64_t checked_bool(const TensorData& tensor, std::size_t index, std::int64_t byte) {
   if (byte != 0 && byte != 1) {
-    throw InputError(str(tensor.source, ": tensor '", tensor.info.name, "' BOOL element ", index, " is byte ", byte,
-                         ", not 0 or 1"));
+    throw InputError(str(tensor.source, ": tensor ", clipped_quote(tensor.info.name), " BOOL element ", index,
+                         " is byte ", byte, ", not 0 or 1"));
   }
   return byte;
 }
@@ -68,7 +70,7 @@ std::vector<double> to_doubles(const TensorData& tensor) {
     std::int64_t integer = load_integer_element(dtype, element);
     if (dtype == Dtype::BOOL) integer = checked_bool(tensor, i, integer);
     if (integer > kLargestExactDoubleInteger || integer < -kLargestExactDoubleInteger) {
-      throw InputError(str(tensor.source, ": tensor '", tensor.info.name, "' element ", i, " = ", integer,
+      throw InputError(str(tensor.source, ": tensor ", clipped_quote(tensor.info.name), " element ", i, " = ", integer,
                            " is not exactly representable as a double"));
     }
     values[i] = static_cast<double>(integer);
@@ -79,8 +81,8 @@ std::vector<double> to_doubles(const TensorData& tensor) {
 std::vector<std::int64_t> to_int64s(const TensorData& tensor) {
   const Dtype dtype = tensor.info.dtype;
   if (!dtype_is_integer(dtype)) {
-    throw InputError(str(tensor.source, ": tensor '", tensor.info.name, "' has float dtype ", dtype_name(dtype),
-                         ", not an integer dtype"));
+    throw InputError(str(tensor.source, ": tensor ", clipped_quote(tensor.info.name), " has float dtype ",
+                         dtype_name(dtype), ", not an integer dtype"));
   }
   check_byte_count(tensor);
   const std::size_t size = dtype_size(dtype);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -40,27 +41,13 @@ struct FileCloser {
 
 // Where tensors of `dtype` go in the data section: the order of the reference implementation
 // (its dtype enum, descending), which lists dtypes by decreasing element size. Sharing its order
-// makes our files byte-identical to the Python package's for the same tensors.
-int layout_rank(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::I64:
-      return 0;
-    case Dtype::F64:
-      return 1;
-    case Dtype::F32:
-      return 2;
-    case Dtype::I32:
-      return 3;
-    case Dtype::BF16:
-      return 4;
-    case Dtype::F16:
-      return 5;
-    case Dtype::U8:
-      return 6;
-    case Dtype::BOOL:
-      return 7;
-  }
-  throw std::logic_error("layout_rank: unknown dtype");
+// makes our files byte-identical to the Python package's for the same tensors (metadata keys
+// aside: it writes them in hash-map order, we sort them).
+constexpr std::array<Dtype, 8> kLayoutOrder = {Dtype::I64,  Dtype::F64, Dtype::F32, Dtype::I32,
+                                               Dtype::BF16, Dtype::F16, Dtype::U8,  Dtype::BOOL};
+
+std::size_t layout_rank(Dtype dtype) {
+  return static_cast<std::size_t>(std::find(kLayoutOrder.begin(), kLayoutOrder.end(), dtype) - kLayoutOrder.begin());
 }
 
 // A temporary name unique across processes (pid) and across threads and calls within one

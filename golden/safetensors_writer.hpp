@@ -2,7 +2,8 @@
 // same bytes, whatever order they were added in.
 //
 // Layout choices (all allowed by the format, all the same as the reference implementation behind
-// the Python package, so the bytes match it too): "__metadata__" first in the header (omitted when
+// the Python package, so the bytes match it too, metadata key order aside: we sort the keys, it
+// leaves them in hash-map order): "__metadata__" first in the header (omitted when
 // empty), then the tensors in data order; the header padded with spaces to a multiple of 8 bytes;
 // tensors packed back to back, grouped by dtype in the order I64, F64, F32, I32, BF16, F16, U8,
 // BOOL (decreasing element size) and by name within a dtype. With the data section starting at a

@@ -252,6 +252,14 @@ TEST(SafetensorsMalformed, NestingTooDeep) {
   EXPECT_THAT(rejection(std::string(1'000'000, '[')), HasSubstr("nested deeper"));
 }
 
+TEST(SafetensorsMalformed, LongNamesAreCutShortInMessages) {
+  // A hostile name can be 100 MB; the message quotes its start and says how long it was.
+  const std::string name(10'000, 'n');
+  const std::string message = rejection(R"({")" + name + R"(":{"dtype":"X","shape":[],"data_offsets":[0,0]}})");
+  EXPECT_THAT(message, HasSubstr("tensor '" + std::string(200, 'n') + "'... (10000 bytes) has unsupported dtype 'X'"));
+  EXPECT_LT(message.size(), 400u);
+}
+
 TEST(SafetensorsMalformed, EveryProperPrefixOfAValidFileIsRejected) {
   Writer writer;
   const std::vector<double> values = {1.0, 2.0, 3.0};
