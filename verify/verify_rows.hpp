@@ -9,4 +9,8 @@ namespace dflash {
 
 std::vector<VerifyRow> verify_loss_head_rows();
 
+// Only in builds with CUDA (DFLASH_WITH_CUDA): the CUDA loss head against the reference; every
+// row SKIPPED, with the reason, where no GPU is usable.
+std::vector<VerifyRow> verify_cuda_rows();
+
 }  // namespace dflash
