@@ -7,5 +7,6 @@
 namespace dflash::app {
 
 void add_verify_command(CLI::App& app, int& exit_code);
+void add_plan_command(CLI::App& app, int& exit_code);
 
 }  // namespace dflash::app

@@ -23,6 +23,7 @@ void validate_loss_head_shape(const LossHeadShape& s) {
   require_positive(s.chunk_rows, "loss_chunk_rows");
   require_positive(s.element_bytes, "activation element bytes");
   require_positive(s.statistic_bytes, "statistic element bytes");
+  if (s.gradient_bytes < 0) throw_input_error("gradient element bytes", str(s.gradient_bytes, " must be >= 0"));
 }
 
 LossHeadHeadline loss_head_headline(const LossHeadShape& s) {
@@ -35,13 +36,15 @@ LossHeadHeadline loss_head_headline(const LossHeadShape& s) {
   h.saved_bytes[static_cast<std::size_t>(LossPolicy::materialize)] = logits_and_log_probs;
   h.saved_bytes[static_cast<std::size_t>(LossPolicy::chunk_retain)] = logits_and_log_probs;
   h.saved_bytes[static_cast<std::size_t>(LossPolicy::chunk_recompute)] = h.saved_input_bytes;
-  h.saved_bytes[static_cast<std::size_t>(LossPolicy::chunk_grad_in_forward)] = h.saved_input_bytes;  // dL/dY
+  h.saved_bytes[static_cast<std::size_t>(LossPolicy::chunk_grad_in_forward)] =
+      checked_product({s.rows, s.hidden, s.gradient_element_bytes()});  // dL/dY
   return h;
 }
 
 CategoryBytes loss_head_memory(const LossHeadShape& s, LossPolicy policy) {
   const LossHeadHeadline h = loss_head_headline(s);
-  const std::int64_t rows_bytes = h.saved_input_bytes;  // any [T,H] tensor
+  const std::int64_t rows_bytes = h.saved_input_bytes;  // Y's rows
+  const std::int64_t row_grads = h.saved(LossPolicy::chunk_grad_in_forward);  // dL/dY
   const std::int64_t row_stats = checked_product({3, s.rows, s.statistic_bytes});
   const std::int64_t chunk_pair = checked_product({2, h.chunk_logits_bytes});
   CategoryBytes m;
@@ -55,12 +58,12 @@ CategoryBytes loss_head_memory(const LossHeadShape& s, LossPolicy policy) {
       m[PlanCategory::transient] = chunk_pair;
       break;
     case LossPolicy::chunk_grad_in_forward:
-      m[PlanCategory::loss_saved] = rows_bytes;
+      m[PlanCategory::loss_saved] = row_grads;
       m[PlanCategory::transient] = checked_sum(chunk_pair, row_stats);
       break;
   }
   m[PlanCategory::gradients] =
-      checked_sum(rows_bytes, s.lm_head_grad ? checked_product({s.vocab, s.hidden, s.element_bytes}) : 0);
+      checked_sum(row_grads, s.lm_head_grad ? checked_product({s.vocab, s.hidden, s.gradient_element_bytes()}) : 0);
   m[PlanCategory::outputs] = checked_product({2, s.rows, s.statistic_bytes});
   return m;
 }

@@ -22,6 +22,9 @@ struct LossHeadShape {
   std::int64_t element_bytes = 2;    // logits, log-probs, input rows, dL/dY (bf16 in production)
   std::int64_t statistic_bytes = 4;  // per-row statistics and outputs (fp32 in production)
   bool lm_head_grad = false;         // also dL/dW_lm (an unfrozen head)
+  std::int64_t gradient_bytes = 0;   // dL/dY and dL/dW_lm (fp32 in the CUDA path); 0: element_bytes
+
+  std::int64_t gradient_element_bytes() const { return gradient_bytes > 0 ? gradient_bytes : element_bytes; }
 };
 
 // Throws InputError naming the field ("tokens", "hidden_size", "vocab_size", "loss_chunk_rows", ...).
@@ -32,7 +35,7 @@ struct LossHeadHeadline {
   std::int64_t chunk_logits_bytes = 0;  // min(c,T) V b: one chunk's logits
   // What each policy keeps for backward, big tensors only: materialize and chunk_retain keep
   // logits and log-probs of every row (2 T V b); chunk_recompute the input rows (T H b);
-  // chunk_grad_in_forward dL/dY (T H b). Indexed by LossPolicy.
+  // chunk_grad_in_forward dL/dY (T H g, g = gradient_element_bytes()). Indexed by LossPolicy.
   std::array<std::int64_t, 4> saved_bytes{};
   std::int64_t saved_input_bytes = 0;   // T H b: the student input rows chunk_recompute keeps
 
@@ -42,12 +45,12 @@ struct LossHeadHeadline {
 LossHeadHeadline loss_head_headline(const LossHeadShape& shape);
 
 // Peak bytes per category of one forward + backward of the loss head (b = element_bytes,
-// s = statistic_bytes, c' = min(c, T)):
+// s = statistic_bytes, g = gradient_element_bytes(), c' = min(c, T)):
 //   loss_saved   materialize, chunk_retain: 2 T V b + 3 T s (+ T H b with dL/dW_lm: the input rows)
-//                chunk_recompute: T H b + 3 T s;  chunk_grad_in_forward: T H b (dL/dY, built in forward)
+//                chunk_recompute: T H b + 3 T s;  chunk_grad_in_forward: T H g (dL/dY, built in forward)
 //   transient    chunk_recompute: 2 c' V b (a chunk's z and log q, forward and again in backward)
 //                chunk_grad_in_forward: 2 c' V b + 3 T s (row statistics live only during forward)
-//   gradients    T H b (dL/dY handed back) + V H b with dL/dW_lm
+//   gradients    T H g (dL/dY handed back) + V H g with dL/dW_lm
 //   outputs      2 T s (lse and token loss per row)
 // The student rows Y, the teacher rows and lm_head are the caller's (inputs, frozen).
 CategoryBytes loss_head_memory(const LossHeadShape& shape, LossPolicy policy);

@@ -1,0 +1,23 @@
+#include "planner/parallel_layout.hpp"
+
+#include "planner/checked_bytes.hpp"
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+void validate_parallel_layout(const ParallelLayout& l) {
+  if (l.gpus < 1) throw_input_error("gpus", str(l.gpus, " must be at least 1"));
+  if (l.zero_stage != 0 && l.zero_stage != 1) throw_input_error("zero", str(l.zero_stage, " is not 0 or 1"));
+  if (l.bucket_bytes < 1) throw_input_error("bucket_bytes", str(l.bucket_bytes, " must be at least 1"));
+  if (l.buckets_in_flight < 1) throw_input_error("buckets_in_flight", str(l.buckets_in_flight, " must be at least 1"));
+}
+
+std::int64_t elements_per_gpu(std::int64_t count, const ParallelLayout& layout, bool sharded_by_zero1) {
+  return sharded_by_zero1 && layout.zero_stage >= 1 ? ceil_div(count, layout.gpus) : count;
+}
+
+std::int64_t communication_bytes(const ParallelLayout& layout) {
+  return layout.gpus > 1 ? checked_product({layout.buckets_in_flight, layout.bucket_bytes}) : 0;
+}
+
+}  // namespace dflash

@@ -1,0 +1,26 @@
+#include "planner/parameter_memory.hpp"
+
+#include "planner/checked_bytes.hpp"
+#include "reference/drafter_parameters.hpp"
+
+namespace dflash {
+
+ParameterCounts drafter_parameter_counts(const DrafterConfig& config) {
+  return {drafter_parameter_count(config), checked_product({2, config.vocab_size, config.hidden_size})};
+}
+
+CategoryBytes parameter_memory(const ParameterCounts& n, const TrainingPrecision& p, const ParallelLayout& layout) {
+  validate_training_precision(p);
+  validate_parallel_layout(layout);
+  const std::int64_t sharded = elements_per_gpu(n.trainable, layout, /*sharded_by_zero1=*/true);
+  CategoryBytes m;
+  m[PlanCategory::parameters] = checked_product({n.trainable, p.parameter_bytes});
+  m[PlanCategory::frozen] = checked_product({n.frozen, p.frozen_bytes});
+  m[PlanCategory::master_weights] = checked_product({sharded, p.master_bytes});
+  m[PlanCategory::gradients] = checked_product({n.trainable, p.gradient_bytes});
+  m[PlanCategory::optimizer_state] = checked_product({sharded, p.optimizer_state_bytes});
+  m[PlanCategory::communication] = communication_bytes(layout);
+  return m;
+}
+
+}  // namespace dflash

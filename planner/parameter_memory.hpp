@@ -1,0 +1,30 @@
+// Parameters, their gradients, master copies and AdamW moments, per GPU (SPEC §8 "parameters
+// (trainable and frozen), gradients, optimizer state"), under a precision and a parallel layout:
+//   parameters       P x parameter_bytes                    (every GPU runs the whole model)
+//   frozen           2 V H x frozen_bytes                   (embedding and lm_head, untied)
+//   master_weights   P' x master_bytes                      P' = ceil(P / G) under ZeRO-1, else P
+//   gradients        P x gradient_bytes                     (ZeRO-1 keeps whole gradients; stage 2 would shard them)
+//   optimizer_state  P' x optimizer_state_bytes             (AdamW m and v)
+//   communication    gradient buckets (parallel_layout.hpp)
+#pragma once
+
+#include <cstdint>
+
+#include "planner/parallel_layout.hpp"
+#include "planner/plan_category.hpp"
+#include "planner/training_precision.hpp"
+#include "reference/drafter_config.hpp"
+
+namespace dflash {
+
+struct ParameterCounts {
+  std::int64_t trainable = 0;  // P: every tensor of SPEC §3's parameter list
+  std::int64_t frozen = 0;     // E and W_lm: 2 V H
+};
+
+ParameterCounts drafter_parameter_counts(const DrafterConfig& config);
+
+CategoryBytes parameter_memory(const ParameterCounts& counts, const TrainingPrecision& precision,
+                               const ParallelLayout& layout);
+
+}  // namespace dflash

@@ -1,0 +1,34 @@
+// A plan as `dflash plan` shows it: JSON (integers in bytes) and a table for people (GiB and a
+// verdict). The JSON keys are the contract scripts read (planner/README.md lists them).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/decoder_layer_activations.hpp"
+#include "planner/policy_verdicts.hpp"
+#include "planner/training_plan.hpp"
+
+namespace dflash {
+
+nlohmann::json plan_json(const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdicts);
+void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdicts);
+
+// The generic decoder stack (`dflash plan --decoder`).
+struct DecoderPlan {
+  DecoderConfig config;
+  std::int64_t tokens = 0;
+  std::int64_t element_bytes = 2;
+  std::vector<PerTokenTensor> layer_tensors;
+  ActivationMemory activations;
+};
+
+DecoderPlan plan_decoder(const DecoderConfig& config, std::int64_t tokens, std::int64_t checkpoint_every,
+                         std::int64_t element_bytes);
+nlohmann::json decoder_plan_json(const DecoderPlan& plan);
+void print_decoder_plan(std::ostream& out, const DecoderPlan& plan);
+
+}  // namespace dflash

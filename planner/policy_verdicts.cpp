@@ -1,0 +1,22 @@
+#include "planner/policy_verdicts.hpp"
+
+namespace dflash {
+
+std::vector<PolicyVerdict> policy_verdicts(const PlanRequest& request) {
+  std::vector<PolicyVerdict> out;
+  for (LossPolicy loss : kAllLossPolicies) {
+    for (TrunkPolicy trunk : kAllTrunkPolicies) {
+      for (int zero : {0, 1}) {
+        PlanRequest r = request;
+        r.loss_policy = loss;
+        r.trunk_policy = trunk;
+        r.layout.zero_stage = zero;
+        const MemoryPlan plan = plan_training_memory(r);
+        out.push_back({loss, trunk, zero, plan.fit.total_bytes, plan.fit.usable_bytes, plan.fit.fits});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace dflash

@@ -1,0 +1,88 @@
+#include "planner/training_plan.hpp"
+
+#include <algorithm>
+
+#include "planner/checked_bytes.hpp"
+#include "reference/drafter_dims.hpp"
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+PlanRequest PlanRequest::from_config(const DrafterConfig& config) {
+  PlanRequest r;
+  r.config = config;
+  r.tokens = checked_product({config.block_size, config.max_anchors});
+  r.loss_policy = config.loss_policy;
+  r.loss_chunk_rows = config.loss_chunk_rows;
+  r.trunk_policy = config.trunk_policy;
+  r.checkpoint_every = config.checkpoint_every;
+  return r;
+}
+
+void validate_plan_request(const PlanRequest& r) {
+  validate_drafter_config(r.config);
+  if (r.tokens < 1) throw_input_error("tokens", str(r.tokens, " must be at least 1"));
+  if (r.tokens % r.config.block_size != 0) {
+    throw_input_error("tokens", str(r.tokens, " is not a multiple of block_size = ", r.config.block_size));
+  }
+  if (r.context < 1) throw_input_error("context", str(r.context, " must be at least 1"));
+  if (r.sequences < 1) throw_input_error("sequences", str(r.sequences, " must be at least 1"));
+  if (r.loss_chunk_rows < 1) throw_input_error("loss_chunk_rows", str(r.loss_chunk_rows, " must be at least 1"));
+  if (r.checkpoint_every < 1) throw_input_error("checkpoint_every", str(r.checkpoint_every, " must be at least 1"));
+  validate_training_precision(r.precision);
+  validate_parallel_layout(r.layout);
+  if (r.device_bytes < 1) throw_input_error("gpu_memory", str(r.device_bytes, " B must be at least 1 B"));
+}
+
+namespace {
+
+// Token ids, loss mask, F, G and the anchor slots of one sequence.
+std::int64_t sequence_input_bytes(const DrafterDims& m, const TrainingPrecision& p) {
+  const std::int64_t ids = checked_product({m.S + m.N, 8 + 1});
+  const std::int64_t features = checked_product({m.S, m.feature_width() + m.H, p.input_bytes});
+  return checked_sum(ids, features);
+}
+
+// Anchor slots and keep flags, Y, and lse, token loss and weights of one sequence.
+std::int64_t sequence_output_bytes(const DrafterDims& m, const TrainingPrecision& p) {
+  return checked_sum(checked_sum(checked_product({m.N, 8 + 1}), checked_product({m.T, m.H, p.activation_bytes})),
+                     checked_product({3, m.T, p.statistic_bytes}));
+}
+
+}  // namespace
+
+MemoryPlan plan_training_memory(const PlanRequest& r) {
+  validate_plan_request(r);
+  MemoryPlan plan;
+  plan.request = r;
+  const DrafterDims dims = DrafterDims::of(r.config, r.context, r.tokens / r.config.block_size);
+  const TrainingPrecision& p = r.precision;
+
+  plan.parameters = drafter_parameter_counts(r.config);
+  plan.loss_head_shape = {.rows = dims.T, .hidden = dims.H, .vocab = dims.V, .chunk_rows = r.loss_chunk_rows,
+                          .element_bytes = p.activation_bytes, .statistic_bytes = p.statistic_bytes,
+                          .lm_head_grad = r.lm_head_grad, .gradient_bytes = p.gradient_bytes};
+  plan.loss_head = loss_head_headline(plan.loss_head_shape);
+  plan.trunk = plan_trunk(dims, r.trunk_policy, r.checkpoint_every, p);
+  plan.activations = trunk_activation_summary(dims, r.checkpoint_every, p);
+
+  CategoryBytes c = parameter_memory(plan.parameters, p, r.layout);
+  const CategoryBytes loss = loss_head_memory(plan.loss_head_shape, r.loss_policy);
+  const std::int64_t hidden_rows = checked_product({dims.T, dims.H, p.activation_bytes});  // Y, or G's rows
+  const std::int64_t n = r.sequences;
+  c[PlanCategory::gradients] = checked_sum(
+      checked_sum(c[PlanCategory::gradients], checked_product({n, plan.trunk.feature_grad_bytes})),
+      std::max(loss[PlanCategory::gradients], plan.trunk.feature_grad_bytes));
+  c[PlanCategory::inputs] = checked_sum(checked_product({n, sequence_input_bytes(dims, p)}), hidden_rows);
+  c[PlanCategory::saved] = plan.trunk.saved_bytes;
+  c[PlanCategory::loss_saved] = loss[PlanCategory::loss_saved];
+  c[PlanCategory::transient] =
+      std::max(plan.trunk.transient_bytes, checked_sum(hidden_rows, loss[PlanCategory::transient]));
+  c[PlanCategory::outputs] =
+      checked_sum(checked_product({n, sequence_output_bytes(dims, p)}), loss[PlanCategory::outputs]);
+  plan.categories = c;
+  plan.fit = device_fit(c.total(), r.device_bytes);
+  return plan;
+}
+
+}  // namespace dflash

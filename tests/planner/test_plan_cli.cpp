@@ -1,0 +1,180 @@
+// `dflash plan` as a user runs it: the built binary (DFLASH_BIN), both forms, the SPEC §8 numbers
+// in the JSON, the table's verdicts, the JSON equal to the library's plan, and every bad flag
+// value rejected with the flag named and a non-zero exit code.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/plan_report.hpp"
+#include "planner/policy_verdicts.hpp"
+
+namespace dflash {
+namespace {
+
+using nlohmann::json;
+
+std::filesystem::path source_dir() {
+  const char* dir = std::getenv("DFLASH_SOURCE_DIR");
+  return dir ? dir : DFLASH_SOURCE_DIR_DEFAULT;
+}
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `dflash plan <args>` from the source directory (so configs/ paths resolve).
+CliRun plan(const std::string& args) {
+  const char* bin = std::getenv("DFLASH_BIN");
+  if (bin == nullptr) throw std::runtime_error("DFLASH_BIN is not set (CTest sets it to the built dflash)");
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto out = dir / ("dflash_plan_out_" + std::to_string(::getpid()));
+  const auto err = dir / ("dflash_plan_err_" + std::to_string(::getpid()));
+  const std::string command = "cd '" + source_dir().string() + "' && '" + bin + "' plan " + args + " >'" +
+                              out.string() + "' 2>'" + err.string() + "'";
+  const int status = std::system(command.c_str());
+  CliRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+json plan_json_of(const std::string& args) {
+  const CliRun r = plan(args + " --json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return json::parse(r.out);
+}
+
+TEST(PlanCli, SpecExampleOneThroughTheCli) {
+  const json j = plan_json_of("--config configs/qwen3.6-27b.json --loss-chunk-rows 2048");
+  const json& h = j.at("loss_head");
+  EXPECT_EQ(h.at("full_logits_bytes").get<std::int64_t>(), 16'273'899'520);
+  EXPECT_EQ(h.at("chunk_logits_bytes").get<std::int64_t>(), 1'017'118'720);
+  EXPECT_EQ(h.at("saved_bytes").at("chunk_retain").get<std::int64_t>(), 32'547'799'040);
+  EXPECT_EQ(h.at("saved_bytes").at("materialize").get<std::int64_t>(), 32'547'799'040);
+  EXPECT_EQ(h.at("saved_bytes").at("chunk_recompute").get<std::int64_t>(), 335'544'320);
+  // dL/dY is as wide as the input rows, at the gradient precision (fp32: twice the bf16 rows).
+  EXPECT_EQ(h.at("saved_bytes").at("chunk_grad_in_forward").get<std::int64_t>(), 2 * 335'544'320);
+  EXPECT_EQ(h.at("saved_input_bytes").get<std::int64_t>(), 335'544'320);
+}
+
+TEST(PlanCli, SpecExampleTwoThroughTheCli) {
+  const json j = plan_json_of("--decoder configs/decoder-example-64l.json --tokens 8192 --checkpoint-every 4");
+  const json& a = j.at("activations");
+  EXPECT_EQ(a.at("attention_values_per_token").get<std::int64_t>(), 35'840);
+  EXPECT_EQ(a.at("mlp_values_per_token").get<std::int64_t>(), 62'464);
+  EXPECT_EQ(a.at("values_per_token_per_layer").get<std::int64_t>(), 98'304);
+  EXPECT_EQ(a.at("all_layers_bytes").get<std::int64_t>(), 103'079'215'104);
+  EXPECT_EQ(a.at("residual_only_bytes").get<std::int64_t>(), 5LL << 30);
+  EXPECT_EQ(a.at("boundary_bytes").get<std::int64_t>(), 1'342'177'280);
+  EXPECT_EQ(a.at("live_segment_bytes").get<std::int64_t>(), 6'442'450'944);
+  EXPECT_EQ(a.at("checkpointed_bytes").get<std::int64_t>(), 1'342'177'280 + 6'442'450'944);
+  std::int64_t listed = 0;
+  for (const json& t : a.at("saved_tensors")) listed += t.at("values_per_token").get<std::int64_t>();
+  EXPECT_EQ(listed, 98'304);
+}
+
+TEST(PlanCli, JsonHasTheDocumentedSchema) {
+  const json j = plan_json_of("--config configs/qwen3.6-27b.json");
+  for (const char* key : {"full_logits_bytes", "chunk_logits_bytes", "saved_bytes", "saved_input_bytes"}) {
+    EXPECT_TRUE(j.at("loss_head").contains(key)) << key;
+  }
+  for (const char* key : {"values_per_token_per_layer", "all_layers_bytes", "residual_only_bytes", "checkpointed_bytes"}) {
+    EXPECT_TRUE(j.at("activations").at(key).is_number_integer()) << key;
+  }
+  std::int64_t sum = 0;
+  for (PlanCategory c : kAllPlanCategories) sum += j.at("categories").at(std::string(plan_category_name(c))).get<std::int64_t>();
+  EXPECT_EQ(j.at("total_bytes").get<std::int64_t>(), sum);
+  EXPECT_EQ(j.at("device_bytes").get<std::int64_t>(), 95'000'000'000);
+  EXPECT_TRUE(j.at("fits").is_boolean());
+  EXPECT_EQ(j.at("verdicts").size(), 24u);
+}
+
+TEST(PlanCli, JsonIsTheLibrarysPlan) {
+  const std::string args = "--config configs/qwen3.6-27b.json --tokens 16384 --context 2048 --loss-chunk-rows 1000 "
+                           "--loss-policy chunk_grad_in_forward --trunk-policy every_k --checkpoint-every 2 --gpus 4 "
+                           "--zero 0 --gpu-memory 80GiB";
+  json cli = plan_json_of(args);
+  PlanRequest r = PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json"));
+  r.tokens = 16384;
+  r.context = 2048;
+  r.loss_chunk_rows = 1000;
+  r.loss_policy = LossPolicy::chunk_grad_in_forward;
+  r.trunk_policy = TrunkPolicy::every_k;
+  r.checkpoint_every = 2;
+  r.layout.gpus = 4;
+  r.layout.zero_stage = 0;
+  r.device_bytes = std::int64_t(80) << 30;
+  const json library = plan_json(plan_training_memory(r), policy_verdicts(r));
+  cli.erase("config");
+  EXPECT_EQ(cli, library);
+}
+
+TEST(PlanCli, TableShowsCategoriesVerdictAndEveryCombination) {
+  const CliRun r = plan("--config configs/qwen3.6-27b.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (PlanCategory c : kAllPlanCategories) EXPECT_NE(r.out.find(plan_category_label(c)), std::string::npos);
+  EXPECT_NE(r.out.find("verdict: "), std::string::npos);
+  for (LossPolicy p : kAllLossPolicies) EXPECT_NE(r.out.find(loss_policy_name(p)), std::string::npos);
+  const json j = plan_json_of("--config configs/qwen3.6-27b.json");
+  EXPECT_NE(r.out.find(j.at("fits").get<bool>() ? "verdict: FITS" : "verdict: DOES NOT FIT"), std::string::npos);
+}
+
+TEST(PlanCli, TinyDeviceDoesNotFit) {
+  const json j = plan_json_of("--config configs/qwen3.6-27b.json --gpu-memory 16GiB");
+  EXPECT_FALSE(j.at("fits").get<bool>());
+  const CliRun r = plan("--config configs/qwen3.6-27b.json --gpu-memory 16GiB");
+  EXPECT_NE(r.out.find("verdict: DOES NOT FIT"), std::string::npos);
+}
+
+void expect_flag_error(const std::string& args, const std::string& flag, const std::string& fragment) {
+  const CliRun r = plan(args);
+  EXPECT_NE(r.exit_code, 0) << args;
+  EXPECT_NE(r.err.find(flag), std::string::npos) << args << "\n" << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << args << "\n" << r.err;
+}
+
+const std::string kConfig = "--config configs/qwen3.6-27b.json ";
+
+TEST(PlanCli, UnknownLossPolicy) { expect_flag_error(kConfig + "--loss-policy chunky", "--loss-policy", "'chunky'"); }
+TEST(PlanCli, UnknownTrunkPolicy) { expect_flag_error(kConfig + "--trunk-policy all", "--trunk-policy", "'all'"); }
+TEST(PlanCli, ZeroTokens) { expect_flag_error(kConfig + "--tokens 0", "--tokens", "at least 1"); }
+TEST(PlanCli, NegativeTokens) { expect_flag_error(kConfig + "--tokens -32", "--tokens", "at least 1"); }
+TEST(PlanCli, TokensNotWholeBlocks) { expect_flag_error(kConfig + "--tokens 100", "--tokens", "block_size"); }
+TEST(PlanCli, ZeroContext) { expect_flag_error(kConfig + "--context 0", "--context", "at least 1"); }
+TEST(PlanCli, NegativeChunkRows) { expect_flag_error(kConfig + "--loss-chunk-rows -1", "--loss-chunk-rows", "at least 1"); }
+TEST(PlanCli, ZeroCheckpointInterval) { expect_flag_error(kConfig + "--checkpoint-every 0", "--checkpoint-every", "at least 1"); }
+TEST(PlanCli, ZeroGpus) { expect_flag_error(kConfig + "--gpus 0", "--gpus", "at least 1"); }
+TEST(PlanCli, ZeroStageTwo) { expect_flag_error(kConfig + "--zero 2", "--zero", "not 0 or 1"); }
+TEST(PlanCli, MemoryWithUnknownUnit) { expect_flag_error(kConfig + "--gpu-memory 95XB", "--gpu-memory", "'95XB' is not a size"); }
+TEST(PlanCli, ZeroMemory) { expect_flag_error(kConfig + "--gpu-memory 0", "--gpu-memory", "zero"); }
+TEST(PlanCli, NegativeMemory) { expect_flag_error(kConfig + "--gpu-memory=-95GB", "--gpu-memory", "negative"); }
+TEST(PlanCli, TokensThatAreNotANumber) { expect_flag_error(kConfig + "--tokens many", "--tokens", "many"); }
+TEST(PlanCli, DecoderWithoutTokens) {
+  expect_flag_error("--decoder configs/decoder-example-64l.json", "--tokens", "required with --decoder");
+}
+TEST(PlanCli, DecoderZeroTokens) {
+  expect_flag_error("--decoder configs/decoder-example-64l.json --tokens 0", "--tokens", "at least 1");
+}
+TEST(PlanCli, BothFormsAtOnce) {
+  expect_flag_error(kConfig + "--decoder configs/decoder-example-64l.json --tokens 8", "--decoder", "excludes");
+}
+TEST(PlanCli, NeitherForm) { expect_flag_error("--tokens 8", "--config", "--decoder"); }
+TEST(PlanCli, MissingConfigFile) { expect_flag_error("--config configs/nope.json", "config file", "nope.json"); }
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,199 @@
+// The training-step plan: parameters and optimizer state under ZeRO 0/1, the device verdict and its
+// headroom, the loss head of the full-scale config (SPEC §8 example 1 inside a plan), the trunk
+// policies against each other, the verdict matrix, and bad requests named by field.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "planner/policy_verdicts.hpp"
+#include "planner/training_plan.hpp"
+#include "reference/drafter_parameters.hpp"
+
+namespace dflash {
+namespace {
+
+std::filesystem::path source_dir() {
+  const char* dir = std::getenv("DFLASH_SOURCE_DIR");
+  return dir ? dir : DFLASH_SOURCE_DIR_DEFAULT;
+}
+
+PlanRequest full_scale() { return PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json")); }
+
+TEST(TrainingPlan, DefaultsAreTheSpecTrainingStep) {
+  const PlanRequest r = full_scale();
+  EXPECT_EQ(r.tokens, 32768);  // SPEC §1: B 32 x max_anchors 1024
+  EXPECT_EQ(r.context, kDefaultContextLength);
+  EXPECT_EQ(r.layout.gpus, 8);
+  EXPECT_EQ(r.device_bytes, 95'000'000'000);
+  EXPECT_EQ(r.loss_policy, r.config.loss_policy);
+  EXPECT_EQ(r.trunk_policy, r.config.trunk_policy);
+}
+
+TEST(TrainingPlan, LossHeadOfTheFullScaleConfigIsSpecExampleOne) {
+  PlanRequest r = full_scale();
+  r.loss_chunk_rows = 2048;
+  const MemoryPlan plan = plan_training_memory(r);
+  EXPECT_EQ(plan.loss_head.full_logits_bytes, 16'273'899'520);
+  EXPECT_EQ(plan.loss_head.chunk_logits_bytes, 1'017'118'720);
+  EXPECT_EQ(plan.loss_head.saved(LossPolicy::chunk_retain), 32'547'799'040);
+  EXPECT_EQ(plan.loss_head.saved(LossPolicy::chunk_recompute), 335'544'320);
+  EXPECT_EQ(plan.loss_head.saved_input_bytes, 335'544'320);
+}
+
+TEST(TrainingPlan, ParameterCategoriesFollowThePrecisionRecipe) {
+  PlanRequest r = full_scale();
+  r.layout = {.gpus = 1, .zero_stage = 0};
+  const MemoryPlan plan = plan_training_memory(r);
+  const std::int64_t P = drafter_parameter_count(r.config);
+  const std::int64_t V = r.config.vocab_size, H = r.config.hidden_size;
+  EXPECT_EQ(plan.parameters.trainable, P);
+  EXPECT_EQ(plan.parameters.frozen, 2 * V * H);
+  const CategoryBytes& c = plan.categories;
+  EXPECT_EQ(c[PlanCategory::parameters], 2 * P);       // bf16
+  EXPECT_EQ(c[PlanCategory::frozen], 2 * 2 * V * H);   // bf16 embedding + lm_head
+  EXPECT_EQ(c[PlanCategory::master_weights], 4 * P);   // fp32
+  EXPECT_EQ(c[PlanCategory::optimizer_state], 8 * P);  // fp32 m and v
+  EXPECT_EQ(c[PlanCategory::communication], 0);        // one GPU: nothing to reduce
+}
+
+TEST(TrainingPlan, ZeroOneShardsMasterWeightsAndMomentsOnly) {
+  PlanRequest r = full_scale();
+  r.layout = {.gpus = 8, .zero_stage = 0};
+  const MemoryPlan zero0 = plan_training_memory(r);
+  r.layout.zero_stage = 1;
+  const MemoryPlan zero1 = plan_training_memory(r);
+  const std::int64_t P = zero0.parameters.trainable, shard = (P + 7) / 8;
+  EXPECT_EQ(zero1.categories[PlanCategory::master_weights], 4 * shard);
+  EXPECT_EQ(zero1.categories[PlanCategory::optimizer_state], 8 * shard);
+  for (PlanCategory c : kAllPlanCategories) {
+    if (c == PlanCategory::master_weights || c == PlanCategory::optimizer_state) continue;
+    EXPECT_EQ(zero0.categories[c], zero1.categories[c]) << plan_category_name(c);
+  }
+  EXPECT_EQ(zero0.categories[PlanCategory::communication], 2 * kDefaultBucketBytes);
+}
+
+TEST(TrainingPlan, TotalIsTheSumOfCategoriesAndDecidesTheVerdict) {
+  const MemoryPlan plan = plan_training_memory(full_scale());
+  std::int64_t sum = 0;
+  for (PlanCategory c : kAllPlanCategories) sum += plan.categories[c];
+  EXPECT_EQ(plan.fit.total_bytes, sum);
+  EXPECT_EQ(plan.fit.fits, sum <= plan.fit.usable_bytes);
+}
+
+TEST(DeviceFit, HeadroomIsFivePercentOrTwoGiB) {
+  EXPECT_EQ(device_fit(0, 95'000'000'000).headroom_bytes, 4'750'000'000);
+  EXPECT_EQ(device_fit(0, std::int64_t(20) << 30).headroom_bytes, std::int64_t(2) << 30);
+  const DeviceFit edge = device_fit(95'000'000'000 - 4'750'000'000, 95'000'000'000);
+  EXPECT_TRUE(edge.fits);
+  EXPECT_EQ(edge.free_bytes(), 0);
+  EXPECT_FALSE(device_fit(edge.total_bytes + 1, 95'000'000'000).fits);
+  EXPECT_THROW(device_fit(0, 0), InputError);
+}
+
+TEST(TrainingPlan, TrunkPoliciesOrderAsTheyShould) {
+  PlanRequest r = full_scale();
+  r.trunk_policy = TrunkPolicy::none;
+  const MemoryPlan none = plan_training_memory(r);
+  r.trunk_policy = TrunkPolicy::per_layer;
+  const MemoryPlan per_layer = plan_training_memory(r);
+  r.trunk_policy = TrunkPolicy::every_k;
+  r.checkpoint_every = 1;
+  const MemoryPlan every_1 = plan_training_memory(r);
+  r.checkpoint_every = r.config.num_hidden_layers;
+  const MemoryPlan every_all = plan_training_memory(r);
+  EXPECT_LT(per_layer.trunk.saved_bytes, none.trunk.saved_bytes);
+  EXPECT_EQ(every_1.trunk.saved_bytes, per_layer.trunk.saved_bytes);  // k = 1 is per_layer
+  // One segment of every layer, rebuilt in backward: the activations of `none` plus the first input.
+  EXPECT_GT(every_all.trunk.saved_bytes, per_layer.trunk.saved_bytes);
+  // Everything kept: the sum of all layers' activations is inside `none`'s saved bytes.
+  EXPECT_GT(none.trunk.saved_bytes, none.activations.all_layers_bytes);
+  EXPECT_EQ(none.activations.residual_only_bytes,
+            r.config.num_hidden_layers * r.tokens * r.config.hidden_size * r.precision.activation_bytes);
+}
+
+TEST(TrainingPlan, WiderStatisticsOnlyAddTheirDifference) {
+  PlanRequest r = full_scale();
+  r.precision.statistic_bytes = r.precision.activation_bytes;
+  const MemoryPlan narrow = plan_training_memory(r);
+  r.precision.statistic_bytes = r.precision.activation_bytes + 2;
+  const MemoryPlan wide = plan_training_memory(r);
+  const std::int64_t extra = wide.trunk.saved_bytes - narrow.trunk.saved_bytes;
+  EXPECT_GT(extra, 0);
+  // Statistics are per row (T, T nh, ...), never per hidden value: a small fraction.
+  EXPECT_LT(extra * 100, narrow.trunk.saved_bytes);
+}
+
+TEST(PolicyVerdicts, EveryCombinationInOrderAndMonotone) {
+  const std::vector<PolicyVerdict> v = policy_verdicts(full_scale());
+  ASSERT_EQ(v.size(), kAllLossPolicies.size() * kAllTrunkPolicies.size() * 2);
+  for (std::size_t i = 0; i < v.size(); i += 2) {
+    EXPECT_EQ(v[i].zero_stage, 0);
+    EXPECT_EQ(v[i + 1].zero_stage, 1);
+    EXPECT_LT(v[i + 1].total_bytes, v[i].total_bytes);  // sharding only removes bytes
+    EXPECT_EQ(v[i].fits, v[i].total_bytes <= v[i].usable_bytes);
+  }
+  auto total = [&](LossPolicy l, TrunkPolicy t) {
+    for (const PolicyVerdict& p : v) {
+      if (p.loss_policy == l && p.trunk_policy == t && p.zero_stage == 0) return p.total_bytes;
+    }
+    return std::int64_t(-1);
+  };
+  for (TrunkPolicy t : kAllTrunkPolicies) {
+    EXPECT_LT(total(LossPolicy::chunk_recompute, t), total(LossPolicy::chunk_retain, t));
+    EXPECT_EQ(total(LossPolicy::materialize, t), total(LossPolicy::chunk_retain, t));  // same bytes kept
+  }
+}
+
+void expect_request_error(PlanRequest r, const char* field) {
+  try {
+    plan_training_memory(r);
+    ADD_FAILURE() << "accepted; expected an error naming " << field;
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainingPlan, BadRequestsNameTheField) {
+  PlanRequest r = full_scale();
+  r.tokens = 100;  // not a multiple of block_size 32
+  expect_request_error(r, "tokens");
+  r = full_scale();
+  r.tokens = 0;
+  expect_request_error(r, "tokens");
+  r = full_scale();
+  r.context = 0;
+  expect_request_error(r, "context");
+  r = full_scale();
+  r.sequences = 0;
+  expect_request_error(r, "sequences");
+  r = full_scale();
+  r.loss_chunk_rows = -2;
+  expect_request_error(r, "loss_chunk_rows");
+  r = full_scale();
+  r.checkpoint_every = 0;
+  expect_request_error(r, "checkpoint_every");
+  r = full_scale();
+  r.layout.gpus = 0;
+  expect_request_error(r, "gpus");
+  r = full_scale();
+  r.layout.zero_stage = 3;
+  expect_request_error(r, "zero");
+  r = full_scale();
+  r.device_bytes = -1;
+  expect_request_error(r, "gpu_memory");
+  r = full_scale();
+  r.precision.activation_bytes = 0;
+  expect_request_error(r, "activation element bytes");
+  r = full_scale();
+  r.config.hidden_size = 0;
+  expect_request_error(r, "hidden_size");
+}
+
+TEST(TrainingPlan, OverflowingSizesAreRefused) {
+  PlanRequest r = full_scale();
+  r.context = std::int64_t(1) << 50;
+  expect_request_error(r, "plan sizes");
+}
+
+}  // namespace
+}  // namespace dflash
