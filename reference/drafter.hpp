@@ -9,6 +9,7 @@
 // Compiled for double and Mp50 in drafter.cpp / drafter_mp50.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -186,6 +187,7 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
     out.stats.loss += f.stats.loss;
     out.stats.ce += f.stats.ce;
     out.stats.kl += f.stats.kl;
+    out.stats.magnitude = std::max(out.stats.magnitude, f.stats.magnitude);
     out.stats.correct += f.stats.correct;
     out.stats.valid_rows += f.stats.valid_rows;
     if (result == nullptr) continue;

@@ -37,7 +37,11 @@ DrafterBatch<Real> make_drafter_batch(MemoryTracker& tracker, const DrafterConfi
                            Tensor<Real>(tracker, MemoryCategory::inputs, {nseq, S, H}),
                            std::nullopt,
                            std::nullopt};
-  for (std::int64_t e = 0; e < nseq * S; ++e) batch.tokens[e] = rng.below(config.vocab_size);
+  // Text never contains the mask token (with V = 1 it is the only token there is).
+  for (std::int64_t e = 0; e < nseq * S; ++e) {
+    const std::int64_t t = config.vocab_size > 1 ? rng.below(config.vocab_size - 1) : 0;
+    batch.tokens[e] = config.vocab_size > 1 && t >= config.mask_token_id ? t + 1 : t;
+  }
   for (std::int64_t e = 0; e < nseq * S; ++e) batch.loss_mask[e] = rng.bernoulli(spec.mask_hole_fraction) ? 0 : 1;
   for (std::int64_t e = 0; e < nseq * S * KH; ++e) batch.target_features[e] = Real(spec.feature_scale * rng.uniform(-1, 1));
   for (std::int64_t e = 0; e < nseq * S * H; ++e) batch.teacher_hidden[e] = Real(spec.teacher_scale * rng.uniform(-1, 1));
