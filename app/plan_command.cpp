@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/commands.hpp"
+#include "planner/checked_bytes.hpp"
 #include "planner/memory_size.hpp"
 #include "planner/plan_report.hpp"
 #include "planner/training_plan.hpp"
@@ -25,7 +26,7 @@ struct PlanFlags {
 
 std::int64_t positive(const std::optional<std::int64_t>& value, std::int64_t fallback, std::string_view flag) {
   const std::int64_t v = value.value_or(fallback);
-  if (v < 1) throw_input_error(flag, str(v, " must be at least 1"));
+  require_at_least(v, 1, flag);
   return v;
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "planner/checked_bytes.hpp"
-#include "reference/errors.hpp"
 
 namespace dflash {
 
@@ -22,11 +21,11 @@ std::int64_t values_per_token(std::span<const PerTokenTensor> tensors, std::stri
 }
 
 ActivationMemory activation_memory(std::span<const PerTokenTensor> layer, const LayerStack& s) {
-  if (s.layers < 1) throw_input_error("num_hidden_layers", str(s.layers, " must be at least 1"));
-  if (s.tokens < 1) throw_input_error("tokens", str(s.tokens, " must be at least 1"));
-  if (s.hidden < 1) throw_input_error("hidden_size", str(s.hidden, " must be at least 1"));
-  if (s.checkpoint_every < 1) throw_input_error("checkpoint_every", str(s.checkpoint_every, " must be at least 1"));
-  if (s.element_bytes < 1) throw_input_error("activation element bytes", str(s.element_bytes, " must be at least 1"));
+  require_at_least(s.layers, 1, "num_hidden_layers");
+  require_at_least(s.tokens, 1, "tokens");
+  require_at_least(s.hidden, 1, "hidden_size");
+  require_at_least(s.checkpoint_every, 1, "checkpoint_every");
+  require_at_least(s.element_bytes, 1, "activation element bytes");
   ActivationMemory m;
   m.values_per_token_per_layer = values_per_token(layer);
   const std::int64_t layer_bytes = checked_product({s.tokens, m.values_per_token_per_layer, s.element_bytes});

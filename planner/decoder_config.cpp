@@ -1,14 +1,13 @@
 #include "planner/decoder_config.hpp"
 
+#include "planner/checked_bytes.hpp"
 #include "planner/json_fields.hpp"
 #include "reference/errors.hpp"
 
 namespace dflash {
 
 void validate_decoder_config(const DecoderConfig& c, std::string_view source) {
-  auto positive = [&](std::int64_t v, std::string_view field) {
-    if (v < 1) throw_input_error(config_field_name(source, field), str(v, " must be at least 1"));
-  };
+  auto positive = [&](std::int64_t v, std::string_view field) { require_at_least(v, 1, config_field_name(source, field)); };
   positive(c.hidden_size, "hidden_size");
   positive(c.intermediate_size, "intermediate_size");
   positive(c.num_attention_heads, "num_attention_heads");
@@ -29,7 +28,7 @@ DecoderConfig decoder_config_from_json(const nlohmann::json& json, std::string_v
   c.intermediate_size = fields.integer("intermediate_size");
   c.num_attention_heads = fields.integer("num_attention_heads");
   c.num_key_value_heads = fields.integer_or("num_key_value_heads", c.num_attention_heads);
-  if (c.num_attention_heads < 1) throw_input_error(fields.name("num_attention_heads"), str(c.num_attention_heads, " must be at least 1"));
+  require_at_least(c.num_attention_heads, 1, fields.name("num_attention_heads"));  // before dividing by it
   c.head_dim = fields.integer_or("head_dim", c.hidden_size / c.num_attention_heads);
   c.num_hidden_layers = fields.integer("num_hidden_layers");
   c.attn_output_gate = fields.boolean_or("attn_output_gate", false);

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 
-#include "reference/errors.hpp"
+#include "planner/checked_bytes.hpp"
 
 namespace dflash {
 
 DeviceFit device_fit(std::int64_t total_bytes, std::int64_t device_bytes) {
-  if (device_bytes < 1) throw_input_error("gpu_memory", str(device_bytes, " B must be at least 1 B"));
+  require_at_least(device_bytes, 1, "gpu_memory");
   DeviceFit f;
   f.device_bytes = device_bytes;
   // floor(5% of the device), written so that it cannot overflow.

@@ -8,22 +8,18 @@
 namespace dflash {
 namespace {
 
-void require_positive(std::int64_t value, std::string_view field) {
-  if (value < 1) throw_input_error(field, str(value, " must be at least 1"));
-}
-
 std::int64_t chunk_rows_used(const LossHeadShape& s) { return std::min(s.chunk_rows, s.rows); }
 
 }  // namespace
 
 void validate_loss_head_shape(const LossHeadShape& s) {
-  require_positive(s.rows, "tokens");
-  require_positive(s.hidden, "hidden_size");
-  require_positive(s.vocab, "vocab_size");
-  require_positive(s.chunk_rows, "loss_chunk_rows");
-  require_positive(s.element_bytes, "activation element bytes");
-  require_positive(s.statistic_bytes, "statistic element bytes");
-  if (s.gradient_bytes < 0) throw_input_error("gradient element bytes", str(s.gradient_bytes, " must be >= 0"));
+  require_at_least(s.rows, 1, "tokens");
+  require_at_least(s.hidden, 1, "hidden_size");
+  require_at_least(s.vocab, 1, "vocab_size");
+  require_at_least(s.chunk_rows, 1, "loss_chunk_rows");
+  require_at_least(s.element_bytes, 1, "activation element bytes");
+  require_at_least(s.statistic_bytes, 1, "statistic element bytes");
+  require_at_least(s.gradient_bytes, 0, "gradient element bytes");
 }
 
 LossHeadHeadline loss_head_headline(const LossHeadShape& s) {

@@ -6,10 +6,10 @@
 namespace dflash {
 
 void validate_parallel_layout(const ParallelLayout& l) {
-  if (l.gpus < 1) throw_input_error("gpus", str(l.gpus, " must be at least 1"));
+  require_at_least(l.gpus, 1, "gpus");
   if (l.zero_stage != 0 && l.zero_stage != 1) throw_input_error("zero", str(l.zero_stage, " is not 0 or 1"));
-  if (l.bucket_bytes < 1) throw_input_error("bucket_bytes", str(l.bucket_bytes, " must be at least 1"));
-  if (l.buckets_in_flight < 1) throw_input_error("buckets_in_flight", str(l.buckets_in_flight, " must be at least 1"));
+  require_at_least(l.bucket_bytes, 1, "bucket_bytes");
+  require_at_least(l.buckets_in_flight, 1, "buckets_in_flight");
 }
 
 std::int64_t elements_per_gpu(std::int64_t count, const ParallelLayout& layout, bool sharded_by_zero1) {

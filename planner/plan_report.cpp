@@ -130,7 +130,8 @@ void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<Pol
   for (PlanCategory c : kAllPlanCategories) row(out, plan_category_label(c), plan.categories[c]);
   row(out, "total", plan.fit.total_bytes);
   const DeviceFit& f = plan.fit;
-  out << "device " << gib_string(f.device_bytes) << " GiB, headroom max(5%, 2 GiB) " << gib_string(f.headroom_bytes)
+  out << "device " << grouped(f.device_bytes) << " B = " << gib_string(f.device_bytes) << " GiB, headroom max(5%, 2 GiB) "
+      << gib_string(f.headroom_bytes)
       << " GiB, usable " << gib_string(f.usable_bytes) << " GiB\n"
       << "verdict: " << verdict_text(f) << "\n\n";
 

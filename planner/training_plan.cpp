@@ -21,17 +21,17 @@ PlanRequest PlanRequest::from_config(const DrafterConfig& config) {
 
 void validate_plan_request(const PlanRequest& r) {
   validate_drafter_config(r.config);
-  if (r.tokens < 1) throw_input_error("tokens", str(r.tokens, " must be at least 1"));
+  require_at_least(r.tokens, 1, "tokens");
   if (r.tokens % r.config.block_size != 0) {
     throw_input_error("tokens", str(r.tokens, " is not a multiple of block_size = ", r.config.block_size));
   }
-  if (r.context < 1) throw_input_error("context", str(r.context, " must be at least 1"));
-  if (r.sequences < 1) throw_input_error("sequences", str(r.sequences, " must be at least 1"));
-  if (r.loss_chunk_rows < 1) throw_input_error("loss_chunk_rows", str(r.loss_chunk_rows, " must be at least 1"));
-  if (r.checkpoint_every < 1) throw_input_error("checkpoint_every", str(r.checkpoint_every, " must be at least 1"));
+  require_at_least(r.context, 1, "context");
+  require_at_least(r.sequences, 1, "sequences");
+  require_at_least(r.loss_chunk_rows, 1, "loss_chunk_rows");
+  require_at_least(r.checkpoint_every, 1, "checkpoint_every");
   validate_training_precision(r.precision);
   validate_parallel_layout(r.layout);
-  if (r.device_bytes < 1) throw_input_error("gpu_memory", str(r.device_bytes, " B must be at least 1 B"));
+  require_at_least(r.device_bytes, 1, "gpu_memory");
 }
 
 namespace {

@@ -72,7 +72,7 @@ std::int64_t trunk_transient_elements(const DrafterDims& m, TrunkPolicy policy, 
 }
 
 void validate_dims(const DrafterDims& m) {
-  if (m.S < 1) throw_input_error("context", str(m.S, " must be at least 1"));
+  require_at_least(m.S, 1, "context");
   if (m.N < 1) throw_input_error("tokens", str(m.T, " block tokens hold no block of block_size = ", m.B));
 }
 

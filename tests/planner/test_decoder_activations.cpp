@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/decoder_layer_activations.hpp"
-#include "reference/errors.hpp"
+#include "tests/planner/expect_input_error.hpp"
 
 namespace dflash {
 namespace {
@@ -92,14 +92,7 @@ TEST(DecoderActivations, ReadsANestedTextConfig) {
 }
 
 void expect_config_error(const nlohmann::json& j, const char* field) {
-  try {
-    decoder_config_from_json(j, "cfg.json");
-    ADD_FAILURE() << j.dump() << " was accepted";
-  } catch (const InputError& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(field), std::string::npos) << message;
-    EXPECT_NE(message.find("cfg.json"), std::string::npos) << message;
-  }
+  expect_input_error([&] { decoder_config_from_json(j, "cfg.json"); }, {field, "cfg.json"});
 }
 
 nlohmann::json valid_json() {
@@ -150,19 +143,12 @@ TEST(DecoderActivations, UnreadableFileIsNamed) {
   std::filesystem::remove(path);
 }
 
-TEST(DecoderActivations, ZeroTokensAndZeroCheckpointIntervalAreNamed) {
-  try {
-    decoder_activation_memory(spec_example(), 0, 4, 2);
-    ADD_FAILURE();
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("tokens"), std::string::npos) << e.what();
-  }
-  try {
-    decoder_activation_memory(spec_example(), 8192, 0, 2);
-    ADD_FAILURE();
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("checkpoint_every"), std::string::npos) << e.what();
-  }
+TEST(DecoderActivations, ZeroTokensIsNamed) {
+  expect_input_error([] { decoder_activation_memory(spec_example(), 0, 4, 2); }, {"tokens", "0"});
+}
+
+TEST(DecoderActivations, ZeroCheckpointIntervalIsNamed) {
+  expect_input_error([] { decoder_activation_memory(spec_example(), 8192, 0, 2); }, {"checkpoint_every", "0"});
 }
 
 }  // namespace

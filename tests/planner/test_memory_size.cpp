@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/memory_size.hpp"
-#include "reference/errors.hpp"
+#include "tests/planner/expect_input_error.hpp"
 
 namespace dflash {
 namespace {
@@ -30,15 +30,7 @@ TEST(MemorySize, PlainBytesAndWholeFractions) {
 }
 
 void expect_error(const char* text, const char* fragment) {
-  try {
-    parse_memory_size(text, "--gpu-memory");
-    ADD_FAILURE() << "'" << text << "' was accepted";
-  } catch (const InputError& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("--gpu-memory"), std::string::npos) << message;
-    EXPECT_NE(message.find(text), std::string::npos) << message;
-    EXPECT_NE(message.find(fragment), std::string::npos) << message;
-  }
+  expect_input_error([&] { parse_memory_size(text, "--gpu-memory"); }, {"--gpu-memory", text, fragment});
 }
 
 TEST(MemorySize, UnknownUnitIsNotASize) { expect_error("95XB", "is not a size"); }

@@ -8,6 +8,7 @@
 #include "planner/policy_verdicts.hpp"
 #include "planner/training_plan.hpp"
 #include "reference/drafter_parameters.hpp"
+#include "tests/planner/expect_input_error.hpp"
 
 namespace dflash {
 namespace {
@@ -87,7 +88,7 @@ TEST(DeviceFit, HeadroomIsFivePercentOrTwoGiB) {
   EXPECT_TRUE(edge.fits);
   EXPECT_EQ(edge.free_bytes(), 0);
   EXPECT_FALSE(device_fit(edge.total_bytes + 1, 95'000'000'000).fits);
-  EXPECT_THROW(device_fit(0, 0), InputError);
+  expect_input_error([] { device_fit(0, 0); }, {"gpu_memory"});
 }
 
 TEST(TrainingPlan, TrunkPoliciesOrderAsTheyShould) {
@@ -144,55 +145,32 @@ TEST(PolicyVerdicts, EveryCombinationInOrderAndMonotone) {
   }
 }
 
-void expect_request_error(PlanRequest r, const char* field) {
-  try {
-    plan_training_memory(r);
-    ADD_FAILURE() << "accepted; expected an error naming " << field;
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
-  }
-}
+// One bad field at a time on the full-scale request; the message must name it.
+struct BadField {
+  const char* field;
+  void (*spoil)(PlanRequest&);
+};
 
 TEST(TrainingPlan, BadRequestsNameTheField) {
-  PlanRequest r = full_scale();
-  r.tokens = 100;  // not a multiple of block_size 32
-  expect_request_error(r, "tokens");
-  r = full_scale();
-  r.tokens = 0;
-  expect_request_error(r, "tokens");
-  r = full_scale();
-  r.context = 0;
-  expect_request_error(r, "context");
-  r = full_scale();
-  r.sequences = 0;
-  expect_request_error(r, "sequences");
-  r = full_scale();
-  r.loss_chunk_rows = -2;
-  expect_request_error(r, "loss_chunk_rows");
-  r = full_scale();
-  r.checkpoint_every = 0;
-  expect_request_error(r, "checkpoint_every");
-  r = full_scale();
-  r.layout.gpus = 0;
-  expect_request_error(r, "gpus");
-  r = full_scale();
-  r.layout.zero_stage = 3;
-  expect_request_error(r, "zero");
-  r = full_scale();
-  r.device_bytes = -1;
-  expect_request_error(r, "gpu_memory");
-  r = full_scale();
-  r.precision.activation_bytes = 0;
-  expect_request_error(r, "activation element bytes");
-  r = full_scale();
-  r.config.hidden_size = 0;
-  expect_request_error(r, "hidden_size");
-}
-
-TEST(TrainingPlan, OverflowingSizesAreRefused) {
-  PlanRequest r = full_scale();
-  r.context = std::int64_t(1) << 50;
-  expect_request_error(r, "plan sizes");
+  const BadField cases[] = {
+      {"tokens", [](PlanRequest& r) { r.tokens = 100; }},  // not whole blocks of 32
+      {"tokens", [](PlanRequest& r) { r.tokens = 0; }},
+      {"context", [](PlanRequest& r) { r.context = 0; }},
+      {"sequences", [](PlanRequest& r) { r.sequences = 0; }},
+      {"loss_chunk_rows", [](PlanRequest& r) { r.loss_chunk_rows = -2; }},
+      {"checkpoint_every", [](PlanRequest& r) { r.checkpoint_every = 0; }},
+      {"gpus", [](PlanRequest& r) { r.layout.gpus = 0; }},
+      {"zero", [](PlanRequest& r) { r.layout.zero_stage = 3; }},
+      {"gpu_memory", [](PlanRequest& r) { r.device_bytes = -1; }},
+      {"activation element bytes", [](PlanRequest& r) { r.precision.activation_bytes = 0; }},
+      {"hidden_size", [](PlanRequest& r) { r.config.hidden_size = 0; }},
+      {"plan sizes", [](PlanRequest& r) { r.context = std::int64_t(1) << 50; }},  // overflows 64-bit bytes
+  };
+  for (const BadField& c : cases) {
+    PlanRequest r = full_scale();
+    c.spoil(r);
+    expect_input_error([&] { plan_training_memory(r); }, {c.field});
+  }
 }
 
 }  // namespace
