@@ -12,7 +12,7 @@ namespace dflash::app {
 void add_verify_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("verify", "Run the verification matrix and print a PASS/FAIL table");
   auto group = std::make_shared<std::string>();
-  cmd->add_option("--group", *group, "Only run rows of this group (loss_head, ...)");
+  cmd->add_option("--group", *group, "Only run rows of this group (loss_head, drafter, ...)");
   auto device = std::make_shared<std::string>("cpu");
   cmd->add_option("--device", *device, "cpu: the CPU rows; cuda: also the CUDA loss head's rows (group cuda)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -21,6 +21,10 @@ void add_verify_command(CLI::App& app, int& exit_code) {
     auto want = [&](const char* g) { return group->empty() || *group == g; };
     if (want("loss_head")) {
       const auto part = verify_loss_head_rows();
+      rows.insert(rows.end(), part.begin(), part.end());
+    }
+    if (want("drafter")) {
+      const auto part = verify_drafter_rows();
       rows.insert(rows.end(), part.begin(), part.end());
     }
     if (*device == "cuda" && want("cuda")) {

@@ -9,6 +9,10 @@ namespace dflash {
 
 std::vector<VerifyRow> verify_loss_head_rows();
 
+// The reference drafter on configs/tiny.json, dropout off and on: every trunk x loss policy
+// (bitwise), saved peaks vs the plan, dropout replay, 50-digit forward and finite differences.
+std::vector<VerifyRow> verify_drafter_rows();
+
 // Only in builds with CUDA (DFLASH_WITH_CUDA): the CUDA loss head against the reference; every
 // row SKIPPED, with the reason, where no GPU is usable.
 std::vector<VerifyRow> verify_cuda_rows();
