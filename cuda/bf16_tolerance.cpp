@@ -7,6 +7,7 @@
 #include <span>
 
 #include "reference/compare.hpp"
+#include "reference/hybrid_loss.hpp"
 
 namespace dflash {
 namespace {
@@ -17,6 +18,15 @@ double tensor_error(const Tensor<double>& a, const Tensor<double>& ref) {
 }
 
 double count_error(std::int64_t a, std::int64_t ref) { return std::abs(static_cast<double>(a - ref)); }
+
+// The maths depends on h, s and tau only; the policy and chunking are the production run's.
+LossHeadOptions plain_options(const LossHeadOptions& options) {
+  LossHeadOptions o;
+  o.hard_weight = options.hard_weight;
+  o.soft_weight = options.soft_weight;
+  o.temperature = options.temperature;
+  return o;
+}
 
 }  // namespace
 
@@ -70,5 +80,11 @@ Bf16RuleReport check_bf16_rule(const LossHeadResult<double>& production, const B
   };
   return report;
 }
+
+Bf16RuleOracle::Bf16RuleOracle(const LossHeadProblem<double>& problem, const LossHeadOptions& options)
+    : problem_(round_to_device_formats(tracker_, problem)),
+      reference_(hybrid_loss_unchunked(tracker_, plain_options(options), problem_.hidden, problem_.targets(),
+                                       problem_.weight_sum)),
+      plain_(hybrid_loss_bf16_emulation(tracker_, plain_options(options), problem_)) {}
 
 }  // namespace dflash

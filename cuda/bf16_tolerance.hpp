@@ -44,4 +44,27 @@ struct Bf16RuleReport {
 Bf16RuleReport check_bf16_rule(const LossHeadResult<double>& production, const Bf16Emulation& plain,
                                const LossHeadResult<double>& reference);
 
+// One problem's double reference and plain bf16 computation, computed once, against which any
+// number of production runs (policies, chunk sizes) are checked. Both run on the problem in the
+// device formats, so the reference is exact maths on exactly the device's inputs.
+class Bf16RuleOracle {
+ public:
+  Bf16RuleOracle(const LossHeadProblem<double>& problem, const LossHeadOptions& options);
+  Bf16RuleOracle(const Bf16RuleOracle&) = delete;
+  Bf16RuleOracle& operator=(const Bf16RuleOracle&) = delete;
+
+  const LossHeadProblem<double>& device_problem() const { return problem_; }
+  const LossHeadResult<double>& reference() const { return reference_; }
+  const Bf16Emulation& plain() const { return plain_; }
+  Bf16RuleReport check(const LossHeadResult<double>& production) const {
+    return check_bf16_rule(production, plain_, reference_);
+  }
+
+ private:
+  MemoryTracker tracker_;  // first: the tensors below are counted by it
+  LossHeadProblem<double> problem_;
+  LossHeadResult<double> reference_;
+  Bf16Emulation plain_;
+};
+
 }  // namespace dflash

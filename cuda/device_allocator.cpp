@@ -16,10 +16,19 @@ DeviceMemoryInfo device_memory_info() {
 
 DeviceAllocator::DeviceAllocator(cudaStream_t stream) : stream_(stream) {
   DFLASH_CUDA_CHECK(cudaGetDevice(&device_));
+  std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
+  DFLASH_CUDA_CHECK(cudaMemPoolSetAttribute(pool(), cudaMemPoolAttrReleaseThreshold, &keep_all));
+}
+
+cudaMemPool_t DeviceAllocator::pool() const {
   cudaMemPool_t pool;
   DFLASH_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
-  std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
-  DFLASH_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+  return pool;
+}
+
+void DeviceAllocator::release_cached_memory() {
+  synchronize();
+  DFLASH_CUDA_CHECK(cudaMemPoolTrimTo(pool(), 0));
 }
 
 DeviceAllocator::~DeviceAllocator() {

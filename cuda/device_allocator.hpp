@@ -43,11 +43,16 @@ class DeviceAllocator {
   void reset_peaks() { tracker_.reset_peaks(); }
   cudaStream_t stream() const { return stream_; }
   void synchronize() const;
+  // Waits for the stream and hands the pool's free memory back to the device, so that
+  // cudaMemGetInfo afterwards sees only what is allocated (the benchmark's per-policy peaks).
+  void release_cached_memory();
 
   // The tracker's lines, then "device: used X B of Y B (cudaMemGetInfo)".
   std::string report() const;
 
  private:
+  cudaMemPool_t pool() const;
+
   cudaStream_t stream_;
   int device_ = 0;
   MemoryTracker tracker_;

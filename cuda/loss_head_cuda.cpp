@@ -55,10 +55,18 @@ void validate_cuda_loss_head(const LossHeadOptions& options, const CudaLossHeadS
   }
 }
 
-CudaLossHead::CudaLossHead(DeviceAllocator& allocator, const LossHeadOptions& options)
-    : allocator_(allocator), options_(options), gemm_(allocator) {
+namespace {
+
+// Bad options are rejected before any device work (the cuBLAS handle included).
+LossHeadOptions validated(const LossHeadOptions& options) {
   validate_cuda_loss_head(options, CudaLossHeadShape{0, 1, 1}, 0.0);
+  return options;
 }
+
+}  // namespace
+
+CudaLossHead::CudaLossHead(DeviceAllocator& allocator, const LossHeadOptions& options)
+    : allocator_(allocator), options_(validated(options)), gemm_(allocator) {}
 
 HybridWeights CudaLossHead::hybrid_weights() const {
   return HybridWeights{static_cast<float>(options_.hard_weight), static_cast<float>(options_.soft_weight),

@@ -1,5 +1,6 @@
 #include "cuda/loss_head_kernels.hpp"
 
+#include <cstdint>
 #include <new>
 
 #include "common/bf16.hpp"
@@ -198,11 +199,12 @@ __global__ void find_row_target_faults_kernel(DeviceRowTargets in, std::int64_t 
 
 __device__ inline bool bf16_non_finite(unsigned int bits16) { return (bits16 & 0x7F80u) == 0x7F80u; }
 
+template <bool kVector>
 __global__ void find_non_finite_bf16_kernel(const Bf16Bits* __restrict__ x, std::int64_t rows, std::int64_t cols,
                                             const std::uint8_t* __restrict__ row_mask, unsigned long long* first) {
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   const std::int64_t start = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
-  if (cols % 8 == 0) {  // 16-byte loads; a group of 8 never straddles two rows
+  if constexpr (kVector) {  // 16-byte loads; a group of 8 never straddles two rows
     const uint4* x8 = reinterpret_cast<const uint4*>(x);
     for (std::int64_t g = start; g < rows * cols / 8; g += stride) {
       if (row_mask != nullptr && row_mask[g * 8 / cols] == 0) continue;
@@ -274,8 +276,14 @@ void launch_find_row_target_faults(DeviceRowTargets targets, std::int64_t T, std
 void launch_find_non_finite_bf16(const Bf16Bits* x, std::int64_t rows, std::int64_t cols, const std::uint8_t* row_mask,
                                  unsigned long long* first, cudaStream_t stream) {
   if (rows * cols == 0) return;
-  find_non_finite_bf16_kernel<<<flat_blocks(rows * cols / (cols % 8 == 0 ? 8 : 1)), kFlatThreads, 0, stream>>>(
-      x, rows, cols, row_mask, first);
+  // The caller's pointer may be a view: 16-byte loads only when it is aligned for them.
+  if (cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0) {
+    find_non_finite_bf16_kernel<true><<<flat_blocks(rows * cols / 8), kFlatThreads, 0, stream>>>(x, rows, cols, row_mask,
+                                                                                                 first);
+  } else {
+    find_non_finite_bf16_kernel<false><<<flat_blocks(rows * cols), kFlatThreads, 0, stream>>>(x, rows, cols, row_mask,
+                                                                                              first);
+  }
   DFLASH_CUDA_CHECK_LAUNCH("find_non_finite_bf16_kernel");
 }
 

@@ -25,13 +25,7 @@ struct CudaVerifyCase {
   std::int64_t chunk;
 
   LossHeadOptions options(LossPolicy policy) const {
-    LossHeadOptions o;
-    o.temperature = tau;
-    o.hard_weight = hard;
-    o.soft_weight = soft;
-    o.policy = policy;
-    o.chunk_rows = chunk;
-    return o;
+    return {.hard_weight = hard, .soft_weight = soft, .temperature = tau, .policy = policy, .chunk_rows = chunk};
   }
 };
 

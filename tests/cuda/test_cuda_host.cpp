@@ -2,6 +2,8 @@
 // error checks, the host-side validation of the loss head, and the device probe's answer.
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <limits>
 #include <string>
 
@@ -69,42 +71,39 @@ TEST(CudaSharedHeaders, MergeOfTwoHalvesMatchesStreamingInFloat) {
   EXPECT_NEAR(out.stats[6], out.stats[14], 301 * 0x1p-23 * out.stats[5] * 40.0);
 }
 
-TEST(CudaCheck, CudaErrorNamesTheStatusTheCallAndThePlace) {
+// The message of the CudaError that `run` throws ("" if it throws none).
+std::string cuda_error_message(const std::function<void()>& run) {
   try {
-    check_cuda(cudaErrorInvalidValue, "cudaMemcpy(dst, src, n, kind)", "some/file.cu", 42);
-    FAIL() << "no exception";
+    run();
   } catch (const CudaError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("cudaErrorInvalidValue"), std::string::npos) << m;
-    EXPECT_NE(m.find("cudaMemcpy(dst, src, n, kind)"), std::string::npos) << m;
-    EXPECT_NE(m.find("some/file.cu:42"), std::string::npos) << m;
+    return e.what();
   }
+  return "";
+}
+
+void expect_contains_all(const std::string& message, std::initializer_list<const char*> parts) {
+  EXPECT_FALSE(message.empty()) << "no CudaError";
+  for (const char* part : parts) EXPECT_NE(message.find(part), std::string::npos) << part << " not in: " << message;
+}
+
+TEST(CudaCheck, CudaErrorNamesTheStatusTheCallAndThePlace) {
+  expect_contains_all(
+      cuda_error_message([] { check_cuda(cudaErrorInvalidValue, "cudaMemcpy(dst, src, n, kind)", "some/file.cu", 42); }),
+      {"cudaErrorInvalidValue", "cudaMemcpy(dst, src, n, kind)", "some/file.cu:42"});
   EXPECT_NO_THROW(check_cuda(cudaSuccess, "cudaFree(p)", "f", 1));
 }
 
 TEST(CudaCheck, CublasErrorNamesTheStatusTheCallAndThePlace) {
-  try {
-    check_cublas(CUBLAS_STATUS_NOT_INITIALIZED, "cublasGemmEx(...)", "gemm.cpp", 7);
-    FAIL() << "no exception";
-  } catch (const CudaError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("CUBLAS_STATUS_NOT_INITIALIZED"), std::string::npos) << m;
-    EXPECT_NE(m.find("cublasGemmEx(...)"), std::string::npos) << m;
-    EXPECT_NE(m.find("gemm.cpp:7"), std::string::npos) << m;
-  }
+  expect_contains_all(
+      cuda_error_message([] { check_cublas(CUBLAS_STATUS_NOT_INITIALIZED, "cublasGemmEx(...)", "gemm.cpp", 7); }),
+      {"CUBLAS_STATUS_NOT_INITIALIZED", "cublasGemmEx(...)", "gemm.cpp:7"});
   EXPECT_NO_THROW(check_cublas(CUBLAS_STATUS_SUCCESS, "cublasCreate(&h)", "f", 1));
 }
 
 // A real failing call (an invalid device ordinal fails with or without a GPU) through the macro.
 TEST(CudaCheck, MacroQuotesTheCallAndThisFile) {
-  try {
-    DFLASH_CUDA_CHECK(cudaSetDevice(-1));
-    FAIL() << "no exception";
-  } catch (const CudaError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("cudaSetDevice(-1)"), std::string::npos) << m;
-    EXPECT_NE(m.find("test_cuda_host.cpp:"), std::string::npos) << m;
-  }
+  expect_contains_all(cuda_error_message([] { DFLASH_CUDA_CHECK(cudaSetDevice(-1)); }),
+                      {"cudaSetDevice(-1)", "test_cuda_host.cpp:"});
 }
 
 TEST(CudaDeviceProbe, SaysWhyWhenThereIsNoGpu) {

@@ -24,13 +24,7 @@ struct CudaCase {
   std::vector<std::int64_t> chunks;
 
   LossHeadOptions options(LossPolicy policy, std::int64_t chunk) const {
-    LossHeadOptions o;
-    o.temperature = tau;
-    o.hard_weight = hard;
-    o.soft_weight = soft;
-    o.policy = policy;
-    o.chunk_rows = chunk;
-    return o;
+    return {.hard_weight = hard, .soft_weight = soft, .temperature = tau, .policy = policy, .chunk_rows = chunk};
   }
 };
 
@@ -90,11 +84,7 @@ class CudaLossHead : public GpuTest {
     return run_loss_head_cuda(allocator(), host_, o, device);
   }
   static LossHeadOptions options(LossPolicy policy, std::int64_t chunk, double tau = 1.0) {
-    LossHeadOptions o;
-    o.policy = policy;
-    o.chunk_rows = chunk;
-    o.temperature = tau;
-    return o;
+    return {.temperature = tau, .policy = policy, .chunk_rows = chunk};
   }
 
   MemoryTracker host_;

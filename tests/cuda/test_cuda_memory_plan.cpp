@@ -4,6 +4,8 @@
 // elements). What the planner does not model is device-only and stated here, bytes exact:
 // the cuBLAS workspace, the forward's per-row scratch (ce, kl fp32 and a correct flag: 9 T) and
 // the input-check and totals records.
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "cuda/loss_head_cuda_problem.hpp"
@@ -67,44 +69,38 @@ std::size_t device_only_transient(const LossHeadProblemSpec& spec) {
   return CublasGemm::kDefaultWorkspaceBytes + 9 * static_cast<std::size_t>(spec.rows) + 2 * 64;
 }
 
+// Per category: what the plan says exactly (loss_saved, gradients, outputs; dL/dY's categories
+// at 4-byte elements), and transient between the plan and the plan plus the device-only bytes.
+void expect_as_planned(const LossHeadProblemSpec& spec, const MeasuredPeaks& m, LossPolicy policy, std::int64_t chunk) {
+  SCOPED_TRACE(std::string(loss_policy_name(policy)) + " chunk " + std::to_string(chunk));
+  const PlannedPeaks p = plan(spec, policy, chunk);
+  const CategoryBytes& saved_plan = policy == LossPolicy::chunk_grad_in_forward ? p.fp32 : p.bf16;
+  EXPECT_EQ(m.loss_saved_after_forward, std::size_t(saved_plan[PlanCategory::loss_saved]));
+  EXPECT_EQ(m.loss_saved, std::size_t(saved_plan[PlanCategory::loss_saved]));
+  EXPECT_GE(m.transient, std::size_t(p.bf16[PlanCategory::transient]));
+  EXPECT_LE(m.transient, std::size_t(p.bf16[PlanCategory::transient]) + device_only_transient(spec));
+  EXPECT_EQ(m.gradients, std::size_t(p.fp32[PlanCategory::gradients]));
+  EXPECT_EQ(m.outputs, std::size_t(p.bf16[PlanCategory::outputs]));
+  EXPECT_EQ(m.left_after_backward, 0u);  // nothing of forward's or backward's outlives backward
+}
+
 const LossHeadProblemSpec kSpec{.rows = 300, .hidden = 64, .vocab = 1000, .seed = 41};
 
 TEST_F(CudaLossHeadMemory, ChunkRecomputeKeepsInputRowsAndStatisticsAsPlanned) {
   for (std::int64_t chunk : {1, 64, 300, 1000}) {
-    const MeasuredPeaks m = measure(kSpec, LossPolicy::chunk_recompute, chunk);
-    const PlannedPeaks p = plan(kSpec, LossPolicy::chunk_recompute, chunk);
-    EXPECT_EQ(m.loss_saved_after_forward, std::size_t(p.bf16[PlanCategory::loss_saved])) << chunk;
-    EXPECT_EQ(m.loss_saved, std::size_t(p.bf16[PlanCategory::loss_saved])) << chunk;
-    EXPECT_GE(m.transient, std::size_t(p.bf16[PlanCategory::transient])) << chunk;
-    EXPECT_LE(m.transient, std::size_t(p.bf16[PlanCategory::transient]) + device_only_transient(kSpec))
-        << chunk;
-    EXPECT_EQ(m.gradients, std::size_t(p.fp32[PlanCategory::gradients])) << chunk;
-    EXPECT_EQ(m.outputs, std::size_t(p.bf16[PlanCategory::outputs])) << chunk;
-    EXPECT_EQ(m.left_after_backward, 0u) << chunk;
+    expect_as_planned(kSpec, measure(kSpec, LossPolicy::chunk_recompute, chunk), LossPolicy::chunk_recompute, chunk);
   }
 }
 
 TEST_F(CudaLossHeadMemory, ChunkGradInForwardKeepsOnlyTheFp32HiddenGradientAsPlanned) {
   for (std::int64_t chunk : {1, 64, 300}) {
-    const MeasuredPeaks m = measure(kSpec, LossPolicy::chunk_grad_in_forward, chunk);
-    const PlannedPeaks p = plan(kSpec, LossPolicy::chunk_grad_in_forward, chunk);
-    EXPECT_EQ(m.loss_saved_after_forward, std::size_t(p.fp32[PlanCategory::loss_saved])) << chunk;
-    EXPECT_EQ(m.loss_saved, std::size_t(p.fp32[PlanCategory::loss_saved])) << chunk;
-    EXPECT_GE(m.transient, std::size_t(p.bf16[PlanCategory::transient])) << chunk;
-    EXPECT_LE(m.transient, std::size_t(p.bf16[PlanCategory::transient]) + device_only_transient(kSpec))
-        << chunk;
-    EXPECT_EQ(m.gradients, std::size_t(p.fp32[PlanCategory::gradients])) << chunk;
-    EXPECT_EQ(m.left_after_backward, 0u) << chunk;
+    expect_as_planned(kSpec, measure(kSpec, LossPolicy::chunk_grad_in_forward, chunk),
+                      LossPolicy::chunk_grad_in_forward, chunk);
   }
 }
 
 TEST_F(CudaLossHeadMemory, MaterializeKeepsAllLogitsAsPlanned) {
-  const MeasuredPeaks m = measure(kSpec, LossPolicy::materialize, 1);
-  const PlannedPeaks p = plan(kSpec, LossPolicy::materialize, 1);
-  EXPECT_EQ(m.loss_saved, std::size_t(p.bf16[PlanCategory::loss_saved]));
-  EXPECT_LE(m.transient, std::size_t(p.bf16[PlanCategory::transient]) + device_only_transient(kSpec));
-  EXPECT_EQ(m.gradients, std::size_t(p.fp32[PlanCategory::gradients]));
-  EXPECT_EQ(m.left_after_backward, 0u);
+  expect_as_planned(kSpec, measure(kSpec, LossPolicy::materialize, 1), LossPolicy::materialize, 1);
 }
 
 }  // namespace

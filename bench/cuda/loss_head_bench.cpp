@@ -1,0 +1,296 @@
+// The full-scale CUDA loss head (T 32768, H 5120, V 248320 by default): wall time per forward +
+// backward and device bytes per category for chunk_grad_in_forward and chunk_recompute at each
+// chunk size (and materialize, which fits an H200, for comparison), beside the card's measured
+// bf16 matrix rate (cuBLAS, 8192^3, random data) and the rate of the loss head's own products.
+//
+//   bench_cuda_loss_head [--rows T] [--hidden H] [--vocab V] [--chunks 2048,512] [--reps 3]
+//                        [--seed S] [--no-materialize] [--json PATH]
+//
+// Prints a table; --json writes the numbers (bench/cuda/summarize.py merges them with the PyTorch
+// baseline's). Without a GPU it says so and exits 0 (1 if DFLASH_REQUIRE_GPU=1).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "bench/cuda/bench_data.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_probe.hpp"
+#include "cuda/loss_head_cuda.hpp"
+#include "reference/errors.hpp"
+
+namespace dflash {
+namespace {
+
+struct BenchOptions {
+  std::int64_t rows = 32768, hidden = 5120, vocab = 248320;
+  std::vector<std::int64_t> chunks = {2048, 512};
+  int reps = 3;
+  std::uint64_t seed = 20261129;
+  bool materialize = true;
+  std::string json;
+};
+
+BenchOptions parse(int argc, char** argv) {
+  BenchOptions o;
+  for (int a = 1; a < argc; ++a) {
+    const std::string arg = argv[a];
+    auto value = [&]() -> std::string {
+      if (a + 1 >= argc) throw_input_error(arg, "needs a value");
+      return argv[++a];
+    };
+    if (arg == "--rows") o.rows = std::stoll(value());
+    else if (arg == "--hidden") o.hidden = std::stoll(value());
+    else if (arg == "--vocab") o.vocab = std::stoll(value());
+    else if (arg == "--reps") o.reps = std::stoi(value());
+    else if (arg == "--seed") o.seed = std::stoull(value());
+    else if (arg == "--json") o.json = value();
+    else if (arg == "--no-materialize") o.materialize = false;
+    else if (arg == "--chunks") {
+      o.chunks.clear();
+      const std::string list = value();
+      for (std::size_t p = 0; p < list.size();) {
+        const std::size_t q = std::min(list.find(',', p), list.size());
+        o.chunks.push_back(std::stoll(list.substr(p, q - p)));
+        p = q + 1;
+      }
+    } else {
+      throw_input_error("argument", str("'", arg, "' is not an option (see the header of loss_head_bench.cpp)"));
+    }
+  }
+  if (o.reps < 1) throw_input_error("--reps", str(o.reps, " must be >= 1"));
+  return o;
+}
+
+void check_fill(int status, const char* what) { check_cuda(static_cast<cudaError_t>(status), what, __FILE__, __LINE__); }
+
+// Device-side time of `reps` calls of f, by events on the legacy default stream.
+template <class F>
+double milliseconds_per_call(int reps, F&& f) {
+  cudaEvent_t start, stop;
+  DFLASH_CUDA_CHECK(cudaEventCreate(&start));
+  DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
+  DFLASH_CUDA_CHECK(cudaEventRecord(start, nullptr));
+  for (int r = 0; r < reps; ++r) f();
+  DFLASH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+  DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  DFLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / reps;
+}
+
+struct GemmRate {
+  std::string what;
+  std::int64_t m, n, k;
+  double ms = 0;
+  double tflops() const { return gemm_flops(m, n, k) / (ms * 1e-3) / 1e12; }
+};
+
+// The card's bf16 rate: an 8192^3 product (random data; three warm-ups, ten timed).
+GemmRate measure_card_rate(DeviceAllocator& allocator, std::uint64_t seed) {
+  const std::int64_t n = 8192;
+  DeviceBuffer<Bf16Bits> a(allocator, MemoryCategory::transient, n * n), b(allocator, MemoryCategory::transient, n * n),
+      c(allocator, MemoryCategory::transient, n * n);
+  check_fill(dflash_bench_fill_uniform_bf16(a.data(), n * n, seed, 11, 1.0f), "fill a");
+  check_fill(dflash_bench_fill_uniform_bf16(b.data(), n * n, seed, 12, 1.0f), "fill b");
+  CublasGemm gemm(allocator);
+  GemmRate r{"card: 8192^3 bf16, fp32 accumulate", n, n, n};
+  milliseconds_per_call(3, [&] { gemm.logits(a.data(), b.data(), c.data(), n, n, n); });
+  r.ms = milliseconds_per_call(10, [&] { gemm.logits(a.data(), b.data(), c.data(), n, n, n); });
+  return r;
+}
+
+struct PolicyRun {
+  LossPolicy policy = LossPolicy::chunk_recompute;
+  std::int64_t chunk = 0;
+  std::vector<double> ms;  // per forward + backward
+  int gemm_passes = 0;
+  std::size_t peak_transient = 0, peak_loss_saved = 0, peak_gradients = 0, peak_outputs = 0, peak_loss_head = 0;
+  std::size_t device_used_above_inputs = 0;  // cudaMemGetInfo after the runs, pool trimmed before
+  LossHeadStats<double> stats;
+
+  double median_ms() const {
+    std::vector<double> s = ms;
+    std::sort(s.begin(), s.end());
+    return s[s.size() / 2];
+  }
+};
+
+struct Inputs {
+  DeviceBuffer<Bf16Bits> hidden, teacher, head;
+  DeviceBuffer<std::int64_t> labels;
+  DeviceBuffer<float> weights;
+  DeviceBuffer<std::uint8_t> valid;
+  double weight_sum = 0;
+};
+
+Inputs make_inputs(DeviceAllocator& allocator, const BenchOptions& o) {
+  const auto T = static_cast<std::size_t>(o.rows), H = static_cast<std::size_t>(o.hidden),
+             V = static_cast<std::size_t>(o.vocab);
+  Inputs in{DeviceBuffer<Bf16Bits>(allocator, MemoryCategory::inputs, T * H),
+            DeviceBuffer<Bf16Bits>(allocator, MemoryCategory::inputs, T * H),
+            DeviceBuffer<Bf16Bits>(allocator, MemoryCategory::frozen, V * H),
+            DeviceBuffer<std::int64_t>(allocator, MemoryCategory::inputs, T),
+            DeviceBuffer<float>(allocator, MemoryCategory::inputs, T),
+            DeviceBuffer<std::uint8_t>(allocator, MemoryCategory::inputs, T), 0.0};
+  check_fill(dflash_bench_fill_loss_head_inputs(in.hidden.data(), in.teacher.data(), in.head.data(), in.labels.data(),
+                                                in.weights.data(), in.valid.data(), o.rows, o.hidden, o.vocab, o.seed,
+                                                4.0f, 1.0f),
+             "dflash_bench_fill_loss_head_inputs");
+  for (float w : in.weights.download()) in.weight_sum += w;  // ascending, in double: W
+  return in;
+}
+
+PolicyRun run_policy(DeviceAllocator& allocator, const BenchOptions& o, const Inputs& in, LossPolicy policy,
+                     std::int64_t chunk) {
+  LossHeadOptions lo;
+  lo.policy = policy;
+  lo.chunk_rows = chunk;
+  const CudaLossHeadShape shape{o.rows, o.hidden, o.vocab};
+  const CudaLossHeadTargets targets{in.teacher.data(), in.head.data(), {in.labels.data(), in.weights.data(), in.valid.data()}};
+  PolicyRun run;
+  run.policy = policy;
+  run.chunk = chunk;
+  run.gemm_passes = policy == LossPolicy::chunk_recompute ? 5 : 3;
+
+  allocator.release_cached_memory();
+  const std::size_t used_before = device_memory_info().used_bytes();
+  const std::size_t held_before = allocator.tracker().current_total();
+  allocator.reset_peaks();
+  {
+    CudaLossHead head(allocator, lo);
+    auto step = [&] {
+      CudaLossHeadForward f = head.forward(in.hidden.data(), shape, targets, in.weight_sum);
+      DeviceBuffer<float> g = head.backward(targets, std::move(f.saved));
+      allocator.synchronize();
+      return f.stats;
+    };
+    run.stats = step();  // warm-up: cuBLAS heuristics, pool growth
+    for (int r = 0; r < o.reps; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step();
+      const auto t1 = std::chrono::steady_clock::now();
+      run.ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    run.device_used_above_inputs = device_memory_info().used_bytes() - used_before;
+  }
+  const MemoryTracker& t = allocator.tracker();
+  run.peak_transient = t.peak(MemoryCategory::transient);
+  run.peak_loss_saved = t.peak(MemoryCategory::loss_saved);
+  run.peak_gradients = t.peak(MemoryCategory::gradients);
+  run.peak_outputs = t.peak(MemoryCategory::outputs);
+  run.peak_loss_head = t.peak_total() - held_before;
+  return run;
+}
+
+std::string gib(std::size_t bytes) { return str(static_cast<double>(bytes) / double(1ull << 30)); }
+
+void write_json(const std::string& path, const BenchOptions& o, const CudaDeviceStatus& gpu, const GemmRate& card,
+                const std::vector<GemmRate>& shapes, const std::vector<PolicyRun>& runs, double weight_sum) {
+  std::ofstream out(path);
+  out.precision(10);
+  out << "{\n  \"device\": \"" << gpu.summary() << "\",\n  \"rows\": " << o.rows << ", \"hidden\": " << o.hidden
+      << ", \"vocab\": " << o.vocab << ", \"seed\": " << o.seed << ", \"weight_sum\": " << weight_sum
+      << ",\n  \"card_bf16_tflops\": " << card.tflops() << ",\n  \"gemm_shapes\": [";
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    out << (i ? ",\n" : "\n") << "    {\"what\": \"" << shapes[i].what << "\", \"m\": " << shapes[i].m
+        << ", \"n\": " << shapes[i].n << ", \"k\": " << shapes[i].k << ", \"ms\": " << shapes[i].ms
+        << ", \"tflops\": " << shapes[i].tflops() << "}";
+  }
+  out << "\n  ],\n  \"runs\": [";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const PolicyRun& r = runs[i];
+    const double flops = r.gemm_passes * gemm_flops(o.rows, o.vocab, o.hidden);
+    out << (i ? ",\n" : "\n") << "    {\"policy\": \"" << loss_policy_name(r.policy) << "\", \"chunk\": " << r.chunk
+        << ", \"ms_median\": " << r.median_ms() << ", \"ms\": [";
+    for (std::size_t k = 0; k < r.ms.size(); ++k) out << (k ? ", " : "") << r.ms[k];
+    out << "], \"gemm_passes\": " << r.gemm_passes << ", \"gemm_tflops\": " << flops / (r.median_ms() * 1e-3) / 1e12
+        << ", \"fraction_of_card_rate\": " << flops / (r.median_ms() * 1e-3) / 1e12 / card.tflops()
+        << ", \"peak_transient_bytes\": " << r.peak_transient << ", \"peak_loss_saved_bytes\": " << r.peak_loss_saved
+        << ", \"peak_gradients_bytes\": " << r.peak_gradients << ", \"peak_outputs_bytes\": " << r.peak_outputs
+        << ", \"peak_loss_head_bytes\": " << r.peak_loss_head
+        << ", \"device_used_above_inputs_bytes\": " << r.device_used_above_inputs << ", \"loss\": " << r.stats.loss
+        << ", \"ce\": " << r.stats.ce << ", \"kl\": " << r.stats.kl << ", \"accuracy\": " << r.stats.accuracy() << "}";
+  }
+  out << "\n  ]\n}\n";
+}
+
+int bench_main(int argc, char** argv) {
+  const BenchOptions o = parse(argc, argv);
+  const CudaDeviceStatus& gpu = cuda_device_status();
+  if (!gpu.available) {
+    std::cout << "bench_cuda_loss_head: SKIPPED, " << gpu.summary() << "\n";
+    const char* required = std::getenv("DFLASH_REQUIRE_GPU");
+    return required != nullptr && std::string(required) == "1" ? 1 : 0;
+  }
+  std::cout << "device: " << gpu.summary() << "\nshape: T " << o.rows << ", H " << o.hidden << ", V " << o.vocab
+            << "; bf16 inputs and logits, fp32 statistics and dL/dY\n";
+  DeviceAllocator allocator;
+  const GemmRate card = measure_card_rate(allocator, o.seed);
+  allocator.release_cached_memory();
+  const Inputs in = make_inputs(allocator, o);
+
+  // The loss head's own products at the first chunk size, on the benchmark's data.
+  std::vector<GemmRate> shapes;
+  {
+    const std::int64_t c = std::min(o.chunks.front(), o.rows);
+    DeviceBuffer<Bf16Bits> z(allocator, MemoryCategory::transient, static_cast<std::size_t>(c * o.vocab));
+    DeviceBuffer<float> dy(allocator, MemoryCategory::transient, static_cast<std::size_t>(c * o.hidden));
+    CublasGemm gemm(allocator);
+    GemmRate logits{str("logits: [", c, ",", o.hidden, "] x [", o.vocab, ",", o.hidden, "]^T -> bf16"), c, o.vocab,
+                    o.hidden};
+    GemmRate grad{str("dL/dY: [", c, ",", o.vocab, "] x [", o.vocab, ",", o.hidden, "] -> fp32"), c, o.hidden, o.vocab};
+    milliseconds_per_call(2, [&] { gemm.logits(in.hidden.data(), in.head.data(), z.data(), c, o.vocab, o.hidden); });
+    logits.ms = milliseconds_per_call(5, [&] { gemm.logits(in.hidden.data(), in.head.data(), z.data(), c, o.vocab, o.hidden); });
+    milliseconds_per_call(2, [&] { gemm.input_grad(z.data(), in.head.data(), dy.data(), c, o.vocab, o.hidden); });
+    grad.ms = milliseconds_per_call(5, [&] { gemm.input_grad(z.data(), in.head.data(), dy.data(), c, o.vocab, o.hidden); });
+    shapes = {logits, grad};
+  }
+
+  std::vector<PolicyRun> runs;
+  for (std::int64_t chunk : o.chunks) {
+    for (LossPolicy p : {LossPolicy::chunk_grad_in_forward, LossPolicy::chunk_recompute}) {
+      runs.push_back(run_policy(allocator, o, in, p, chunk));
+    }
+  }
+  if (o.materialize) runs.push_back(run_policy(allocator, o, in, LossPolicy::materialize, o.rows));
+
+  std::printf("\n%-44s %10s %10s\n", "bf16 product", "ms", "TFLOP/s");
+  std::printf("%-44s %10.3f %10.1f\n", card.what.c_str(), card.ms, card.tflops());
+  for (const GemmRate& g : shapes) std::printf("%-44s %10.3f %10.1f\n", g.what.c_str(), g.ms, g.tflops());
+  std::printf("\n%-22s %6s %10s %6s %9s %8s %11s %11s %11s %11s\n", "policy", "chunk", "ms fwd+bwd", "GEMMs",
+              "TFLOP/s", "of card", "transient", "loss_saved", "loss head", "cudaMemGet");
+  for (const PolicyRun& r : runs) {
+    const double tflops = r.gemm_passes * gemm_flops(o.rows, o.vocab, o.hidden) / (r.median_ms() * 1e-3) / 1e12;
+    std::printf("%-22s %6lld %10.1f %6d %9.1f %7.1f%% %10s G %10s G %10s G %10s G\n",
+                std::string(loss_policy_name(r.policy)).c_str(), static_cast<long long>(r.chunk), r.median_ms(),
+                r.gemm_passes, tflops, 100 * tflops / card.tflops(), gib(r.peak_transient).substr(0, 6).c_str(),
+                gib(r.peak_loss_saved).substr(0, 6).c_str(), gib(r.peak_loss_head).substr(0, 6).c_str(),
+                gib(r.device_used_above_inputs).substr(0, 6).c_str());
+  }
+  std::printf("loss %.6f ce %.6f kl %.6f accuracy %.6f (W = %.3f)\n", runs.front().stats.loss, runs.front().stats.ce,
+              runs.front().stats.kl, runs.front().stats.accuracy(), in.weight_sum);
+  if (!o.json.empty()) write_json(o.json, o, gpu, card, shapes, runs, in.weight_sum);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dflash
+
+int main(int argc, char** argv) {
+  try {
+    return dflash::bench_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_cuda_loss_head: error: " << e.what() << "\n";
+    return 2;
+  }
+}
