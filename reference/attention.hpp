@@ -63,6 +63,19 @@ void for_each_visible_key(const VisibleKeys& v, std::int64_t S, Visit visit) {
   for (std::int64_t r = v.block_begin; r < v.block_end; ++r) visit(S + r);
 }
 
+// Visits (head h, its kv head g = h / (nh/nkv), query row i, its visible keys) for every row
+// that sees at least one key, heads outermost: the one order forward and backward both use.
+template <class Visit>
+void for_each_attending_row(const DrafterDims& dims, const AttentionMask& mask, Visit visit) {
+  const std::int64_t group = dims.nh / dims.nkv;
+  for (std::int64_t h = 0; h < dims.nh; ++h) {
+    for (std::int64_t i = 0; i < dims.T; ++i) {
+      const VisibleKeys v = mask.visible(i);
+      if (!v.empty()) visit(h, h / group, i, v);
+    }
+  }
+}
+
 template <class Real>
 struct AttentionInputs {
   const Real* q;      // [T, nh d] (normed, rotated)
@@ -129,33 +142,28 @@ void dflash_attention_forward(MemoryTracker& tracker, const DrafterDims& dims, c
                               Real* out) {
   using namespace attention_detail;
   const Real sqrt_d = sqrt_head_dim<Real>(dims.d);
-  const std::int64_t group = dims.nh / dims.nkv, d = dims.d;
+  const std::int64_t d = dims.d;
   Tensor<Real> scores(tracker, MemoryCategory::transient, {dims.keys()});
-  for (std::int64_t h = 0; h < dims.nh; ++h) {
-    const std::int64_t g = h / group;
-    for (std::int64_t i = 0; i < dims.T; ++i) {
-      const VisibleKeys v = mask.visible(i);
-      if (v.empty()) continue;
-      const Real* q = in.q + i * dims.q_width() + h * d;
-      Real max_score(0);
-      bool first = true;
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-        scores[j] = score(dims, in, q, j, g, sqrt_d);
-        if (first || scores[j] > max_score) max_score = scores[j];
-        first = false;
-      });
-      Real sum(0);
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) { sum += exp_of(Real(scores[j] - max_score)); });
-      const Real row_lse = max_score + log_of(sum);
-      lse[i * dims.nh + h] = row_lse;
-      Real* o = out + i * dims.q_width() + h * d;
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-        const Real p = exp_of(Real(scores[j] - row_lse)) * dropout.factor(attention_dropout_element(dims, h, i, j));
-        const Real* value = in.value(dims, j, g);
-        for (std::int64_t c = 0; c < d; ++c) o[c] += p * value[c];
-      });
-    }
-  }
+  for_each_attending_row(dims, mask, [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
+    const Real* q = in.q + i * dims.q_width() + h * d;
+    Real max_score(0);
+    bool first = true;
+    for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+      scores[j] = score(dims, in, q, j, g, sqrt_d);
+      if (first || scores[j] > max_score) max_score = scores[j];
+      first = false;
+    });
+    Real sum(0);
+    for_each_visible_key(v, dims.S, [&](std::int64_t j) { sum += exp_of(Real(scores[j] - max_score)); });
+    const Real row_lse = max_score + log_of(sum);
+    lse[i * dims.nh + h] = row_lse;
+    Real* o = out + i * dims.q_width() + h * d;
+    for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+      const Real p = exp_of(Real(scores[j] - row_lse)) * dropout.factor(attention_dropout_element(dims, h, i, j));
+      const Real* value = in.value(dims, j, g);
+      for (std::int64_t c = 0; c < d; ++c) o[c] += p * value[c];
+    });
+  });
 }
 
 // With P the probabilities, f the dropout factors and dP_j = f_j dO . V_j:
@@ -167,40 +175,35 @@ void dflash_attention_backward(MemoryTracker& tracker, const DrafterDims& dims, 
                                const Real* d_out, const AttentionGrads<Real>& grads) {
   using namespace attention_detail;
   const Real sqrt_d = sqrt_head_dim<Real>(dims.d);
-  const std::int64_t group = dims.nh / dims.nkv, d = dims.d;
+  const std::int64_t d = dims.d;
   Tensor<Real> probs(tracker, MemoryCategory::transient, {dims.keys()});
   Tensor<Real> factors(tracker, MemoryCategory::transient, {dims.keys()});
   Tensor<Real> d_probs(tracker, MemoryCategory::transient, {dims.keys()});
-  for (std::int64_t h = 0; h < dims.nh; ++h) {
-    const std::int64_t g = h / group;
-    for (std::int64_t i = 0; i < dims.T; ++i) {
-      const VisibleKeys v = mask.visible(i);
-      if (v.empty()) continue;
-      const Real* q = in.q + i * dims.q_width() + h * d;
-      const Real* d_o = d_out + i * dims.q_width() + h * d;
-      const Real row_lse = lse[i * dims.nh + h];
-      Real p_dot_dp(0);
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-        probs[j] = exp_of(Real(score(dims, in, q, j, g, sqrt_d) - row_lse));
-        factors[j] = dropout.factor(attention_dropout_element(dims, h, i, j));
-        d_probs[j] = dot(d_o, in.value(dims, j, g), d) * factors[j];
-        p_dot_dp += probs[j] * d_probs[j];
-      });
-      Real* dq = grads.dq + i * dims.q_width() + h * d;
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-        const Real d_score = probs[j] * (d_probs[j] - p_dot_dp) / sqrt_d;
-        const Real p = probs[j] * factors[j];
-        const Real* key = in.key(dims, j, g);
-        Real* dk = grads.key(dims, j, g);
-        Real* dv = grads.value(dims, j, g);
-        for (std::int64_t c = 0; c < d; ++c) {
-          dq[c] += d_score * key[c];
-          dk[c] += d_score * q[c];
-          dv[c] += p * d_o[c];
-        }
-      });
-    }
-  }
+  for_each_attending_row(dims, mask, [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
+    const Real* q = in.q + i * dims.q_width() + h * d;
+    const Real* d_o = d_out + i * dims.q_width() + h * d;
+    const Real row_lse = lse[i * dims.nh + h];
+    Real p_dot_dp(0);
+    for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+      probs[j] = exp_of(Real(score(dims, in, q, j, g, sqrt_d) - row_lse));
+      factors[j] = dropout.factor(attention_dropout_element(dims, h, i, j));
+      d_probs[j] = dot(d_o, in.value(dims, j, g), d) * factors[j];
+      p_dot_dp += probs[j] * d_probs[j];
+    });
+    Real* dq = grads.dq + i * dims.q_width() + h * d;
+    for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+      const Real d_score = probs[j] * (d_probs[j] - p_dot_dp) / sqrt_d;
+      const Real p = probs[j] * factors[j];
+      const Real* key = in.key(dims, j, g);
+      Real* dk = grads.key(dims, j, g);
+      Real* dv = grads.value(dims, j, g);
+      for (std::int64_t c = 0; c < d; ++c) {
+        dq[c] += d_score * key[c];
+        dk[c] += d_score * q[c];
+        dv[c] += p * d_o[c];
+      }
+    });
+  });
 }
 
 }  // namespace dflash

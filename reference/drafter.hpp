@@ -91,25 +91,51 @@ std::vector<PreparedSequence<Real>> prepare_sequences(const DrafterConfig& confi
   return seqs;
 }
 
-// Teacher row of block row i: G[a_n + k - 1] where w01 = 1, else 0 (never read). Only the rows
-// used must be finite (SPEC §4: nothing may depend on the others).
+// W of the prepared sequences, summed in sequence order, rows ascending.
+template <class Real>
+Real total_weight(const std::vector<PreparedSequence<Real>>& seqs) {
+  Real total(0);
+  for (const PreparedSequence<Real>& s : seqs) {
+    for (const Real& w : s.blocks.weights) total += w;
+  }
+  return total;
+}
+
+// Row p of sequence b of the teacher hidden states G [nseq, S, H].
+template <class Real>
+const Real* teacher_row(const DrafterBatch<Real>& batch, std::int64_t b, std::int64_t p) {
+  return batch.teacher_hidden.data() + (b * batch.context_length() + p) * batch.teacher_hidden.dim(2);
+}
+
+// Only the teacher rows a label uses must be finite (SPEC §4: nothing may depend on the others).
+template <class Real>
+void validate_teacher_rows(const DrafterBatch<Real>& batch, const std::vector<PreparedSequence<Real>>& seqs) {
+  const std::int64_t H = batch.teacher_hidden.dim(2);
+  for (std::size_t b = 0; b < seqs.size(); ++b) {
+    const SequenceBlocks<Real>& blocks = seqs[b].blocks;
+    for (std::size_t i = 0; i < blocks.valid.size(); ++i) {
+      if (blocks.valid[i] == 0) continue;
+      const Real* g = teacher_row(batch, std::int64_t(b), blocks.teacher_rows[i]);
+      for (std::int64_t c = 0; c < H; ++c) {
+        if (is_finite_value(g[c])) continue;
+        throw_input_error(str("teacher_hidden[", b, "][", blocks.teacher_rows[i], "]"),
+                          str("element ", c, " is ", g[c], "; rows that carry a teacher must be finite"));
+      }
+    }
+  }
+}
+
+// Teacher row of block row i: G[a_n + k - 1] where w01 = 1, else 0 (never read).
 template <class Real>
 Tensor<Real> gather_teacher_rows(MemoryTracker& tracker, const DrafterBatch<Real>& batch, std::int64_t b,
                                  const SequenceBlocks<Real>& blocks) {
-  const std::int64_t H = batch.teacher_hidden.dim(2), S = batch.context_length();
+  const std::int64_t H = batch.teacher_hidden.dim(2);
   const auto T = static_cast<std::int64_t>(blocks.valid.size());
   Tensor<Real> teacher(tracker, MemoryCategory::inputs, {T, H});
   for (std::int64_t i = 0; i < T; ++i) {
     if (blocks.valid[i] == 0) continue;
-    const std::int64_t p = blocks.teacher_rows[i];
-    const Real* g = batch.teacher_hidden.data() + (b * S + p) * H;
-    for (std::int64_t c = 0; c < H; ++c) {
-      if (!is_finite_value(g[c])) {
-        throw_input_error(str("teacher_hidden[", b, "][", p, "]"),
-                          str("element ", c, " is ", g[c], "; rows that carry a teacher must be finite"));
-      }
-      teacher.row(i)[c] = g[c];
-    }
+    const Real* g = teacher_row(batch, b, blocks.teacher_rows[i]);
+    std::copy(g, g + H, teacher.row(i));
   }
   return teacher;
 }
@@ -134,11 +160,12 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
   loss_options.chunk_rows = options.loss_chunk_rows;
   validate_loss_head_options(loss_options);
 
+  const std::vector<PreparedSequence<Real>> seqs = prepare_sequences(config, batch, options);
+  validate_teacher_rows(batch, seqs);
   if (result != nullptr) {
     result->grads = make_drafter_parameters<Real>(tracker, config, MemoryCategory::gradients);
     result->target_features_grad = Tensor<Real>(tracker, MemoryCategory::gradients, batch.target_features.shape());
   }
-  const std::vector<PreparedSequence<Real>> seqs = prepare_sequences(config, batch, options);
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length(), H = config.hidden_size;
   const std::int64_t N = batch.anchor_slots(config);
   const DrafterDims dims = DrafterDims::of(config, S, N);
@@ -152,15 +179,13 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
                            Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T}),
                            Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T}),
                            Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T})};
-  Real batch_weight(0);
   for (std::int64_t b = 0; b < nseq; ++b) {
     const PreparedSequence<Real>& s = seqs[b];
-    for (const Real& w : s.blocks.weights) batch_weight += w;
     std::copy(s.slots.anchors.begin(), s.slots.anchors.end(), out.anchors.row(b));
     std::copy(s.slots.keep.begin(), s.slots.keep.end(), out.keep.row(b));
     std::copy(s.blocks.weights.begin(), s.blocks.weights.end(), out.weights.row(b));
   }
-  out.weight_sum = global_weight_sum.value_or(batch_weight);
+  out.weight_sum = global_weight_sum ? *global_weight_sum : total_weight(seqs);
 
   for (std::int64_t b = 0; b < nseq; ++b) {
     const PreparedSequence<Real>& s = seqs[b];
@@ -229,11 +254,7 @@ template <class Real>
 Real drafter_weight_sum(const DrafterConfig& config, const DrafterBatch<Real>& batch, const DrafterStepOptions& options) {
   validate_drafter_config(config);
   validate_drafter_batch(config, batch, options.sequence_offset);
-  Real total(0);
-  for (const auto& s : drafter_detail::prepare_sequences(config, batch, options)) {
-    for (const Real& w : s.blocks.weights) total += w;
-  }
-  return total;
+  return drafter_detail::total_weight(drafter_detail::prepare_sequences(config, batch, options));
 }
 
 #define DFLASH_DRAFTER_INSTANTIATE(EXTERN, Real)                                                                    \
