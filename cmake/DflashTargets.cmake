@@ -34,3 +34,15 @@ function(dflash_add_property_test name)
   dflash_add_test(${name} SOURCES ${ARG_SOURCES} LIBS ${ARG_LIBS} dflash_property_main rapidcheck
                   LABELS properties ${ARG_LABELS} TIMEOUT ${ARG_TIMEOUT})
 endfunction()
+
+# Adds every subfolder of the current source dir that has a CMakeLists.txt (tests/, properties/
+# and bench/ mirror the source tree: each part brings its own folder).
+function(dflash_add_part_subdirectories)
+  file(GLOB children LIST_DIRECTORIES true RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/*)
+  list(SORT children)
+  foreach(child IN LISTS children)
+    if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${child} AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${child}/CMakeLists.txt)
+      add_subdirectory(${child})
+    endif()
+  endforeach()
+endfunction()
