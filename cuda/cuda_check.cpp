@@ -5,6 +5,9 @@
 namespace dflash {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  // The runtime also keeps this status as its "last error": reported here, it must not be
+  // reported again by the next launch check (after a caught out-of-memory, say).
+  cudaGetLastError();
   throw CudaError(str("CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ") in ", call,
                       " at ", file, ":", line));
 }
