@@ -7,6 +7,7 @@
 namespace dflash::app {
 
 void add_verify_command(CLI::App& app, int& exit_code);
+void add_golden_command(CLI::App& app, int& exit_code);
 void add_plan_command(CLI::App& app, int& exit_code);
 
 }  // namespace dflash::app

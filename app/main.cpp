@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   dflash::app::add_verify_command(app, exit_code);
+  dflash::app::add_golden_command(app, exit_code);
   dflash::app::add_plan_command(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -27,6 +27,10 @@ void add_verify_command(CLI::App& app, int& exit_code) {
       const auto part = verify_drafter_rows();
       rows.insert(rows.end(), part.begin(), part.end());
     }
+    if (want("golden")) {
+      const auto part = verify_golden_rows();
+      rows.insert(rows.end(), part.begin(), part.end());
+    }
     if (*device == "cuda" && want("cuda")) {
 #if DFLASH_WITH_CUDA
       const auto part = verify_cuda_rows();

@@ -13,6 +13,9 @@ std::vector<VerifyRow> verify_loss_head_rows();
 // (bitwise), saved peaks vs the plan, dropout replay, 50-digit forward and finite differences.
 std::vector<VerifyRow> verify_drafter_rows();
 
+// One row per golden case: the committed golden recomputed by the reference (1e-12).
+std::vector<VerifyRow> verify_golden_rows();
+
 // Only in builds with CUDA (DFLASH_WITH_CUDA): the CUDA loss head against the reference; every
 // row SKIPPED, with the reason, where no GPU is usable.
 std::vector<VerifyRow> verify_cuda_rows();

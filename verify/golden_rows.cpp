@@ -1,0 +1,48 @@
+// The golden part of the verification matrix: one row per golden case, the committed golden
+// (golden/data, or $DFLASH_GOLDEN_DIR) recomputed by the reference from its stored inputs. The
+// row's error is the worst relative error over every output and gradient (golden/golden_check.hpp
+// compares them), its tolerance the smallest the reference gives (it gives all of them 1e-12).
+#include <algorithm>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "golden/golden_cases.hpp"
+#include "golden/golden_check.hpp"
+#include "verify/verify_rows.hpp"
+
+namespace dflash {
+
+std::vector<VerifyRow> verify_golden_rows() {
+  std::vector<VerifyRow> rows;
+  const GoldenImplementation reference = reference_golden_implementation();
+  const std::filesystem::path dir = default_golden_dir();
+  for (const GoldenCase& c : golden_cases()) {
+    const std::filesystem::path path = dir / golden_file_name(c.name);
+    VerifyRow row{"golden", c.name, "reference vs committed", 0, 0, 0, false, ""};
+    try {
+      const Golden golden = read_golden(path);
+      MemoryTracker tracker;
+      const GoldenOutputs computed = reference.compute(tracker, golden);
+      row.peak_bytes = tracker.peak_total();
+      row.tolerance = std::numeric_limits<double>::infinity();
+      std::string worst;
+      for (const GoldenCheckRow& r : compare_golden_outputs(golden, computed)) {
+        if (r.error > row.error) worst = r.tensor;
+        row.error = std::max(row.error, r.error);
+        row.tolerance = std::min(row.tolerance, r.tolerance);
+      }
+      row.note = str(computed.tensors.size(), " tensors of ", path.filename().string(),
+                     worst.empty() ? ", all bitwise equal" : ", worst " + worst);
+    } catch (const std::exception& e) {
+      row.error = std::numeric_limits<double>::infinity();
+      row.note = e.what();
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace dflash
