@@ -27,19 +27,14 @@ struct GradientCheck {
 struct GradientCheckOptions {
   std::uint64_t seed = 1;  // directions and coordinates
   int coordinates = 3;     // single coordinates, on top of one direction per tensor
-  bool parameters = true;  // directions along every trainable tensor
-  bool features = true;    // a direction along the target features
 };
 
 namespace gradient_check_detail {
-// Directional error |g.d - fd| / sum |g_i d_i| (a dot product of n terms cannot be trusted below
-// roughly n eps times that sum); a coordinate's error is relative to the tensor's largest
-// gradient entry (the norm-wise measure of reference/compare.hpp).
-inline double error_of(double analytic, double fd, double scale) {
-  const double diff = std::abs(analytic - fd);
-  if (std::isnan(diff)) return std::numeric_limits<double>::infinity();
-  if (diff == 0) return 0;
-  return scale == 0 ? std::numeric_limits<double>::infinity() : diff / scale;
+// A direction's error is directional_error (reference/finite_difference.hpp): |g.d - fd| over
+// sum |g_i d_i|. A coordinate's error is relative to the tensor's largest gradient entry (the
+// norm-wise measure of reference/compare.hpp: one entry may be a near-cancelling sum).
+inline double coordinate_error(double analytic, double fd, double scale, double fd_noise) {
+  return directional_error(DirectionalCheck{analytic, scale}, fd, fd_noise);
 }
 }  // namespace gradient_check_detail
 
@@ -49,7 +44,7 @@ inline GradientCheck check_drafter_gradients(const DrafterConfig& config, const 
                                              const DrafterStepOptions& options,
                                              const DrafterStepResult<double>& analytic,
                                              const GradientCheckOptions& check_options) {
-  using gradient_check_detail::error_of;
+  using gradient_check_detail::coordinate_error;
   MemoryTracker tracker;
   DrafterParameters<Mp50> p = convert_parameters<Mp50>(tracker, params);
   const FrozenWeights<Mp50> f = convert_frozen<Mp50>(tracker, frozen);
@@ -62,10 +57,13 @@ inline GradientCheck check_drafter_gradients(const DrafterConfig& config, const 
     return drafter_forward(t, config, p, f, b, options).stats.loss;
   };
   const Mp50 eps("1e-20");
+  // The 50-digit quotient's own noise (see directional_error).
+  const double fd_noise = 1e-25 * std::max(1.0, std::abs(analytic.outputs.stats.loss));
 
   GradientCheck check;
   auto record = [&](double err, const std::string& what) {
     ++check.evaluations;
+    if (std::isnan(err)) err = std::numeric_limits<double>::infinity();  // a NaN gradient or quotient fails
     if (err >= check.worst) {
       check.worst = err;
       check.worst_what = what;
@@ -75,27 +73,23 @@ inline GradientCheck check_drafter_gradients(const DrafterConfig& config, const 
   std::vector<std::string> names;
   std::vector<Tensor<Mp50>*> targets;
   std::vector<const Tensor<double>*> grads;
-  if (check_options.parameters) {
-    p.for_each([&](const std::string& name, Tensor<Mp50>& t) {
-      names.push_back(name);
-      targets.push_back(&t);
-    });
-    analytic.grads.for_each([&](const std::string&, const Tensor<double>& g) { grads.push_back(&g); });
-  }
-  if (check_options.features) {
-    names.push_back("target_features");
-    targets.push_back(&b.target_features);
-    grads.push_back(&analytic.target_features_grad);
-  }
+  p.for_each([&](const std::string& name, Tensor<Mp50>& t) {
+    names.push_back(name);
+    targets.push_back(&t);
+  });
+  analytic.grads.for_each([&](const std::string&, const Tensor<double>& g) { grads.push_back(&g); });
+  names.push_back("target_features");
+  targets.push_back(&b.target_features);
+  grads.push_back(&analytic.target_features_grad);
   for (std::size_t t = 0; t < targets.size(); ++t) {
     const std::vector<double> dir = random_direction(targets[t]->numel(), check_options.seed * 1000 + t);
     const double fd = static_cast<double>(central_difference(loss, *targets[t], dir, eps));
     const DirectionalCheck a = directional_derivative(std::span(grads[t]->data(), grads[t]->values().size()),
                                                       std::span<const double>(dir));
-    record(error_of(a.analytic, fd, a.magnitude), names[t] + " (random direction)");
+    record(directional_error(a, fd, fd_noise), names[t] + " (random direction)");
   }
   CounterRng pick(check_options.seed, 0xC0);
-  for (int c = 0; c < check_options.coordinates && !targets.empty(); ++c) {
+  for (int c = 0; c < check_options.coordinates; ++c) {
     const auto t = static_cast<std::size_t>(pick.below(static_cast<std::int64_t>(targets.size())));
     const std::int64_t i = pick.below(targets[t]->numel());
     std::vector<double> dir(static_cast<std::size_t>(targets[t]->numel()), 0.0);
@@ -103,7 +97,7 @@ inline GradientCheck check_drafter_gradients(const DrafterConfig& config, const 
     const double fd = static_cast<double>(central_difference(loss, *targets[t], dir, eps));
     double scale = 0;
     for (const double g : grads[t]->values()) scale = std::max(scale, std::abs(g));
-    record(error_of((*grads[t])[i], fd, scale), str(names[t], "[", i, "]"));
+    record(coordinate_error((*grads[t])[i], fd, scale, fd_noise), str(names[t], "[", i, "]"));
   }
   return check;
 }
