@@ -112,6 +112,25 @@ TEST(GoldenCheck, LossPerturbedBeyondItsFloorFails) {
   EXPECT_NEAR(failures(rows)[0]->error, 2e-9, 1e-12);
 }
 
+TEST(GoldenCheck, RecomputesFromTheStoredAnchorsNotTheSampler) {
+  // Another valid set of anchors in the file: had the check resampled them (SPEC §4 for the
+  // stored seed and step) it would reproduce the stored outputs; from the stored ones it cannot.
+  RawFile raw = RawFile::of(generated_bytes("tiny-full"));
+  const std::vector<std::byte> stored = raw.tensors.at("input/anchors").bytes;
+  for (std::size_t n = 0; n < 3; ++n) {
+    raw.set_integer("input/anchors", n, static_cast<std::int64_t>(2 + 3 * n));
+    raw.set_integer("input/keep", n, 1);
+  }
+  ASSERT_NE(raw.tensors.at("input/anchors").bytes, stored);
+  ScratchDirectory dir;
+  const auto rows = check_golden_file(write_raw(dir, "moved.safetensors", raw), reference_golden_implementation());
+  std::set<std::string> failed;
+  for (const GoldenCheckRow* r : failures(rows)) failed.insert(r->tensor);
+  EXPECT_TRUE(failed.contains("output/hidden"));
+  EXPECT_TRUE(failed.contains("output/loss"));
+  EXPECT_TRUE(failed.contains("grad/fc.weight"));
+}
+
 TEST(GoldenCheck, FloorIsTheLossMagnitudeForLossesAndLseOnly) {
   EXPECT_EQ(golden_comparison_floor("output/loss", 7.5), 7.5);
   EXPECT_EQ(golden_comparison_floor("output/ce", 7.5), 7.5);
