@@ -11,6 +11,9 @@
 #include "app/commands.hpp"
 #include "golden/golden_cases.hpp"
 #include "golden/golden_check.hpp"
+#if DFLASH_WITH_CUDA
+#include "cuda/loss_head_golden.hpp"
+#endif
 
 namespace dflash::app {
 
@@ -18,7 +21,11 @@ namespace {
 
 // What --impl can select. Another implementation (the CUDA loss head) is one more entry.
 std::vector<GoldenImplementation> golden_implementations() {
-  return {reference_golden_implementation(), reference_loss_head_golden_implementation()};
+  return {reference_golden_implementation(), reference_loss_head_golden_implementation(),
+#if DFLASH_WITH_CUDA
+          cuda_loss_head_golden_implementation(),
+#endif
+  };
 }
 
 void add_generate(CLI::App& golden) {

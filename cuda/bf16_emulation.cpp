@@ -19,11 +19,12 @@ Tensor<double> rounded_to_bf16(MemoryTracker& tracker, const Tensor<double>& x) 
 }
 
 // Twice the largest distance between a device logit (fp32 sum of H products, rounded to bf16)
-// and the exact one.
-double device_logit_error_bound(const double* y, const double* w, std::int64_t H, double exact) {
+// and the exact one; with `rounded_inputs`, y and w were also rounded to bf16 on the way.
+double device_logit_error_bound(const double* y, const double* w, std::int64_t H, double exact, bool rounded_inputs) {
   double magnitude = 0;
   for (std::int64_t h = 0; h < H; ++h) magnitude += std::abs(y[h] * w[h]);
-  return std::ldexp(std::abs(exact), -8) + double(H) * std::ldexp(magnitude, -23);
+  return std::ldexp(std::abs(exact), -8) + double(H) * std::ldexp(magnitude, -23) +
+         (rounded_inputs ? std::ldexp(magnitude, -7) : 0.0);
 }
 
 bool argmax_is_ambiguous(const std::vector<double>& z, const std::vector<double>& bound) {
@@ -48,7 +49,8 @@ LossHeadProblem<double> round_to_device_formats(MemoryTracker& tracker, const Lo
 }
 
 Bf16Emulation hybrid_loss_bf16_emulation(MemoryTracker& tracker, const LossHeadOptions& options,
-                                         const LossHeadProblem<double>& p) {
+                                         const LossHeadProblem<double>& p, const LossHeadProblem<double>* exact_inputs) {
+  const LossHeadProblem<double>& x = exact_inputs != nullptr ? *exact_inputs : p;  // what the reference saw
   const LossHeadTargets<double> in = p.targets();
   validate_loss_head(options, p.hidden, in, p.weight_sum);
   const std::int64_t T = p.hidden.dim(0), H = p.hidden.dim(1), V = p.lm_head.dim(0);
@@ -68,9 +70,9 @@ Bf16Emulation hybrid_loss_bf16_emulation(MemoryTracker& tracker, const LossHeadO
     const std::int64_t y = p.labels[i];
     HybridRowStats<double> stats;
     for (std::int64_t v = 0; v < V; ++v) {
-      exact[v] = dot(p.hidden.row(i), p.lm_head.row(v), H);
-      bound[v] = device_logit_error_bound(p.hidden.row(i), p.lm_head.row(v), H, exact[v]);
-      z[v] = bf16_of(exact[v]);
+      exact[v] = dot(x.hidden.row(i), x.lm_head.row(v), H);
+      bound[v] = device_logit_error_bound(x.hidden.row(i), x.lm_head.row(v), H, exact[v], exact_inputs != nullptr);
+      z[v] = bf16_of(dot(p.hidden.row(i), p.lm_head.row(v), H));
       t[v] = bf16_of(dot(p.teacher_hidden.row(i), p.lm_head.row(v), H));
       stats.update(z[v], t[v], v, y, tau);
     }

@@ -26,8 +26,12 @@ struct Bf16Emulation {
   std::int64_t ambiguous_argmax_rows = 0;
 };
 
-// `problem` must be in the device formats (round_to_device_formats). No dL/dW_lm.
+// `problem` must be in the device formats (round_to_device_formats). No dL/dW_lm. When the
+// reference it is compared with ran on other inputs (`exact`, which `problem` rounds: a golden
+// file's), the argmax ambiguity is judged on those inputs' logits, with the inputs' own bf16
+// rounding (2 x 2^-8 sum_h |y_h w_h|) added to the device error bound.
 Bf16Emulation hybrid_loss_bf16_emulation(MemoryTracker& tracker, const LossHeadOptions& options,
-                                         const LossHeadProblem<double>& problem);
+                                         const LossHeadProblem<double>& problem,
+                                         const LossHeadProblem<double>* exact = nullptr);
 
 }  // namespace dflash

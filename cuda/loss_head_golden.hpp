@@ -1,0 +1,13 @@
+// `dflash golden check --impl cuda-loss-head`: the CUDA loss head on every golden file, from the
+// stored Y (output/hidden) and the teacher rows, as `reference-loss-head` does in double, each
+// tensor held to SPEC §10's bf16 rule on that golden (cuda/golden_bf16_rule.hpp). Without a usable
+// GPU it throws, with the reason, which the check reports on every golden.
+#pragma once
+
+#include "golden/golden_check.hpp"
+
+namespace dflash {
+
+GoldenImplementation cuda_loss_head_golden_implementation();
+
+}  // namespace dflash

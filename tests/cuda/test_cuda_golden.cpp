@@ -1,0 +1,32 @@
+// `dflash golden check --impl cuda-loss-head` in a test: the CUDA loss head on every committed
+// golden file passes every loss-head tensor under SPEC §10's bf16 rule.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "cuda/loss_head_golden.hpp"
+#include "golden/golden_cases.hpp"
+#include "tests/cuda/gpu_test_support.hpp"
+
+namespace dflash {
+namespace {
+
+using CudaLossHeadGoldens = GpuTest;
+
+TEST_F(CudaLossHeadGoldens, EveryCommittedGoldenPassesUnderTheBf16Rule) {
+  const GoldenImplementation cuda = cuda_loss_head_golden_implementation();
+  int files = 0;
+  for (const std::filesystem::path& path : golden_files_in(default_golden_dir())) {
+    ++files;
+    const std::vector<GoldenCheckRow> rows = check_golden_file(path, cuda);
+    EXPECT_EQ(rows.size(), 7u) << path;  // loss, ce, kl, accuracy, weight_sum, lse, token_loss
+    for (const GoldenCheckRow& row : rows) {
+      EXPECT_TRUE(row.passed()) << path << " " << row.tensor << ": " << row.error << " > " << row.tolerance << " "
+                                << row.note;
+    }
+  }
+  EXPECT_GT(files, 0);
+}
+
+}  // namespace
+}  // namespace dflash
