@@ -7,7 +7,11 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <cstring>
 #include <span>
+#include <type_traits>
+
+#include "reference/tensor.hpp"
 
 namespace dflash {
 
@@ -36,6 +40,23 @@ double scalar_relative_error(const A& a, const B& b, double floor = 0) {
   if (diff == 0) return 0;
   const double denom = std::max(std::abs(static_cast<double>(b)), floor);
   return denom == 0 ? std::numeric_limits<double>::infinity() : diff / denom;
+}
+
+// Bitwise equality (where the arithmetic order is the same, SPEC §10 asks for identical bits,
+// which == does not test: it equates 0 and -0).
+template <class Real>
+bool same_bits(const Real& x, const Real& y) {
+  if constexpr (std::is_trivially_copyable_v<Real>) return std::memcmp(&x, &y, sizeof(Real)) == 0;
+  else return x == y;
+}
+
+template <class Real>
+bool same_bits(const Tensor<Real>& x, const Tensor<Real>& y) {
+  if (x.shape() != y.shape()) return false;
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    if (!same_bits(x[i], y[i])) return false;
+  }
+  return true;
 }
 
 }  // namespace dflash

@@ -12,15 +12,11 @@
 
 #include "reference/compare.hpp"
 #include "reference/drafter.hpp"
+#include "reference/loss_head_compare.hpp"
 
 namespace dflash {
 
 namespace drafter_compare_detail {
-template <class T>
-std::span<const T> span_of(const Tensor<T>& t) {
-  return std::span<const T>(t.data(), t.values().size());
-}
-
 template <class Real>
 std::vector<const Tensor<Real>*> gradient_list(const DrafterStepResult<Real>& r) {
   std::vector<const Tensor<Real>*> list;
@@ -28,42 +24,22 @@ std::vector<const Tensor<Real>*> gradient_list(const DrafterStepResult<Real>& r)
   list.push_back(&r.target_features_grad);
   return list;
 }
-
-template <class Real>
-bool same_bits(const Real& x, const Real& y) {
-  if constexpr (std::is_trivially_copyable_v<Real>) return std::memcmp(&x, &y, sizeof(Real)) == 0;
-  else return x == y;
-}
-
-template <class Real>
-bool same_bits(const Tensor<Real>& x, const Tensor<Real>& y) {
-  if (x.shape() != y.shape()) return false;
-  for (std::int64_t i = 0; i < x.numel(); ++i) {
-    if (!same_bits(x[i], y[i])) return false;
-  }
-  return true;
-}
 }  // namespace drafter_compare_detail
 
 template <class A, class B>
 double drafter_outputs_error(const DrafterOutputs<A>& a, const DrafterOutputs<B>& b) {
   using namespace drafter_compare_detail;
   const double inf = std::numeric_limits<double>::infinity();
-  if (a.stats.correct != b.stats.correct || a.stats.valid_rows != b.stats.valid_rows) return inf;
   if (a.anchors.values() != b.anchors.values() || a.keep.values() != b.keep.values()) return inf;
   // Losses and lse relative to at least the size of the log-partition functions they are made of
   // (LossHeadStats::magnitude, as reference/loss_head_compare.hpp judges them).
   const double floor = static_cast<double>(b.stats.magnitude);
-  double e = 0;
-  e = std::max(e, scalar_relative_error(a.stats.loss, b.stats.loss, floor));
-  e = std::max(e, scalar_relative_error(a.stats.ce, b.stats.ce, floor));
-  e = std::max(e, scalar_relative_error(a.stats.kl, b.stats.kl, floor));
-  e = std::max(e, scalar_relative_error(a.stats.magnitude, b.stats.magnitude));
+  double e = loss_head_stats_error(a.stats, b.stats);
   e = std::max(e, scalar_relative_error(a.weight_sum, b.weight_sum));
-  e = std::max(e, relative_error(span_of(a.hidden), span_of(b.hidden)));
-  e = std::max(e, relative_error(span_of(a.lse), span_of(b.lse), floor));
-  e = std::max(e, relative_error(span_of(a.token_loss), span_of(b.token_loss), floor));
-  e = std::max(e, relative_error(span_of(a.weights), span_of(b.weights)));
+  e = std::max(e, relative_error(a.hidden.span(), b.hidden.span()));
+  e = std::max(e, relative_error(a.lse.span(), b.lse.span(), floor));
+  e = std::max(e, relative_error(a.token_loss.span(), b.token_loss.span(), floor));
+  e = std::max(e, relative_error(a.weights.span(), b.weights.span()));
   return e;
 }
 
@@ -75,7 +51,7 @@ double drafter_step_error(const DrafterStepResult<A>& a, const DrafterStepResult
   const auto ga = gradient_list(a);
   const auto gb = gradient_list(b);
   if (ga.size() != gb.size()) return std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < ga.size(); ++i) e = std::max(e, relative_error(span_of(*ga[i]), span_of(*gb[i])));
+  for (std::size_t i = 0; i < ga.size(); ++i) e = std::max(e, relative_error(ga[i]->span(), gb[i]->span()));
   return e;
 }
 
@@ -84,10 +60,7 @@ template <class Real>
 bool drafter_steps_identical(const DrafterStepResult<Real>& a, const DrafterStepResult<Real>& b) {
   using namespace drafter_compare_detail;
   const DrafterOutputs<Real>&x = a.outputs, &y = b.outputs;
-  bool same = same_bits(x.stats.loss, y.stats.loss) && same_bits(x.stats.ce, y.stats.ce) &&
-              same_bits(x.stats.magnitude, y.stats.magnitude) &&
-              same_bits(x.stats.kl, y.stats.kl) && x.stats.correct == y.stats.correct &&
-              x.stats.valid_rows == y.stats.valid_rows && same_bits(x.weight_sum, y.weight_sum) &&
+  bool same = loss_head_stats_identical(x.stats, y.stats) && same_bits(x.weight_sum, y.weight_sum) &&
               x.anchors.values() == y.anchors.values() && x.keep.values() == y.keep.values() &&
               same_bits(x.hidden, y.hidden) && same_bits(x.lse, y.lse) && same_bits(x.token_loss, y.token_loss) &&
               same_bits(x.weights, y.weights);

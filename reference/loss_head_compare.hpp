@@ -48,46 +48,44 @@ GradientFloors gradient_floors(const LossHeadOptions& o, const Tensor<Real>& hid
   return f;
 }
 
+// Loss, ce, kl relative to max(|value|, magnitude) (see LossHeadStats::magnitude); the counts
+// behind accuracy must match exactly (infinity otherwise).
+template <class A, class B>
+double loss_head_stats_error(const LossHeadStats<A>& a, const LossHeadStats<B>& b) {
+  if (a.correct != b.correct || a.valid_rows != b.valid_rows) return std::numeric_limits<double>::infinity();
+  const double floor = static_cast<double>(b.magnitude);
+  double e = 0;
+  e = std::max(e, scalar_relative_error(a.loss, b.loss, floor));
+  e = std::max(e, scalar_relative_error(a.ce, b.ce, floor));
+  e = std::max(e, scalar_relative_error(a.kl, b.kl, floor));
+  e = std::max(e, scalar_relative_error(a.magnitude, b.magnitude));
+  return e;
+}
+
+template <class Real>
+bool loss_head_stats_identical(const LossHeadStats<Real>& a, const LossHeadStats<Real>& b) {
+  return same_bits(a.loss, b.loss) && same_bits(a.ce, b.ce) && same_bits(a.kl, b.kl) &&
+         same_bits(a.magnitude, b.magnitude) && a.correct == b.correct && a.valid_rows == b.valid_rows;
+}
+
 template <class A, class B>
 double loss_head_result_error(const LossHeadResult<A>& a, const LossHeadResult<B>& b, const GradientFloors& floors = {}) {
-  // Scalars: relative to max(|value|, magnitude) (see LossHeadStats::magnitude).
   const double floor = static_cast<double>(b.stats.magnitude);
-  double e = 0;
-  e = std::max(e, scalar_relative_error(a.stats.loss, b.stats.loss, floor));
-  e = std::max(e, scalar_relative_error(a.stats.ce, b.stats.ce, floor));
-  e = std::max(e, scalar_relative_error(a.stats.kl, b.stats.kl, floor));
-  e = std::max(e, scalar_relative_error(a.stats.magnitude, b.stats.magnitude));
-  if (a.stats.correct != b.stats.correct || a.stats.valid_rows != b.stats.valid_rows) {
-    return std::numeric_limits<double>::infinity();
-  }
-  auto span_of = [](const auto& t) { return std::span(t.data(), t.values().size()); };
-  e = std::max(e, relative_error(span_of(a.lse), span_of(b.lse), floor));
-  e = std::max(e, relative_error(span_of(a.token_loss), span_of(b.token_loss), floor));
-  e = std::max(e, relative_error(span_of(a.hidden_grad), span_of(b.hidden_grad), floors.hidden));
+  double e = loss_head_stats_error(a.stats, b.stats);
+  e = std::max(e, relative_error(a.lse.span(), b.lse.span(), floor));
+  e = std::max(e, relative_error(a.token_loss.span(), b.token_loss.span(), floor));
+  e = std::max(e, relative_error(a.hidden_grad.span(), b.hidden_grad.span(), floors.hidden));
   if (a.lm_head_grad.has_value() != b.lm_head_grad.has_value()) return std::numeric_limits<double>::infinity();
-  if (a.lm_head_grad) e = std::max(e, relative_error(span_of(*a.lm_head_grad), span_of(*b.lm_head_grad), floors.lm_head));
+  if (a.lm_head_grad) e = std::max(e, relative_error(a.lm_head_grad->span(), b.lm_head_grad->span(), floors.lm_head));
   return e;
 }
 
 // True when every reported quantity is bitwise identical.
 template <class Real>
 bool loss_head_results_identical(const LossHeadResult<Real>& a, const LossHeadResult<Real>& b) {
-  auto same_bits = [](const Real& x, const Real& y) {
-    if constexpr (std::is_trivially_copyable_v<Real>) return std::memcmp(&x, &y, sizeof(Real)) == 0;
-    else return x == y;
-  };
-  auto same = [&](const Tensor<Real>& x, const Tensor<Real>& y) {
-    if (x.shape() != y.shape()) return false;
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      if (!same_bits(x[i], y[i])) return false;
-    }
-    return true;
-  };
-  return same_bits(a.stats.loss, b.stats.loss) && same_bits(a.stats.magnitude, b.stats.magnitude) && same_bits(a.stats.ce, b.stats.ce) && same_bits(a.stats.kl, b.stats.kl) &&
-         a.stats.correct == b.stats.correct && a.stats.valid_rows == b.stats.valid_rows && same(a.lse, b.lse) &&
-         same(a.token_loss, b.token_loss) && same(a.hidden_grad, b.hidden_grad) &&
-         a.lm_head_grad.has_value() == b.lm_head_grad.has_value() &&
-         (!a.lm_head_grad || same(*a.lm_head_grad, *b.lm_head_grad));
+  return loss_head_stats_identical(a.stats, b.stats) && same_bits(a.lse, b.lse) && same_bits(a.token_loss, b.token_loss) &&
+         same_bits(a.hidden_grad, b.hidden_grad) && a.lm_head_grad.has_value() == b.lm_head_grad.has_value() &&
+         (!a.lm_head_grad || same_bits(*a.lm_head_grad, *b.lm_head_grad));
 }
 
 }  // namespace dflash

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,6 +112,7 @@ class Tensor {
   const T* row(std::int64_t i) const { return data() + i * row_size(); }
 
   const std::vector<T>& values() const { return data_; }
+  std::span<const T> span() const { return std::span<const T>(data_.data(), data_.size()); }
 
  private:
   MemoryTracker* tracker_ = nullptr;
