@@ -29,11 +29,13 @@ class GpuTest : public ::testing::Test {
     }
     allocator_ = std::make_unique<DeviceAllocator>();
   }
-  void TearDown() override { allocator_.reset(); }
 
   DeviceAllocator& allocator() { return *allocator_; }
 
  private:
+  // Destroyed with the fixture, after a derived fixture's own members: device buffers a fixture
+  // holds (CudaLossHeadInputs) are freed while their allocator still exists. (Resetting it in
+  // TearDown, which runs before any member is destroyed, left those buffers a dangling allocator.)
   std::unique_ptr<DeviceAllocator> allocator_;
 };
 
