@@ -225,6 +225,11 @@ __global__ void find_non_finite_bf16_kernel(const Bf16Bits* __restrict__ x, std:
   }
 }
 
+// The 16-byte path needs every row of both operands to start 16-byte aligned.
+bool vector_rows(const Bf16Bits* z, const Bf16Bits* t, std::int64_t vocab) {
+  return vocab % 8 == 0 && reinterpret_cast<std::uintptr_t>(z) % 16 == 0 && reinterpret_cast<std::uintptr_t>(t) % 16 == 0;
+}
+
 unsigned int flat_blocks(std::int64_t work_items) {
   const std::int64_t blocks = (work_items + kFlatThreads - 1) / kFlatThreads;
   return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > 4096 ? 4096 : blocks));
@@ -237,7 +242,7 @@ void launch_hybrid_row_stats(const Bf16Bits* z, const Bf16Bits* t, std::int64_t 
                              DeviceRowOutputs out, cudaStream_t stream) {
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned int>(rows));
-  if (vocab % 8 == 0) {
+  if (vector_rows(z, t, vocab)) {
     hybrid_row_stats_kernel<true><<<grid, kRowThreads, 0, stream>>>(z, t, vocab, row0, targets, weights, out);
   } else {
     hybrid_row_stats_kernel<false><<<grid, kRowThreads, 0, stream>>>(z, t, vocab, row0, targets, weights, out);
@@ -250,7 +255,7 @@ void launch_hybrid_logit_grad(Bf16Bits* z, const Bf16Bits* t, std::int64_t rows,
                               const float* row_stats, float weight_sum, cudaStream_t stream) {
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned int>(rows));
-  if (vocab % 8 == 0) {
+  if (vector_rows(z, t, vocab)) {
     hybrid_logit_grad_kernel<true><<<grid, kRowThreads, 0, stream>>>(z, t, vocab, row0, targets, weights, row_stats,
                                                                      weight_sum);
   } else {
