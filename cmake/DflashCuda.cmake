@@ -23,10 +23,10 @@ if(DFLASH_ENABLE_CUDA)
 endif()
 message(STATUS "dflash: CUDA ${DFLASH_HAVE_CUDA} (archs: ${CMAKE_CUDA_ARCHITECTURES})")
 
-# CMake 3.25 accepts CUDA_STANDARD 20 but passes no -std to nvcc 13: pass it ourselves.
+# (-std=c++20 reaches nvcc through CMAKE_CUDA20_STANDARD_COMPILE_OPTION above.)
 function(dflash_cuda_target target)
   dflash_project_target(${target})
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 --expt-relaxed-constexpr>)
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
   set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
 endfunction()

@@ -41,7 +41,7 @@ std::int64_t effective_chunk_rows(const LossHeadOptions& o, std::int64_t T) {
 void validate_cuda_loss_head(const LossHeadOptions& options, const CudaLossHeadShape& shape, double weight_sum) {
   validate_loss_head_options(options);
   if (options.policy == LossPolicy::chunk_retain) {
-    throw_input_error("loss_policy", "'chunk_retain' is not implemented on CUDA (it keeps every chunk's logits: the "
+    throw_input_error("loss_policy", "'chunk_retain' is not offered on CUDA (it keeps every chunk's logits: the "
                                      "memory trap); use chunk_recompute or chunk_grad_in_forward");
   }
   if (options.lm_head_grad) {

@@ -12,7 +12,7 @@ LossHeadTargets<double> GoldenLossHeadInputs::targets(std::size_t b, const Froze
 GoldenLossHeadInputs golden_loss_head_inputs(MemoryTracker& tracker, const Golden& g) {
   // The drafter step's own preparation (anchors as stored, SPEC §4 labels and weights, teacher
   // rows), so that the loss head sees exactly what it sees inside the step.
-  auto prepared = drafter_detail::prepare_sequences(g.config, g.batch, g.step_options());
+  auto prepared = prepare_sequences(g.config, g.batch, g.step_options());
   const std::int64_t T = g.results.at("output/hidden").shape.at(1), H = g.config.hidden_size;
   const std::vector<double>& hidden = g.results.at("output/hidden").values;
   GoldenLossHeadInputs in;
@@ -21,7 +21,7 @@ GoldenLossHeadInputs golden_loss_head_inputs(MemoryTracker& tracker, const Golde
     Tensor<double> y(tracker, MemoryCategory::inputs, {T, H});
     std::copy_n(hidden.begin() + b * T * H, T * H, y.data());
     in.hidden.push_back(std::move(y));
-    in.teacher.push_back(drafter_detail::gather_teacher_rows(tracker, g.batch, b, s.blocks));
+    in.teacher.push_back(gather_teacher_rows(tracker, g.batch, b, s.blocks));
     for (const double w : s.blocks.weights) in.weight_sum += w;
     in.blocks.push_back(std::move(s.blocks));
   }

@@ -69,8 +69,9 @@ struct DrafterStepResult {
   Tensor<Real> target_features_grad; // dL/dF [nseq, S, K H]
 };
 
-namespace drafter_detail {
-
+// One sequence of a batch made ready for the trunk and the loss head: its anchor slots (stored or
+// sampled, SPEC §4) and its block rows (tokens, positions, labels, weights, w01, teacher rows).
+// Public so that other consumers (golden files' loss-head check) build exactly the same rows.
 template <class Real>
 struct PreparedSequence {
   AnchorSlots slots;
@@ -90,6 +91,8 @@ std::vector<PreparedSequence<Real>> prepare_sequences(const DrafterConfig& confi
   }
   return seqs;
 }
+
+namespace drafter_detail {
 
 // W of the prepared sequences, summed in sequence order, rows ascending.
 template <class Real>
@@ -125,6 +128,8 @@ void validate_teacher_rows(const DrafterBatch<Real>& batch, const std::vector<Pr
   }
 }
 
+}  // namespace drafter_detail
+
 // Teacher row of block row i: G[a_n + k - 1] where w01 = 1, else 0 (never read).
 template <class Real>
 Tensor<Real> gather_teacher_rows(MemoryTracker& tracker, const DrafterBatch<Real>& batch, std::int64_t b,
@@ -134,11 +139,13 @@ Tensor<Real> gather_teacher_rows(MemoryTracker& tracker, const DrafterBatch<Real
   Tensor<Real> teacher(tracker, MemoryCategory::inputs, {T, H});
   for (std::int64_t i = 0; i < T; ++i) {
     if (blocks.valid[i] == 0) continue;
-    const Real* g = teacher_row(batch, b, blocks.teacher_rows[i]);
+    const Real* g = drafter_detail::teacher_row(batch, b, blocks.teacher_rows[i]);
     std::copy(g, g + H, teacher.row(i));
   }
   return teacher;
 }
+
+namespace drafter_detail {
 
 template <class Real>
 void copy_row(const Tensor<Real>& from, Tensor<Real>& to, std::int64_t at) {
@@ -254,7 +261,7 @@ template <class Real>
 Real drafter_weight_sum(const DrafterConfig& config, const DrafterBatch<Real>& batch, const DrafterStepOptions& options) {
   validate_drafter_config(config);
   validate_drafter_batch(config, batch, options.sequence_offset);
-  return drafter_detail::total_weight(drafter_detail::prepare_sequences(config, batch, options));
+  return drafter_detail::total_weight(prepare_sequences(config, batch, options));
 }
 
 #define DFLASH_DRAFTER_INSTANTIATE(EXTERN, Real)                                                                    \
