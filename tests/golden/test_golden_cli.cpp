@@ -1,18 +1,15 @@
 // `dflash golden generate|check` and `dflash verify --group golden` as a user runs them: the
 // built binary ($DFLASH_BIN, else the build's), exit codes, the table, and bad input named on stderr.
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "golden_test_support.hpp"
+#include "tests/support/cli_run.hpp"
 
 namespace dflash {
 namespace {
@@ -22,28 +19,9 @@ using golden_testing::RawFile;
 using golden_testing::ScratchDirectory;
 using ::testing::HasSubstr;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using testing_support::CliRun;
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// `dflash <args>`, stdout and stderr captured through files in a scratch directory.
-CliRun dflash(const std::string& args) {
-  const char* env = std::getenv("DFLASH_BIN");
-  const std::string bin = env != nullptr ? env : DFLASH_BIN_DEFAULT;
-  ScratchDirectory io;
-  const std::string command =
-      "'" + bin + "' " + args + " >'" + (io / "out").string() + "' 2>'" + (io / "err").string() + "'";
-  const int status = std::system(command.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(io / "out"), read_text(io / "err")};
-}
+CliRun dflash(const std::string& args) { return testing_support::run_dflash(args); }
 
 TEST(GoldenCli, CheckPassesOnTheCommittedGoldens) {
   const CliRun r = dflash("golden check");

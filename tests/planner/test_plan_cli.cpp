@@ -1,18 +1,16 @@
 // `dflash plan` as a user runs it: the built binary (DFLASH_BIN, else the build's), both forms, the SPEC §8 numbers
 // in the JSON, the table's verdicts, the JSON equal to the library's plan, and every bad flag
 // value rejected with the flag named and a non-zero exit code.
-#include <sys/wait.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "planner/plan_report.hpp"
+#include "tests/support/cli_run.hpp"
 #include "planner/policy_verdicts.hpp"
 
 namespace dflash {
@@ -25,33 +23,10 @@ std::filesystem::path source_dir() {
   return dir ? dir : DFLASH_SOURCE_DIR_DEFAULT;
 }
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing_support::CliRun;
 
 // Runs `dflash plan <args>` from the source directory (so configs/ paths resolve).
-CliRun plan(const std::string& args) {
-  const char* env = std::getenv("DFLASH_BIN");
-  const std::string bin = env ? env : DFLASH_BIN_DEFAULT;
-  const auto dir = std::filesystem::temp_directory_path();
-  const auto out = dir / ("dflash_plan_out_" + std::to_string(::getpid()));
-  const auto err = dir / ("dflash_plan_err_" + std::to_string(::getpid()));
-  const std::string command = "cd '" + source_dir().string() + "' && '" + bin + "' plan " + args + " >'" +
-                              out.string() + "' 2>'" + err.string() + "'";
-  const int status = std::system(command.c_str());
-  CliRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return r;
-}
+CliRun plan(const std::string& args) { return testing_support::run_dflash("plan " + args, source_dir()); }
 
 json plan_json_of(const std::string& args) {
   const CliRun r = plan(args + " --json");
