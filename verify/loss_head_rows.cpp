@@ -99,6 +99,7 @@ std::vector<VerifyRow> verify_loss_head_rows() {
       return loss_head_forward(t, fo, fm.hidden, targets, fm.weight_sum).stats.loss;
     };
     const Mp50 eps("1e-20");
+    const double noise = 1e-25 * std::max(1.0, std::abs(static_cast<double>(loss())));  // quotient noise
     double worst = 0;
     for (int d = 0; d < 3; ++d) {
       const bool wrt_head = d == 2;
@@ -108,7 +109,6 @@ std::vector<VerifyRow> verify_loss_head_rows() {
       const Mp50 fd = central_difference(loss, x, dir, eps);
       const DirectionalCheck a = directional_derivative(std::span(g.data(), g.values().size()), std::span(dir),
                                                         wrt_head ? floors.lm_head : floors.hidden);
-      const double noise = 1e-25 * std::max(1.0, std::abs(static_cast<double>(loss())));
       worst = std::max(worst, directional_error(a, static_cast<double>(fd), noise));
     }
     rows.push_back({"loss_head", c.name, "gradient vs 50-digit FD", worst, 1e-9, 0, false,

@@ -121,12 +121,12 @@ RC_GTEST_PROP(LossHeadProperties, GradientsMatchFiftyDigitFiniteDifferences, ())
     return loss_head_forward(t, o, m.hidden, targets, m.weight_sum).stats.loss;
   };
   const Mp50 eps("1e-20");
+  const double noise = 1e-25 * std::max(1.0, std::abs(static_cast<double>(loss())));  // quotient noise
   const GradientFloors floors = gradient_floors(c.options, p.hidden, p.targets(), p.weight_sum);
   auto check = [&](Tensor<Mp50>& x, const Tensor<double>& grad, const std::vector<double>& dir, double floor) {
     const Mp50 fd = central_difference(loss, x, dir, eps);
     const DirectionalCheck a =
         directional_derivative(std::span(grad.data(), grad.values().size()), std::span(dir), floor);
-    const double noise = 1e-25 * std::max(1.0, std::abs(static_cast<double>(loss())));
     RC_ASSERT(directional_error(a, static_cast<double>(fd), noise) <= 1e-9);
   };
   check(m.hidden, g.hidden_grad, random_direction(m.hidden.numel(), c.spec.seed), floors.hidden);
