@@ -83,14 +83,14 @@ CompareReport compare_results(const Golden& golden, const ResultFile& result, Co
     const std::string dtype(safetensors::dtype_name(t.dtype));
     if (const auto want = golden.results.find(t.name); want != golden.results.end()) {
       if (const auto why = unusable_reason(t, want->second, rule)) {
-        report.rows.push_back({t.name, dtype, kInf, 0, *why, false});
+        report.rows.push_back({t.name, dtype, kInf, 0, *why});
       } else {
         judged.tensors[t.name] = GoldenTensor{t.shape, t.values};
       }
     } else if (other_golden_names.contains(t.name)) {
       report.ignored.push_back(t.name);
     } else {
-      report.rows.push_back({t.name, dtype, kInf, 0, "not an output/ or grad/ tensor of the golden", false});
+      report.rows.push_back({t.name, dtype, kInf, 0, "not an output/ or grad/ tensor of the golden"});
     }
   }
   if (judged.tensors.empty() && report.rows.empty()) {
