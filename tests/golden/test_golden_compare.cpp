@@ -18,6 +18,7 @@ namespace dflash {
 namespace {
 
 using golden_testing::committed_golden;
+using golden_testing::input_error_of;
 using golden_testing::ScratchDirectory;
 using safetensors::Dtype;
 using ::testing::HasSubstr;
@@ -68,6 +69,12 @@ const CompareRow& row_of(const CompareReport& report, const std::string& name) {
 }
 
 constexpr CompareRule kRules[] = {CompareRule::exact, CompareRule::fp32, CompareRule::bf16};
+
+// The report fails on `name` alone, saying `why`.
+void expect_only_failure(const CompareReport& report, const std::string& name, const std::string& why) {
+  EXPECT_THAT(failing(report), ::testing::ElementsAre(name));
+  EXPECT_THAT(row_of(report, name).note, HasSubstr(why));
+}
 
 TEST(GoldenCompare, TheGoldenFileItselfPassesExactWithItsInputsIgnored) {
   const CompareReport report =
@@ -144,10 +151,8 @@ TEST(GoldenCompare, ATensorOfTheWrongShapeFailsNamingBothShapes) {
   ResultFile r = results_stored_as(Dtype::F64);
   ResultTensor& lse = tensor(r, "output/lse");
   lse.shape = {lse.shape.at(0) * lse.shape.at(1)};
-  const CompareReport report = compare_results(golden(), r, CompareRule::bf16);
-  EXPECT_THAT(failing(report), ::testing::ElementsAre("output/lse"));
-  EXPECT_THAT(row_of(report, "output/lse").note, HasSubstr("shape [32]"));
-  EXPECT_THAT(row_of(report, "output/lse").note, HasSubstr("the golden has [2, 16]"));
+  expect_only_failure(compare_results(golden(), r, CompareRule::bf16), "output/lse",
+                      "shape [32], the golden has [2, 16]");
   // Also where the bound is infinite (bf16 accuracy of a golden accuracy 0 with an ambiguous row).
   ResultFile scalar = results_stored_as(Dtype::F64);
   tensor(scalar, "output/accuracy").shape = {1};
@@ -157,33 +162,25 @@ TEST(GoldenCompare, ATensorOfTheWrongShapeFailsNamingBothShapes) {
 TEST(GoldenCompare, ATensorOfANonFloatDtypeFailsNamingTheDtype) {
   ResultFile r = results_stored_as(Dtype::F64);
   tensor(r, "grad/fc.weight").dtype = Dtype::I64;
-  const CompareReport report = compare_results(golden(), r, CompareRule::bf16);
-  EXPECT_THAT(failing(report), ::testing::ElementsAre("grad/fc.weight"));
-  EXPECT_THAT(row_of(report, "grad/fc.weight").note, HasSubstr("dtype I64 is not a result dtype (F64, F32 or BF16)"));
+  expect_only_failure(compare_results(golden(), r, CompareRule::bf16), "grad/fc.weight", "dtype I64 is not a result dtype (F64, F32 or BF16)");
 }
 
 TEST(GoldenCompare, Bf16StorageUnderTheFp32RuleFailsSayingSo) {
   ResultFile r = results_stored_as(Dtype::F32);
   tensor(r, "output/hidden").dtype = Dtype::BF16;
-  const CompareReport report = compare_results(golden(), r, CompareRule::fp32);
-  EXPECT_THAT(failing(report), ::testing::ElementsAre("output/hidden"));
-  EXPECT_THAT(row_of(report, "output/hidden").note, HasSubstr("coarser than the fp32 rule's F32"));
+  expect_only_failure(compare_results(golden(), r, CompareRule::fp32), "output/hidden", "coarser than the fp32 rule's F32");
 }
 
 TEST(GoldenCompare, ANameNotInTheGoldenFailsNamingIt) {
   ResultFile r = results_stored_as(Dtype::F64);
   r.tensors.push_back({"grad/target_features", Dtype::F32, {1}, {0.0}});
-  const CompareReport report = compare_results(golden(), r, CompareRule::exact);
-  EXPECT_THAT(failing(report), ::testing::ElementsAre("grad/target_features"));
-  EXPECT_THAT(row_of(report, "grad/target_features").note, HasSubstr("not an output/ or grad/ tensor of the golden"));
+  expect_only_failure(compare_results(golden(), r, CompareRule::exact), "grad/target_features", "not an output/ or grad/ tensor of the golden");
 }
 
 TEST(GoldenCompare, ANonFiniteValueFailsNamingTheElement) {
   ResultFile r = results_stored_as(Dtype::F64);
   tensor(r, "grad/norm.weight").values.at(3) = std::numeric_limits<double>::quiet_NaN();
-  const CompareReport report = compare_results(golden(), r, CompareRule::bf16);
-  EXPECT_THAT(failing(report), ::testing::ElementsAre("grad/norm.weight"));
-  EXPECT_THAT(row_of(report, "grad/norm.weight").note, HasSubstr("element 3 is nan"));
+  expect_only_failure(compare_results(golden(), r, CompareRule::bf16), "grad/norm.weight", "element 3 is nan");
 }
 
 TEST(GoldenCompare, APartialResultIsJudgedAndTheRestListedMissing) {
@@ -197,23 +194,15 @@ TEST(GoldenCompare, APartialResultIsJudgedAndTheRestListedMissing) {
 
 TEST(GoldenCompare, AResultWithNoResultTensorsIsAnErrorNamingTheFile) {
   const ResultFile r{"inputs.safetensors", {{"input/tokens", Dtype::I64, {2, 20}, {}}}};
-  try {
-    compare_results(golden(), r, CompareRule::exact);
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("'inputs.safetensors' holds none of the output/ or grad/ tensors"));
-  }
+  EXPECT_THAT(input_error_of([&] { compare_results(golden(), r, CompareRule::exact); }),
+              HasSubstr("'inputs.safetensors' holds none of the output/ or grad/ tensors"));
 }
 
 TEST(GoldenCompare, AnEmptyResultFileIsAnErrorNamingIt) {
   ScratchDirectory dir;
   safetensors::testing::write_whole_file(dir / "empty.safetensors", std::string_view(""));
-  try {
-    read_result_file(dir / "empty.safetensors");
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr((dir / "empty.safetensors").string()));
-  }
+  EXPECT_THAT(input_error_of([&] { read_result_file(dir / "empty.safetensors"); }),
+              HasSubstr((dir / "empty.safetensors").string()));
 }
 
 TEST(GoldenCompare, ATruncatedResultFileIsAnErrorNamingIt) {
@@ -221,12 +210,8 @@ TEST(GoldenCompare, ATruncatedResultFileIsAnErrorNamingIt) {
   std::vector<std::byte> bytes = safetensors::testing::read_whole_file(committed_golden(kCase));
   bytes.resize(bytes.size() - 100);
   safetensors::testing::write_whole_file(dir / "cut.safetensors", bytes);
-  try {
-    read_result_file(dir / "cut.safetensors");
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr((dir / "cut.safetensors").string()));
-  }
+  EXPECT_THAT(input_error_of([&] { read_result_file(dir / "cut.safetensors"); }),
+              HasSubstr((dir / "cut.safetensors").string()));
 }
 
 TEST(GoldenCompare, TheJsonReportHasEveryRowAndNullForAnInfiniteError) {

@@ -17,6 +17,7 @@ namespace dflash {
 namespace {
 
 using golden_testing::committed_golden;
+using golden_testing::input_error_of;
 using golden_testing::ScratchDirectory;
 using ::testing::HasSubstr;
 using testing_support::CliRun;
@@ -44,16 +45,6 @@ GoldenRequest mid_request() {
 std::string mid_flags() {
   return str("--config '", kMidConfig.string(), "' --sequences ", kMidSequences, " --context ", kMidContext,
              " --seed 77 --step 3");
-}
-
-template <class F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(GoldenRequest, BadFlagsAreErrorsNamingTheFlag) {
