@@ -109,6 +109,16 @@ TEST(GoldenRequest, AMidShapeGoldenRoundTripsIsDeterministicAndPassesTheReferenc
   const Golden generated = generate_golden(golden_request_case(mid_request()));
   EXPECT_EQ(safetensors::testing::read_whole_file(dir / "mid.safetensors"), golden_bytes(generated));
 
+  // The estimate's memory is the plan: never below what the step really held (the tracker's
+  // peak), and not wildly above; its file size is the file's, headers estimated from above.
+  const GoldenCostEstimate estimate = estimate_golden_cost(golden_request_case(mid_request()));
+  const auto peak = std::int64_t(generated.tracker->peak_total());
+  EXPECT_GE(estimate.step_bytes, peak);
+  EXPECT_LT(estimate.step_bytes, 2 * peak);
+  const auto file = std::int64_t(std::filesystem::file_size(dir / "mid.safetensors"));
+  EXPECT_GE(estimate.file_bytes, file);
+  EXPECT_LT(estimate.file_bytes, file + file / 100);
+
   const Golden g = read_golden(dir / "mid.safetensors");
   EXPECT_EQ(g.case_name, "mid");
   EXPECT_EQ(g.num_sequences(), kMidSequences);
