@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -146,7 +147,7 @@ void expect_row_stats_within_fp32_bound(const RowProblem& p, const RowOutputs& o
   const double bound = fp32_row_stats_bound(p.vocab, kRowThreads);
   const double h = p.hw.hard, s = p.hw.soft, tau = p.hw.tau;
   for (std::int64_t r = 0; r < p.rows; ++r) {
-    SCOPED_TRACE("row " + std::to_string(r));
+    SCOPED_TRACE(::testing::Message() << "row " << r);
     if (p.valid[r] == 0) {
       for (float x : {out.lse[r], out.token_loss[r], out.ce[r], out.kl[r], out.row_stats[3 * r], out.row_stats[3 * r + 1],
                       out.row_stats[3 * r + 2]}) {
@@ -227,8 +228,10 @@ INSTANTIATE_TEST_SUITE_P(Partitions, RowKernelPhases,
                                            PhaseCase{248320, false, 0.7f}, PhaseCase{1003, false, 1.0f},
                                            PhaseCase{1003, false, 1.6f}, PhaseCase{77, false, 0.7f}),
                          [](const ::testing::TestParamInfo<PhaseCase>& info) {
-                           return "V" + std::to_string(info.param.vocab) + (info.param.vector ? "_vector" : "_scalar") +
-                                  "_tau" + std::to_string(static_cast<int>(info.param.tau * 10));
+                           std::ostringstream name;  // (not string operator+: GCC 12 -O3 warns falsely, -Wrestrict)
+                           name << "V" << info.param.vocab << (info.param.vector ? "_vector" : "_scalar") << "_tau"
+                                << static_cast<int>(info.param.tau * 10);
+                           return name.str();
                          });
 
 TEST(RowKernelPhases, WidenAndNarrowKeepColumnOrderAndBits) {
