@@ -18,20 +18,27 @@
 
 namespace dflash {
 
-template <class Real>
+// Index: the column index type (the reference: 64-bit; the CUDA kernels: 32-bit, V < 2^31).
+template <class Real, class Index = std::int64_t>
 struct HybridRowStats {
   Real max_z{0}, sum_z{0};    // running max of z and sum exp(z - max_z)
   Real max_zt{0}, sum_zt{0};  // the same for z/tau
   Real max_tt{0}, sum_tt{0};  // the same for t/tau
   Real q_diff{0};             // sum exp(t/tau - max_tt) * (t - z)
   Real z_label{0};            // z[y]; 0 until the label's column is seen (merging adds, exactly)
-  std::int64_t argmax = -1;   // lowest index attaining max z
-  std::int64_t count = 0;     // columns absorbed; 0 = empty
+  Index argmax = -1;          // lowest index attaining max z
+  Index count = 0;            // columns absorbed; 0 = empty
 
   // Absorb column v with student logit z and teacher logit t.
-  DFLASH_HD void update(const Real& z, const Real& t, std::int64_t v, std::int64_t label, const Real& tau) {
-    const Real zt = z / tau;
-    const Real tt = t / tau;
+  DFLASH_HD void update(const Real& z, const Real& t, Index v, Index label, const Real& tau) {
+    update_scaled(z, Real(z / tau), t, Real(t / tau), v, label);
+  }
+
+  // The same with z/tau and t/tau computed by the caller (a kernel multiplies by a precomputed
+  // 1/tau). kTauIsOne: tau = 1, so the z/tau statistics are the z statistics; they are not
+  // accumulated, and reuse_z_for_zt() copies them once the row is complete.
+  template <bool kTauIsOne = false>
+  DFLASH_HD void update_scaled(const Real& z, const Real& zt, const Real& t, const Real& tt, Index v, Index label) {
     if (count == 0) {
       max_z = z;
       sum_z = Real(1);
@@ -50,11 +57,13 @@ struct HybridRowStats {
         sum_z += exp_of(Real(z - max_z));
         if (z == max_z && v < argmax) argmax = v;
       }
-      if (zt > max_zt) {
-        sum_zt = sum_zt * exp_of(Real(max_zt - zt)) + Real(1);
-        max_zt = zt;
-      } else {
-        sum_zt += exp_of(Real(zt - max_zt));
+      if constexpr (!kTauIsOne) {
+        if (zt > max_zt) {
+          sum_zt = sum_zt * exp_of(Real(max_zt - zt)) + Real(1);
+          max_zt = zt;
+        } else {
+          sum_zt += exp_of(Real(zt - max_zt));
+        }
       }
       if (tt > max_tt) {
         const Real scale = exp_of(Real(max_tt - tt));
@@ -69,6 +78,11 @@ struct HybridRowStats {
     }
     if (v == label) z_label = z;
     ++count;
+  }
+
+  DFLASH_HD void reuse_z_for_zt() {
+    max_zt = max_z;
+    sum_zt = sum_z;
   }
 
   // Combine the statistics of two disjoint column ranges (any order gives the same maths;
@@ -108,8 +122,8 @@ struct HybridRowResult {
   Real kl;      // sum q (log q - log p_tau) = sum q (t - z) / tau - lse_tt + lse_zt
 };
 
-template <class Real>
-DFLASH_HD HybridRowResult<Real> finish_row(const HybridRowStats<Real>& s, const Real& tau) {
+template <class Real, class Index>
+DFLASH_HD HybridRowResult<Real> finish_row(const HybridRowStats<Real, Index>& s, const Real& tau) {
   HybridRowResult<Real> r;
   r.lse_z = s.max_z + log_of(s.sum_z);
   r.lse_zt = s.max_zt + log_of(s.sum_zt);
@@ -121,15 +135,24 @@ DFLASH_HD HybridRowResult<Real> finish_row(const HybridRowStats<Real>& s, const 
 
 // dL/dz_v for one column: scale * [hard (p_v - [v = y]) + soft tau (p_tau_v - q_v)], scale = w/W.
 // Takes log q_v = t_v/tau - lse_tt so that a policy that kept log q (chunk_retain) and one that
-// recomputes it from t produce bitwise the same value.
+// recomputes it from t produce bitwise the same value. zt = z/tau, computed by the caller (a
+// kernel multiplies by a precomputed 1/tau; hybrid_logit_grad below divides).
 template <class Real>
-DFLASH_HD Real hybrid_logit_grad(const Real& z, const Real& log_q, bool is_label, const HybridRowResult<Real>& row,
-                                 const Real& tau, const Real& hard, const Real& soft, const Real& scale) {
+DFLASH_HD Real hybrid_logit_grad_scaled(const Real& z, const Real& zt, const Real& log_q, bool is_label,
+                                        const HybridRowResult<Real>& row, const Real& tau, const Real& hard,
+                                        const Real& soft, const Real& scale) {
   const Real p = exp_of(Real(z - row.lse_z));
-  const Real p_tau = exp_of(Real(z / tau - row.lse_zt));
+  const Real p_tau = exp_of(Real(zt - row.lse_zt));
   const Real q = exp_of(log_q);
   const Real onehot = is_label ? Real(1) : Real(0);
   return scale * (hard * (p - onehot) + soft * tau * (p_tau - q));
+}
+
+// The same, z/tau by division (the reference).
+template <class Real>
+DFLASH_HD Real hybrid_logit_grad(const Real& z, const Real& log_q, bool is_label, const HybridRowResult<Real>& row,
+                                 const Real& tau, const Real& hard, const Real& soft, const Real& scale) {
+  return hybrid_logit_grad_scaled(z, Real(z / tau), log_q, is_label, row, tau, hard, soft, scale);
 }
 
 template <class Real>

@@ -54,7 +54,8 @@ Bf16Emulation hybrid_loss_bf16_emulation(MemoryTracker& tracker, const LossHeadO
   const LossHeadTargets<double> in = p.targets();
   validate_loss_head(options, p.hidden, in, p.weight_sum);
   const std::int64_t T = p.hidden.dim(0), H = p.hidden.dim(1), V = p.lm_head.dim(0);
-  const double h = options.hard_weight, s = options.soft_weight, tau = options.temperature;
+  const HybridHyper<double> hp = hybrid_hyper<double>(options);
+  const double h = hp.hard, s = hp.soft, tau = hp.tau;
 
   Bf16Emulation e{{{},
                    Tensor<double>(tracker, MemoryCategory::outputs, {T}),
@@ -63,7 +64,6 @@ Bf16Emulation hybrid_loss_bf16_emulation(MemoryTracker& tracker, const LossHeadO
                    std::nullopt},
                   0};
   LossHeadResult<double>& r = e.result;
-  double sum_wl = 0, sum_wce = 0, sum_wkl = 0, sum_wmag = 0;
   std::vector<double> z(V), t(V), exact(V), bound(V), dz(V);
   for (std::int64_t i = 0; i < T; ++i) {
     if (p.valid[i] == 0) continue;
@@ -77,30 +77,20 @@ Bf16Emulation hybrid_loss_bf16_emulation(MemoryTracker& tracker, const LossHeadO
       stats.update(z[v], t[v], v, y, tau);
     }
     const HybridRowResult<double> row = finish_row(stats, tau);
-    const double loss_i = h * row.ce + s * tau * tau * row.kl;
+    const double loss_i = hybrid_token_loss(row, hp);
     const double w = p.weights[i];
     r.lse[i] = row.lse_z;
     r.token_loss[i] = loss_i;
-    sum_wl += w * loss_i;
-    sum_wce += w * row.ce;
-    sum_wkl += w * row.kl;
-    sum_wmag += w * (std::abs(row.lse_z) + std::abs(row.lse_zt) + std::abs(row.lse_tt));
-    r.stats.correct += stats.argmax == y ? 1 : 0;
-    r.stats.valid_rows += 1;
+    r.stats.add_row(w, loss_i, row, stats.argmax == y);
     e.ambiguous_argmax_rows += argmax_is_ambiguous(exact, bound) ? 1 : 0;
 
-    const double scale = p.weight_sum > 0 ? w / p.weight_sum : 0.0;
+    const double scale = row_grad_scale(w, p.weight_sum);
     for (std::int64_t v = 0; v < V; ++v) {
       dz[v] = bf16_of(hybrid_logit_grad(z[v], teacher_log_prob(t[v], row, tau), v == y, row, tau, h, s, scale));
     }
     matmul_ab_accumulate(dz.data(), p.lm_head.data(), r.hidden_grad.row(i), 1, H, V);
   }
-  if (p.weight_sum > 0) {
-    r.stats.loss = sum_wl / p.weight_sum;
-    r.stats.ce = sum_wce / p.weight_sum;
-    r.stats.kl = sum_wkl / p.weight_sum;
-    r.stats.magnitude = sum_wmag / p.weight_sum;
-  }
+  r.stats.finish(p.weight_sum);
   return e;
 }
 

@@ -47,8 +47,8 @@ std::string Bf16RuleReport::describe() const {
   std::string out;
   char line[256];
   for (const ToleranceEntry& e : entries) {
-    std::snprintf(line, sizeof line, "%s: error %.3e <= 2 x %.3e + %.1e = %.3e %s\n", e.quantity.c_str(), e.error,
-                  e.plain_error, e.floor, e.bound(), e.ok() ? "ok" : "FAILS");
+    std::snprintf(line, sizeof line, "%s: error %.3e <= %g x %.3e + %.1e = %.3e %s\n", e.quantity.c_str(), e.error,
+                  kPlainErrorFactor, e.plain_error, e.floor, e.bound(), e.ok() ? "ok" : "FAILS");
     out += line;
   }
   return out;

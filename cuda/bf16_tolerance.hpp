@@ -1,34 +1,28 @@
 // SPEC §10 for low-precision results: each quantity the CUDA loss head reports may be at most
-// twice as far from the double reference as the plain bf16 computation of the same quantity
-// (cuda/bf16_emulation.hpp), plus a floor stated here:
-//   loss, ce, kl   |a - ref| / max(|ref|, magnitude) (the reference's scalar measure), floor 1e-5
-//   lse, token loss, dL/dY   norm-wise relative error (reference/compare.hpp), floor 1e-5
+// kPlainErrorFactor (2) times as far from the double reference as the plain bf16 computation of
+// the same quantity (cuda/bf16_emulation.hpp), plus a floor (common/tolerances.hpp):
+//   loss, ce, kl   |a - ref| / max(|ref|, magnitude) (the reference's scalar measure), kFp32Floor
+//   lse, token loss, dL/dY   norm-wise relative error (reference/compare.hpp), kFp32Floor
 //   correct        |count - ref count|, floor: the rows whose argmax bf16 logits may flip
 //                  (Bf16Emulation::ambiguous_argmax_rows)
 //   valid rows     exact (a count of flags)
-// The 1e-5 floor is what fp32 arithmetic may add where bf16 storage happens to cost (almost)
-// nothing, e.g. logits that bf16 holds exactly: fp32 row statistics (each thread sums at most
-// V/256 terms, then an 8-level tree: for V <= 2^14, (64 + 8) u = 4.3e-6 with u = 2^-24, and
-// 2-ulp exp on the device) and fp32 products over V (sqrt(V) u ~ 1e-5 at V = 2^14 even without
-// cancellation). It is not a fitted number: the test sizes stay at V <= 2^14.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/tolerances.hpp"
 #include "cuda/bf16_emulation.hpp"
 
 namespace dflash {
-
-inline constexpr double kFp32Floor = 1e-5;
 
 struct ToleranceEntry {
   std::string quantity;
   double error = 0;        // production vs reference
   double plain_error = 0;  // plain bf16 computation vs reference
   double floor = 0;
-  double bound() const { return 2 * plain_error + floor; }
+  double bound() const { return kPlainErrorFactor * plain_error + floor; }
   bool ok() const { return error <= bound(); }
 };
 

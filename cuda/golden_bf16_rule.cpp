@@ -39,11 +39,7 @@ GoldenResults loss_head_golden_results(const std::vector<LossHeadResult<double>>
   for (const LossHeadResult<double>& s : per_sequence) {
     lse.values.insert(lse.values.end(), s.lse.values().begin(), s.lse.values().end());
     token_loss.values.insert(token_loss.values.end(), s.token_loss.values().begin(), s.token_loss.values().end());
-    total.loss += s.stats.loss;
-    total.ce += s.stats.ce;
-    total.kl += s.stats.kl;
-    total.correct += s.stats.correct;
-    total.valid_rows += s.stats.valid_rows;
+    total.merge(s.stats);
   }
   r["output/loss"] = GoldenTensor{{}, {total.loss}};
   r["output/ce"] = GoldenTensor{{}, {total.ce}};
@@ -68,7 +64,7 @@ std::map<std::string, double, std::less<>> bf16_rule_golden_tolerances(MemoryTra
 
   std::map<std::string, double, std::less<>> tolerance;
   for (const GoldenCheckRow& row : compare_golden_outputs(golden, measured)) {
-    tolerance[row.tensor] = 2 * row.error + kFp32Floor;
+    tolerance[row.tensor] = kPlainErrorFactor * row.error + kFp32Floor;
   }
   // Accuracy: counts. The plain computation's changed rows, twice, plus the ambiguous rows, as a
   // relative error of the golden's accuracy (the check's measure; a golden accuracy of 0 cannot
@@ -80,7 +76,7 @@ std::map<std::string, double, std::less<>> bf16_rule_golden_tolerances(MemoryTra
   }
   const double golden_accuracy = golden.results.at("output/accuracy").values.at(0);
   const double golden_correct = std::round(golden_accuracy * double(valid_rows));
-  const double allowed_rows = 2 * std::abs(double(plain_correct) - golden_correct) + double(ambiguous);
+  const double allowed_rows = kPlainErrorFactor * std::abs(double(plain_correct) - golden_correct) + double(ambiguous);
   tolerance["output/accuracy"] =
       golden_accuracy > 0 ? allowed_rows / double(valid_rows) / golden_accuracy
                           : (allowed_rows > 0 ? std::numeric_limits<double>::infinity() : 0.0);

@@ -32,10 +32,6 @@ void throw_non_finite(const DeviceAllocator& allocator, const char* name, const 
                               value, "; every value must be finite"));
 }
 
-std::int64_t effective_chunk_rows(const LossHeadOptions& o, std::int64_t T) {
-  return o.policy == LossPolicy::materialize ? std::max<std::int64_t>(T, 1) : o.chunk_rows;
-}
-
 }  // namespace
 
 void validate_cuda_loss_head(const LossHeadOptions& options, const CudaLossHeadShape& shape, double weight_sum) {
@@ -47,11 +43,30 @@ void validate_cuda_loss_head(const LossHeadOptions& options, const CudaLossHeadS
   if (options.lm_head_grad) {
     throw_input_error("lm_head_grad", "true is not supported on CUDA: lm_head is frozen (SPEC §3)");
   }
+  // h, s and tau are narrowed to float for the kernels: each must survive that as the number it was
+  // (tau below FLT_MIN would lose its precision or become 0; above FLT_MAX any of them becomes inf),
+  // and 1/tau, which the kernels multiply by, must be finite.
+  const auto float_range = [](double value, const char* name) {
+    if (std::abs(value) > double(std::numeric_limits<float>::max())) {
+      throw_input_error(name, str(value, " exceeds the float range the CUDA kernels compute in (max ",
+                                  std::numeric_limits<float>::max(), ")"));
+    }
+  };
+  float_range(options.hard_weight, "hard_weight");
+  float_range(options.soft_weight, "soft_weight");
+  float_range(options.temperature, "temperature");
+  if (options.temperature < double(std::numeric_limits<float>::min())) {
+    throw_input_error("temperature", str(options.temperature, " is below the smallest normal float (",
+                                         std::numeric_limits<float>::min(), "): the CUDA kernels compute in float"));
+  }
   if (shape.rows < 0) throw_input_error("rows", str(shape.rows, " must be >= 0"));
   if (shape.hidden < 1) throw_input_error("hidden_size", str(shape.hidden, " must be >= 1"));
   if (shape.vocab < 1) throw_input_error("vocab_size", str(shape.vocab, " must be >= 1"));
   if (!std::isfinite(weight_sum) || weight_sum < 0) {
     throw_input_error("weight_sum", str(weight_sum, " must be finite and >= 0"));
+  }
+  if (weight_sum > double(std::numeric_limits<float>::max())) {
+    throw_input_error("weight_sum", str(weight_sum, " exceeds the float range the CUDA kernels scale by"));
   }
 }
 
@@ -69,8 +84,7 @@ CudaLossHead::CudaLossHead(DeviceAllocator& allocator, const LossHeadOptions& op
     : allocator_(allocator), options_(validated(options)), gemm_(allocator) {}
 
 HybridWeights CudaLossHead::hybrid_weights() const {
-  return HybridWeights{static_cast<float>(options_.hard_weight), static_cast<float>(options_.soft_weight),
-                       static_cast<float>(options_.temperature)};
+  return hybrid_hyper<float>(options_);  // in float range: validate_cuda_loss_head
 }
 
 void CudaLossHead::check_inputs(const Bf16Bits* hidden, const CudaLossHeadShape& shape, const CudaLossHeadTargets& in,
@@ -152,7 +166,7 @@ CudaLossHeadForward CudaLossHead::forward(const Bf16Bits* hidden, const CudaLoss
     copy_on_device(allocator_, saved.hidden->data(), hidden, saved.hidden->bytes());
   }
   DeviceBuffer<float> row_stats(allocator_, grad_in_forward ? MemoryCategory::transient : MemoryCategory::loss_saved,
-                                3 * Tu);
+                                kSavedRowStats * Tu);
   DeviceBuffer<float> ce(allocator_, MemoryCategory::transient, Tu);
   DeviceBuffer<float> kl(allocator_, MemoryCategory::transient, Tu);
   DeviceBuffer<std::uint8_t> correct(allocator_, MemoryCategory::transient, Tu);
@@ -177,17 +191,10 @@ CudaLossHeadForward CudaLossHead::forward(const Bf16Bits* hidden, const CudaLoss
     }
   }
 
-  DeviceBuffer<LossTotals> totals(allocator_, MemoryCategory::transient, 1);
+  DeviceBuffer<LossHeadStats<double>> totals(allocator_, MemoryCategory::transient, 1);
   launch_loss_totals(out, in.rows, T, totals.data(), stream);
-  const LossTotals sums = totals.download()[0];
-  f.stats.correct = sums.correct;
-  f.stats.valid_rows = sums.valid_rows;
-  if (weight_sum > 0) {
-    f.stats.loss = sums.weighted_loss / weight_sum;
-    f.stats.ce = sums.weighted_ce / weight_sum;
-    f.stats.kl = sums.weighted_kl / weight_sum;
-    f.stats.magnitude = sums.weighted_magnitude / weight_sum;
-  }
+  f.stats = totals.download()[0];
+  f.stats.finish(weight_sum);
   if (!grad_in_forward) saved.row_stats.emplace(std::move(row_stats));
   if (materialize) {
     saved.logits.emplace(std::move(z));

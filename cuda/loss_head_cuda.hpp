@@ -83,6 +83,13 @@ class CudaLossHead {
 
   // dL/dY [T,H] in fp32 (MemoryCategory::gradients). Consumes what forward saved; nothing of it
   // outlives this call. `in` must be the targets forward saw.
+  //
+  // Stream contract: backward only enqueues its work on allocator().stream() and returns before
+  // that work has run. Until it has, G, W_lm and the per-row targets are still being read and the
+  // returned dL/dY is still being written: use dL/dY by later work on the same stream (stream
+  // order makes that safe), and before the caller frees or overwrites any of `in` from the host or
+  // another stream, wait with allocator().synchronize() (or an event recorded on the stream).
+  // forward, by contrast, returns with all its work finished (it reads the totals back).
   DeviceBuffer<float> backward(const CudaLossHeadTargets& in, CudaLossHeadSaved saved);
 
   const LossHeadOptions& options() const { return options_; }

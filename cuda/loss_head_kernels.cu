@@ -6,40 +6,12 @@
 #include "common/bf16.hpp"
 #include "common/row_stats.hpp"
 #include "cuda/cuda_check.hpp"
+#include "reference/errors.hpp"
 
 namespace dflash {
 namespace {
 
-constexpr int kRowThreads = 256;  // one block per row; V / 256 columns per thread
 constexpr int kFlatThreads = 256;
-constexpr int kTotalsThreads = 512;
-
-// Eight bf16 columns in one 16-byte load (the vector path needs V % 8 == 0, so that every row
-// starts 16-byte aligned).
-struct Bf16x8 {
-  float v[8];
-};
-
-__device__ inline Bf16x8 widen8(const uint4& packed) {
-  const unsigned int words[4] = {packed.x, packed.y, packed.z, packed.w};
-  Bf16x8 out;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {  // little-endian: column 2k is the low half of word k
-    out.v[2 * k] = float_from_bf16_bits(static_cast<Bf16Bits>(words[k] & 0xFFFFu));
-    out.v[2 * k + 1] = float_from_bf16_bits(static_cast<Bf16Bits>(words[k] >> 16));
-  }
-  return out;
-}
-
-__device__ inline uint4 narrow8(const Bf16x8& values) {
-  unsigned int words[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    words[k] = static_cast<unsigned int>(bf16_bits_from_float(values.v[2 * k])) |
-               (static_cast<unsigned int>(bf16_bits_from_float(values.v[2 * k + 1])) << 16);
-  }
-  return uint4{words[0], words[1], words[2], words[3]};
-}
 
 // A block's shared array of N values of a type with member initialisers (which a __shared__
 // declaration cannot hold): raw bytes, each thread constructing its own slot.
@@ -49,137 +21,55 @@ __device__ inline T* shared_slots() {
   return reinterpret_cast<T*>(raw);
 }
 
-// Merges every thread's partial statistics into thread 0's, in a fixed tree (bitwise
-// reproducible).
-__device__ inline HybridRowStats<float> block_merge(const HybridRowStats<float>& mine) {
-  HybridRowStats<float>* partial = shared_slots<HybridRowStats<float>, kRowThreads>();
-  new (&partial[threadIdx.x]) HybridRowStats<float>(mine);
+// Every phase of loss_head_row_phases.hpp in order, with a barrier between phases.
+__global__ void __launch_bounds__(kRowThreads)
+    hybrid_row_stats_kernel(const Bf16Bits* __restrict__ z, const Bf16Bits* __restrict__ t, std::int32_t vocab,
+                            std::int64_t row0, DeviceRowTargets in, HybridWeights hw, DeviceRowOutputs out,
+                            bool vector) {
+  const std::int64_t r = blockIdx.x;
+  const std::int64_t i = row0 + r;
+  if (in.valid[i] == 0) {  // the whole block: no label, no teacher
+    if (threadIdx.x == 0) write_invalid_row_outputs(i, out);
+    return;
+  }
+  const auto label = static_cast<std::int32_t>(in.labels[i]);
+  const RowScales sc = row_scales(hw);
+  KernelRowStats* partial = shared_slots<KernelRowStats, kRowThreads>();
+  const int thread = static_cast<int>(threadIdx.x);
+  new (&partial[thread]) KernelRowStats(row_stats_thread_partial(z + r * vocab, t + r * vocab, vocab, label, sc,
+                                                                 thread, vector));
   __syncthreads();
   for (int half = kRowThreads / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half) {
-      partial[threadIdx.x] = HybridRowStats<float>::merge(partial[threadIdx.x], partial[threadIdx.x + half]);
-    }
+    merge_tree_level(partial, half, thread);
     __syncthreads();
   }
-  return partial[0];
+  if (thread == 0) write_row_outputs(partial[0], i, label, hw, sc, out);
 }
 
-template <bool kVector>
 __global__ void __launch_bounds__(kRowThreads)
-    hybrid_row_stats_kernel(const Bf16Bits* __restrict__ z, const Bf16Bits* __restrict__ t, std::int64_t vocab,
-                            std::int64_t row0, DeviceRowTargets in, HybridWeights hw, DeviceRowOutputs out) {
-  const std::int64_t r = blockIdx.x;
-  const std::int64_t i = row0 + r;
-  if (in.valid[i] == 0) {  // no label, no teacher: outputs are 0 and nothing else is read
-    if (threadIdx.x == 0) {
-      for (int k = 0; k < 3; ++k) out.row_stats[3 * i + k] = 0.0f;
-      out.lse[i] = out.token_loss[i] = out.ce[i] = out.kl[i] = 0.0f;
-      out.correct[i] = 0;
-    }
-    return;
-  }
-  const std::int64_t label = in.labels[i];
-  const Bf16Bits* zr = z + r * vocab;
-  const Bf16Bits* tr = t + r * vocab;
-  HybridRowStats<float> stats;
-  if constexpr (kVector) {
-    const uint4* z8 = reinterpret_cast<const uint4*>(zr);
-    const uint4* t8 = reinterpret_cast<const uint4*>(tr);
-    for (std::int64_t g = threadIdx.x; g < vocab / 8; g += kRowThreads) {
-      const Bf16x8 zv = widen8(z8[g]);
-      const Bf16x8 tv = widen8(t8[g]);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) stats.update(zv.v[k], tv.v[k], 8 * g + k, label, hw.tau);
-    }
-  } else {
-    for (std::int64_t v = threadIdx.x; v < vocab; v += kRowThreads) {
-      stats.update(float_from_bf16_bits(zr[v]), float_from_bf16_bits(tr[v]), v, label, hw.tau);
-    }
-  }
-  const HybridRowStats<float> all = block_merge(stats);
-  if (threadIdx.x == 0) {
-    const HybridRowResult<float> row = finish_row(all, hw.tau);
-    out.row_stats[3 * i] = row.lse_z;
-    out.row_stats[3 * i + 1] = row.lse_zt;
-    out.row_stats[3 * i + 2] = row.lse_tt;
-    out.lse[i] = row.lse_z;
-    out.token_loss[i] = hw.hard * row.ce + hw.soft * hw.tau * hw.tau * row.kl;
-    out.ce[i] = row.ce;
-    out.kl[i] = row.kl;
-    out.correct[i] = all.argmax == label ? 1 : 0;
-  }
-}
-
-template <bool kVector>
-__global__ void __launch_bounds__(kRowThreads)
-    hybrid_logit_grad_kernel(Bf16Bits* __restrict__ z, const Bf16Bits* __restrict__ t, std::int64_t vocab,
+    hybrid_logit_grad_kernel(Bf16Bits* __restrict__ z, const Bf16Bits* __restrict__ t, std::int32_t vocab,
                              std::int64_t row0, DeviceRowTargets in, HybridWeights hw,
-                             const float* __restrict__ row_stats, float weight_sum) {
+                             const float* __restrict__ row_stats, float weight_sum, bool vector) {
   const std::int64_t r = blockIdx.x;
   const std::int64_t i = row0 + r;
-  Bf16Bits* zr = z + r * vocab;
-  const Bf16Bits* tr = t + r * vocab;
-  const float scale = in.valid[i] != 0 && weight_sum > 0.0f ? in.weights[i] / weight_sum : 0.0f;
-  if (scale == 0.0f) {  // invalid, zero-weight, or W = 0: the row's gradient is exactly zero
-    for (std::int64_t v = threadIdx.x; v < vocab; v += kRowThreads) zr[v] = 0;
-    return;
-  }
-  const std::int64_t label = in.labels[i];
-  HybridRowResult<float> row{};
-  row.lse_z = row_stats[3 * i];
-  row.lse_zt = row_stats[3 * i + 1];
-  row.lse_tt = row_stats[3 * i + 2];
-  auto grad = [&](float zv, float tv, std::int64_t v) {
-    return hybrid_logit_grad(zv, teacher_log_prob(tv, row, hw.tau), v == label, row, hw.tau, hw.hard, hw.soft, scale);
-  };
-  if constexpr (kVector) {
-    uint4* z8 = reinterpret_cast<uint4*>(zr);
-    const uint4* t8 = reinterpret_cast<const uint4*>(tr);
-    for (std::int64_t g = threadIdx.x; g < vocab / 8; g += kRowThreads) {
-      Bf16x8 zv = widen8(z8[g]);
-      const Bf16x8 tv = widen8(t8[g]);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) zv.v[k] = grad(zv.v[k], tv.v[k], 8 * g + k);
-      z8[g] = narrow8(zv);
-    }
-  } else {
-    for (std::int64_t v = threadIdx.x; v < vocab; v += kRowThreads) {
-      zr[v] = bf16_bits_from_float(grad(float_from_bf16_bits(zr[v]), float_from_bf16_bits(tr[v]), v));
-    }
-  }
+  const float scale = row_logit_grad_scale(in, i, weight_sum);
+  const std::int32_t label = scale == 0.0f ? -1 : static_cast<std::int32_t>(in.labels[i]);
+  const HybridRowResult<float> row = scale == 0.0f ? HybridRowResult<float>{} : load_row_stats(row_stats, i);
+  logit_grad_thread(z + r * vocab, t + r * vocab, vocab, label, row, hw, row_scales(hw), scale,
+                    static_cast<int>(threadIdx.x), vector);
 }
 
 __global__ void __launch_bounds__(kTotalsThreads)
-    loss_totals_kernel(DeviceRowOutputs rows_out, DeviceRowTargets in, std::int64_t T, LossTotals* totals) {
-  LossTotals mine;
-  for (std::int64_t i = threadIdx.x; i < T; i += kTotalsThreads) {
-    if (in.valid[i] == 0) continue;
-    const double w = in.weights[i];
-    mine.weighted_loss += w * rows_out.token_loss[i];
-    mine.weighted_ce += w * rows_out.ce[i];
-    mine.weighted_kl += w * rows_out.kl[i];
-    mine.weighted_magnitude += w * (fabs(double(rows_out.row_stats[3 * i])) + fabs(double(rows_out.row_stats[3 * i + 1])) +
-                                    fabs(double(rows_out.row_stats[3 * i + 2])));
-    mine.correct += rows_out.correct[i];
-    mine.valid_rows += 1;
-  }
-  LossTotals* partial = shared_slots<LossTotals, kTotalsThreads>();
-  new (&partial[threadIdx.x]) LossTotals(mine);
+    loss_totals_kernel(DeviceRowOutputs rows_out, DeviceRowTargets in, std::int64_t T, LossHeadStats<double>* totals) {
+  LossHeadStats<double>* partial = shared_slots<LossHeadStats<double>, kTotalsThreads>();
+  const int thread = static_cast<int>(threadIdx.x);
+  new (&partial[thread]) LossHeadStats<double>(totals_thread_partial(rows_out, in, T, thread));
   __syncthreads();
   for (int half = kTotalsThreads / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half) {
-      LossTotals& a = partial[threadIdx.x];
-      const LossTotals& b = partial[threadIdx.x + half];
-      a.weighted_loss += b.weighted_loss;
-      a.weighted_ce += b.weighted_ce;
-      a.weighted_kl += b.weighted_kl;
-      a.weighted_magnitude += b.weighted_magnitude;
-      a.correct += b.correct;
-      a.valid_rows += b.valid_rows;
-    }
+    totals_tree_level(partial, half, thread);
     __syncthreads();
   }
-  if (threadIdx.x == 0) *totals = partial[0];
+  if (thread == 0) *totals = partial[0];
 }
 
 __global__ void find_row_target_faults_kernel(DeviceRowTargets in, std::int64_t T, std::int64_t vocab,
@@ -230,6 +120,18 @@ bool vector_rows(const Bf16Bits* z, const Bf16Bits* t, std::int64_t vocab) {
   return vocab % 8 == 0 && reinterpret_cast<std::uintptr_t>(z) % 16 == 0 && reinterpret_cast<std::uintptr_t>(t) % 16 == 0;
 }
 
+// One block per chunk row (a grid's x dimension holds 2^31 - 1 blocks).
+unsigned int row_blocks(std::int64_t rows) {
+  if (rows > 0x7FFFFFFF) throw_input_error("rows", str(rows, " exceed one grid's 2^31 - 1 blocks"));
+  return static_cast<unsigned int>(rows);
+}
+
+// Column indices are 32-bit in the row kernels.
+std::int32_t column_count(std::int64_t vocab) {
+  if (vocab > 0x7FFFFFFF) throw_input_error("vocab_size", str(vocab, " does not fit the kernels' 32-bit column index"));
+  return static_cast<std::int32_t>(vocab);
+}
+
 unsigned int flat_blocks(std::int64_t work_items) {
   const std::int64_t blocks = (work_items + kFlatThreads - 1) / kFlatThreads;
   return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > 4096 ? 4096 : blocks));
@@ -241,12 +143,8 @@ void launch_hybrid_row_stats(const Bf16Bits* z, const Bf16Bits* t, std::int64_t 
                              std::int64_t row0, DeviceRowTargets targets, HybridWeights weights,
                              DeviceRowOutputs out, cudaStream_t stream) {
   if (rows == 0) return;
-  const dim3 grid(static_cast<unsigned int>(rows));
-  if (vector_rows(z, t, vocab)) {
-    hybrid_row_stats_kernel<true><<<grid, kRowThreads, 0, stream>>>(z, t, vocab, row0, targets, weights, out);
-  } else {
-    hybrid_row_stats_kernel<false><<<grid, kRowThreads, 0, stream>>>(z, t, vocab, row0, targets, weights, out);
-  }
+  hybrid_row_stats_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(z, t, column_count(vocab), row0, targets,
+                                                                         weights, out, vector_rows(z, t, vocab));
   DFLASH_CUDA_CHECK_LAUNCH("hybrid_row_stats_kernel");
 }
 
@@ -254,19 +152,14 @@ void launch_hybrid_logit_grad(Bf16Bits* z, const Bf16Bits* t, std::int64_t rows,
                               std::int64_t row0, DeviceRowTargets targets, HybridWeights weights,
                               const float* row_stats, float weight_sum, cudaStream_t stream) {
   if (rows == 0) return;
-  const dim3 grid(static_cast<unsigned int>(rows));
-  if (vector_rows(z, t, vocab)) {
-    hybrid_logit_grad_kernel<true><<<grid, kRowThreads, 0, stream>>>(z, t, vocab, row0, targets, weights, row_stats,
-                                                                     weight_sum);
-  } else {
-    hybrid_logit_grad_kernel<false><<<grid, kRowThreads, 0, stream>>>(z, t, vocab, row0, targets, weights, row_stats,
-                                                                      weight_sum);
-  }
+  hybrid_logit_grad_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(z, t, column_count(vocab), row0, targets,
+                                                                          weights, row_stats, weight_sum,
+                                                                          vector_rows(z, t, vocab));
   DFLASH_CUDA_CHECK_LAUNCH("hybrid_logit_grad_kernel");
 }
 
 void launch_loss_totals(const DeviceRowOutputs& rows_out, DeviceRowTargets targets, std::int64_t T,
-                        LossTotals* totals, cudaStream_t stream) {
+                        LossHeadStats<double>* totals, cudaStream_t stream) {
   loss_totals_kernel<<<1, kTotalsThreads, 0, stream>>>(rows_out, targets, T, totals);
   DFLASH_CUDA_CHECK_LAUNCH("loss_totals_kernel");
 }
@@ -294,7 +187,7 @@ void launch_find_non_finite_bf16(const Bf16Bits* x, std::int64_t rows, std::int6
 
 cudaError_t loss_head_kernel_image_status() {
   cudaFuncAttributes attributes;
-  return cudaFuncGetAttributes(&attributes, hybrid_row_stats_kernel<true>);
+  return cudaFuncGetAttributes(&attributes, hybrid_row_stats_kernel);
 }
 
 }  // namespace dflash

@@ -1,39 +1,19 @@
 // The loss head's kernels (SPEC §5), behind host-callable launchers so that host code compiled by
 // the host compiler can drive them. Each row of a logits chunk is one thread block: it streams the
 // row's V columns once (common/row_stats.hpp, fp32) and merges the threads' partial statistics
-// in a fixed tree, so results are bitwise reproducible run to run.
+// in a fixed tree, so results are bitwise reproducible run to run. The kernels' bodies are the
+// host/device phase functions of loss_head_row_phases.hpp (run on the CPU by its test).
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
 
+#include "common/loss_head_stats.hpp"
 #include "cuda/bf16_bits.hpp"
+#include "cuda/loss_head_row_phases.hpp"
 
 namespace dflash {
-
-// Per-row targets on the device, indexed by global row i in [0, T).
-struct DeviceRowTargets {
-  const std::int64_t* labels = nullptr;  // y_i (read only where valid)
-  const float* weights = nullptr;        // w_i
-  const std::uint8_t* valid = nullptr;   // w01_i
-};
-
-struct HybridWeights {
-  float hard = 0.85f;  // h
-  float soft = 0.15f;  // s
-  float tau = 1.0f;    // temperature
-};
-
-// What the statistics pass writes for global row i (zeros where valid_i = 0).
-struct DeviceRowOutputs {
-  float* row_stats = nullptr;   // [T,3] lse(z), lse(z/tau), lse(t/tau): what backward needs
-  float* lse = nullptr;         // [T]
-  float* token_loss = nullptr;  // [T] h ce + s tau^2 kl
-  float* ce = nullptr;          // [T]
-  float* kl = nullptr;          // [T]
-  std::uint8_t* correct = nullptr;  // [T] argmax z = y
-};
 
 // Statistics of chunk rows r in [0, rows): student logits z[r,:], teacher logits t[r,:] (bf16,
 // row-major, V columns), global row index row0 + r.
@@ -47,17 +27,10 @@ void launch_hybrid_logit_grad(Bf16Bits* z, const Bf16Bits* t, std::int64_t rows,
                               std::int64_t row0, DeviceRowTargets targets, HybridWeights weights,
                               const float* row_stats, float weight_sum, cudaStream_t stream);
 
-// Sums over all T rows, in double, in a fixed order (one block).
-struct LossTotals {
-  double weighted_loss = 0;       // sum w l
-  double weighted_ce = 0;         // sum w ce
-  double weighted_kl = 0;         // sum w kl
-  double weighted_magnitude = 0;  // sum w (|lse z| + |lse z/tau| + |lse t/tau|)
-  long long correct = 0;          // sum w01 [argmax z = y]
-  long long valid_rows = 0;       // sum w01
-};
+// Sums over all T rows, in double, in a fixed order (one block): LossHeadStats before finish
+// (sum w l, sum w ce, sum w kl, max magnitude, correct, valid rows).
 void launch_loss_totals(const DeviceRowOutputs& rows_out, DeviceRowTargets targets, std::int64_t T,
-                        LossTotals* totals, cudaStream_t stream);
+                        LossHeadStats<double>* totals, cudaStream_t stream);
 
 // Lowest offending row of each kind, or T when there is none.
 struct RowTargetFaults {

@@ -1,3 +1,4 @@
+#include "common/tolerances.hpp"
 #include "golden/golden_check.hpp"
 
 #include <algorithm>

@@ -44,8 +44,8 @@ LossHeadResult<double> widened(MemoryTracker& tracker, const LossHeadForward<flo
 // The fp32 counterpart of bf16_rule_golden_tolerances (cuda/golden_bf16_rule.hpp): the plain fp32
 // computation is the reference loss head in float on the golden's own inputs rounded to float (Y,
 // teacher rows, W_lm, weights; W re-summed in float), with the golden's policy and chunk rows.
-// Each tensor's bound is 2 x its error + kFp32Floor, on the golden check's measure. Accuracy is
-// on that measure too: a relative error of the golden's accuracy, so the plain computation's
+// Each tensor's bound is kPlainErrorFactor (2) x its error + kFp32Floor, on the golden check's
+// measure. Accuracy is on that measure too: a relative error of the golden's accuracy, so the plain computation's
 // changed rows, twice, are allowed; a row whose argmax fp32 flips is a near-tie within ~1e-6 of
 // the top logit, which the plain computation meets where the data have one.
 std::map<std::string, double, std::less<>> fp32_loss_head_bounds(const Golden& golden) {
@@ -65,7 +65,7 @@ std::map<std::string, double, std::less<>> fp32_loss_head_bounds(const Golden& g
   GoldenOutputs measured{loss_head_golden_results(plain, weight_sum), {}};
   for (const auto& [name, t] : measured.tensors) measured.tolerance[name] = std::numeric_limits<double>::infinity();
   std::map<std::string, double, std::less<>> bounds;
-  for (const GoldenCheckRow& row : compare_golden_outputs(golden, measured)) bounds[row.tensor] = 2 * row.error + kFp32Floor;
+  for (const GoldenCheckRow& row : compare_golden_outputs(golden, measured)) bounds[row.tensor] = kPlainErrorFactor * row.error + kFp32Floor;
   return bounds;
 }
 

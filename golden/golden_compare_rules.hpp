@@ -9,7 +9,7 @@
 //   fp32, bf16  the loss-head quantities (output/loss, ce, kl, lse, token_loss, accuracy,
 //          weight_sum) by the calibrated rule the CUDA loss head is held to: 2 x the error of a
 //          plain computation of the same quantity in that precision from the golden's own
-//          inputs, + kFp32Floor (cuda/bf16_tolerance.hpp, which derives it). bf16: the plain
+//          inputs, + kFp32Floor (common/tolerances.hpp, which derives it). bf16: the plain
 //          computation is cuda/golden_bf16_rule.hpp's (bf16 storage of Y, G, W_lm, logits and
 //          dL/dz, exact arithmetic otherwise). fp32: the reference loss head run in float on the
 //          golden's Y, teacher rows and W_lm rounded to float. Plus the rounding of the result

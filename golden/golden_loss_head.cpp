@@ -41,12 +41,7 @@ GoldenResults reference_loss_head_results(MemoryTracker& tracker, const Golden& 
     std::copy_n(f.lse.data(), T, r["output/lse"].values.begin() + static_cast<std::ptrdiff_t>(b) * T);
     std::copy_n(f.token_loss.data(), T, r["output/token_loss"].values.begin() + static_cast<std::ptrdiff_t>(b) * T);
     // Summed in sequence order, as the drafter step sums them.
-    total.loss += f.stats.loss;
-    total.ce += f.stats.ce;
-    total.kl += f.stats.kl;
-    total.magnitude = std::max(total.magnitude, f.stats.magnitude);
-    total.correct += f.stats.correct;
-    total.valid_rows += f.stats.valid_rows;
+    total.merge(f.stats);
   }
   r["output/loss"] = GoldenTensor{{}, {total.loss}};
   r["output/ce"] = GoldenTensor{{}, {total.ce}};

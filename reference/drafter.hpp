@@ -234,12 +234,7 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
     y.release();
     copy_row(f.lse, out.lse, b);
     copy_row(f.token_loss, out.token_loss, b);
-    out.stats.loss += f.stats.loss;
-    out.stats.ce += f.stats.ce;
-    out.stats.kl += f.stats.kl;
-    out.stats.magnitude = std::max(out.stats.magnitude, f.stats.magnitude);
-    out.stats.correct += f.stats.correct;
-    out.stats.valid_rows += f.stats.valid_rows;
+    out.stats.merge(f.stats);  // finished over the global W: sequences add
     if (result == nullptr) continue;
 
     LossHeadGradients<Real> g = loss_head_backward(tracker, loss_options, targets, std::move(f.saved));

@@ -37,7 +37,8 @@ LossHeadResult<Real> hybrid_loss_unchunked(MemoryTracker& tracker, const LossHea
                                            const Real& weight_sum) {
   validate_loss_head(options, hidden, in, weight_sum);
   const std::int64_t T = hidden.dim(0), H = hidden.dim(1), V = in.lm_head->dim(0);
-  const Real h(options.hard_weight), s(options.soft_weight), tau(options.temperature), one(1);
+  const HybridHyper<Real> hp = hybrid_hyper<Real>(options);
+  const Real &h = hp.hard, &s = hp.soft, &tau = hp.tau, one(1);
 
   LossHeadResult<Real> r{{},
                          Tensor<Real>(tracker, MemoryCategory::outputs, {T}),
@@ -46,7 +47,6 @@ LossHeadResult<Real> hybrid_loss_unchunked(MemoryTracker& tracker, const LossHea
                          std::nullopt};
   if (options.lm_head_grad) r.lm_head_grad.emplace(tracker, MemoryCategory::gradients, Shape{V, H});
 
-  Real sum_wl(0), sum_wce(0), sum_wkl(0);
   std::vector<Real> z(V), t(V), dz(V);
   for (std::int64_t i = 0; i < T; ++i) {
     if (in.valid[i] == 0) continue;
@@ -63,20 +63,16 @@ LossHeadResult<Real> hybrid_loss_unchunked(MemoryTracker& tracker, const LossHea
     const Real ce = -log_p[y];
     Real kl(0);
     for (std::int64_t v = 0; v < V; ++v) kl += exp_of(log_q[v]) * (log_q[v] - log_p_tau[v]);
-    const Real loss_i = h * ce + s * tau * tau * kl;
+    const HybridRowResult<Real> row{lse, lse_tau, lse_teacher, ce, kl};
+    const Real loss_i = hybrid_token_loss(row, hp);
 
     r.lse[i] = lse;
     r.token_loss[i] = loss_i;
     const Real& w = in.weights[i];
-    sum_wl += w * loss_i;
-    sum_wce += w * ce;
-    sum_wkl += w * kl;
-    r.stats.magnitude = std::max(r.stats.magnitude, Real(1 + abs_of(lse) + abs_of(lse_tau) + abs_of(lse_teacher)));
     const std::int64_t argmax = std::max_element(z.begin(), z.end()) - z.begin();  // first maximum
-    r.stats.correct += argmax == y ? 1 : 0;
-    r.stats.valid_rows += 1;
+    r.stats.add_row(w, loss_i, row, argmax == y);
 
-    const Real scale = weight_sum > 0 ? Real(w / weight_sum) : Real(0);
+    const Real scale = row_grad_scale(w, weight_sum);
     for (std::int64_t v = 0; v < V; ++v) {
       const Real onehot = v == y ? one : Real(0);
       dz[v] = scale * (h * (exp_of(log_p[v]) - onehot) + s * tau * (exp_of(log_p_tau[v]) - exp_of(log_q[v])));
@@ -84,11 +80,7 @@ LossHeadResult<Real> hybrid_loss_unchunked(MemoryTracker& tracker, const LossHea
     matmul_ab_accumulate(dz.data(), in.lm_head->data(), r.hidden_grad.row(i), 1, H, V);
     if (r.lm_head_grad) matmul_atb_accumulate(dz.data(), hidden.row(i), r.lm_head_grad->data(), V, H, 1);
   }
-  if (weight_sum > 0) {
-    r.stats.loss = sum_wl / weight_sum;
-    r.stats.ce = sum_wce / weight_sum;
-    r.stats.kl = sum_wkl / weight_sum;
-  }
+  r.stats.finish(weight_sum);
   return r;
 }
 

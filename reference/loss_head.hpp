@@ -58,16 +58,6 @@ struct LossHeadGradients {
 
 namespace loss_head_detail {
 
-template <class Real>
-struct Hyper {
-  Real hard, soft, tau;
-  explicit Hyper(const LossHeadOptions& o) : hard(o.hard_weight), soft(o.soft_weight), tau(o.temperature) {}
-};
-
-inline std::int64_t effective_chunk_rows(const LossHeadOptions& o, std::int64_t T) {
-  return o.policy == LossPolicy::materialize ? std::max<std::int64_t>(T, 1) : o.chunk_rows;
-}
-
 // z[r,:] = W y_r for rows [r0, r0 + rows), and teacher logits t[r,:] = W_t g_r for the valid ones
 // (rows without a teacher are left at 0: nothing may depend on them).
 template <class Real>
@@ -81,19 +71,10 @@ void chunk_logits(const Tensor<Real>& hidden, const LossHeadTargets<Real>& in, s
   }
 }
 
-template <class Real>
-HybridRowResult<Real> row_result_from_saved(const Tensor<Real>& row_stats, std::int64_t i) {
-  HybridRowResult<Real> row{};
-  row.lse_z = row_stats[3 * i];
-  row.lse_zt = row_stats[3 * i + 1];
-  row.lse_tt = row_stats[3 * i + 2];
-  return row;
-}
-
 // Turns row r of a logits chunk into its gradient in place (z -> dL/dz), given log q in place of t.
 template <class Real>
 void logits_to_grad_row(Real* z, const Real* log_q, std::int64_t V, std::int64_t label,
-                        const HybridRowResult<Real>& row, const Hyper<Real>& hp, const Real& scale) {
+                        const HybridRowResult<Real>& row, const HybridHyper<Real>& hp, const Real& scale) {
   for (std::int64_t v = 0; v < V; ++v) {
     z[v] = hybrid_logit_grad(z[v], log_q[v], v == label, row, hp.tau, hp.hard, hp.soft, scale);
   }
@@ -107,11 +88,6 @@ void push_through_head(const Real* dz, const Tensor<Real>& lm_head, const Real* 
   if (dw) matmul_atb_accumulate(dz, y, dw->data(), V, H, 1);
 }
 
-template <class Real>
-Real row_scale(const Real& w, const Real& weight_sum) {
-  return weight_sum > 0 ? Real(w / weight_sum) : Real(0);
-}
-
 }  // namespace loss_head_detail
 
 // Forward over all rows. `hidden` is not needed after this returns: what backward needs is saved.
@@ -123,7 +99,7 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
   validate_loss_head(options, hidden, in, weight_sum);
   const std::int64_t T = hidden.dim(0), H = hidden.dim(1), V = in.lm_head->dim(0);
   const std::int64_t C = effective_chunk_rows(options, T);
-  const Hyper<Real> hp(options);
+  const HybridHyper<Real> hp = hybrid_hyper<Real>(options);
   const LossPolicy policy = options.policy;
   const bool retain = policy == LossPolicy::materialize || policy == LossPolicy::chunk_retain;
   const bool grad_in_forward = policy == LossPolicy::chunk_grad_in_forward;
@@ -137,13 +113,13 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
   if (policy == LossPolicy::chunk_recompute || (retain && options.lm_head_grad)) {
     saved.hidden.emplace(hidden.clone(tracker, MemoryCategory::loss_saved));
   }
-  Tensor<Real> row_stats(tracker, grad_in_forward ? MemoryCategory::transient : MemoryCategory::loss_saved, {T, 3});
+  Tensor<Real> row_stats(tracker, grad_in_forward ? MemoryCategory::transient : MemoryCategory::loss_saved,
+                          {T, kSavedRowStats});
   if (grad_in_forward) {
     saved.hidden_grad.emplace(tracker, MemoryCategory::loss_saved, Shape{T, H});
     if (options.lm_head_grad) saved.lm_head_grad.emplace(tracker, MemoryCategory::gradients, Shape{V, H});
   }
 
-  Real sum_wl(0), sum_wce(0), sum_wkl(0);
   for (std::int64_t r0 = 0; r0 < T; r0 += C) {
     const std::int64_t rows = std::min(C, T - r0);
     const MemoryCategory chunk_category = retain ? MemoryCategory::loss_saved : MemoryCategory::transient;
@@ -158,24 +134,17 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
       HybridRowStats<Real> stats;
       for (std::int64_t v = 0; v < V; ++v) stats.update(z.row(r)[v], log_q.row(r)[v], v, y, hp.tau);
       const HybridRowResult<Real> row = finish_row(stats, hp.tau);
-      row_stats[3 * i] = row.lse_z;
-      row_stats[3 * i + 1] = row.lse_zt;
-      row_stats[3 * i + 2] = row.lse_tt;
+      save_row_stats(row_stats.data(), i, row);
       for (std::int64_t v = 0; v < V; ++v) log_q.row(r)[v] = teacher_log_prob(log_q.row(r)[v], row, hp.tau);
 
-      const Real loss_i = hp.hard * row.ce + hp.soft * hp.tau * hp.tau * row.kl;
+      const Real loss_i = hybrid_token_loss(row, hp);
       f.lse[i] = row.lse_z;
       f.token_loss[i] = loss_i;
       const Real& w = in.weights[i];
-      sum_wl += w * loss_i;
-      sum_wce += w * row.ce;
-      sum_wkl += w * row.kl;
-      f.stats.magnitude = std::max(f.stats.magnitude, Real(1 + abs_of(row.lse_z) + abs_of(row.lse_zt) + abs_of(row.lse_tt)));
-      f.stats.correct += stats.argmax == y ? 1 : 0;
-      f.stats.valid_rows += 1;
+      f.stats.add_row(w, loss_i, row, stats.argmax == y);
 
       if (grad_in_forward) {
-        logits_to_grad_row(z.row(r), log_q.row(r), V, y, row, hp, row_scale(w, weight_sum));
+        logits_to_grad_row(z.row(r), log_q.row(r), V, y, row, hp, row_grad_scale(w, weight_sum));
         push_through_head(z.row(r), *in.lm_head, hidden.row(i), saved.hidden_grad->row(i),
                           saved.lm_head_grad ? &*saved.lm_head_grad : nullptr);
       }
@@ -186,11 +155,7 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
     }
   }
   if (!grad_in_forward) saved.row_stats.emplace(std::move(row_stats));
-  if (weight_sum > 0) {
-    f.stats.loss = sum_wl / weight_sum;
-    f.stats.ce = sum_wce / weight_sum;
-    f.stats.kl = sum_wkl / weight_sum;
-  }
+  f.stats.finish(weight_sum);
   return f;
 }
 
@@ -209,7 +174,7 @@ LossHeadGradients<Real> loss_head_backward(MemoryTracker& tracker, const LossHea
     g.hidden_grad.recategorize(MemoryCategory::gradients);
     return g;
   }
-  const Hyper<Real> hp(options);
+  const HybridHyper<Real> hp = hybrid_hyper<Real>(options);
   const std::int64_t V = in.lm_head->dim(0), H = in.lm_head->dim(1);
   const Tensor<Real>& row_stats = *saved.row_stats;
   const std::int64_t T = row_stats.dim(0);
@@ -227,7 +192,7 @@ LossHeadGradients<Real> loss_head_backward(MemoryTracker& tracker, const LossHea
       chunk_logits(*saved.hidden, in, r0, rows, z, log_q);
       for (std::int64_t r = 0; r < rows; ++r) {
         if (in.valid[r0 + r] == 0) continue;
-        const HybridRowResult<Real> row = row_result_from_saved(row_stats, r0 + r);
+        const HybridRowResult<Real> row = load_row_stats(row_stats.data(), r0 + r);
         for (std::int64_t v = 0; v < V; ++v) log_q.row(r)[v] = teacher_log_prob(log_q.row(r)[v], row, hp.tau);
       }
     } else {
@@ -237,8 +202,8 @@ LossHeadGradients<Real> loss_head_backward(MemoryTracker& tracker, const LossHea
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t i = r0 + r;
       if (in.valid[i] == 0) continue;
-      const HybridRowResult<Real> row = row_result_from_saved(row_stats, i);
-      logits_to_grad_row(z.row(r), log_q.row(r), V, in.labels[i], row, hp, row_scale(in.weights[i], saved.weight_sum));
+      const HybridRowResult<Real> row = load_row_stats(row_stats.data(), i);
+      logits_to_grad_row(z.row(r), log_q.row(r), V, in.labels[i], row, hp, row_grad_scale(in.weights[i], saved.weight_sum));
       push_through_head(z.row(r), *in.lm_head, saved.hidden ? saved.hidden->row(i) : nullptr, g.hidden_grad.row(i), dw);
     }
   }

@@ -7,6 +7,8 @@
 #include <optional>
 #include <span>
 
+#include "common/loss_head_stats.hpp"
+#include "common/loss_row.hpp"
 #include "reference/errors.hpp"
 #include "reference/loss_policy.hpp"
 #include "reference/tensor.hpp"
@@ -22,6 +24,18 @@ struct LossHeadOptions {
   bool lm_head_grad = false;       // also return dL/dW_lm (for an unfrozen head)
 };
 
+// The rows of one chunk: materialize is one chunk of all rows.
+inline std::int64_t effective_chunk_rows(const LossHeadOptions& o, std::int64_t T) {
+  return o.policy == LossPolicy::materialize ? (T > 1 ? T : 1) : o.chunk_rows;
+}
+
+// h, s, tau in the scalar Real (the CUDA path narrows them to float after checking the range:
+// validate_cuda_loss_head).
+template <class Real>
+HybridHyper<Real> hybrid_hyper(const LossHeadOptions& o) {
+  return HybridHyper<Real>{Real(o.hard_weight), Real(o.soft_weight), Real(o.temperature)};
+}
+
 // Everything the loss head reads besides the student hidden states Y. All of it must outlive
 // backward. Rows with valid = 0 (w01 = 0) carry no label and no teacher: their label and teacher
 // row are never read, and may hold anything (SPEC §4).
@@ -36,24 +50,6 @@ struct LossHeadTargets {
   std::span<const std::uint8_t> valid;            // [T], w01_i in {0,1}
 
   const Tensor<Real>& teacher_head() const { return teacher_lm_head ? *teacher_lm_head : *lm_head; }
-};
-
-// Sums over the rows handed in. loss, ce, kl are already divided by the global weight sum W, so
-// per-sequence results add up to the batch's; accuracy needs the counts.
-template <class Real>
-struct LossHeadStats {
-  Real loss{0};
-  Real ce{0};
-  Real kl{0};
-  // max over labelled rows of 1 + |lse(z)| + |lse(z/tau)| + |lse(t/tau)|: the size of the terms
-  // that a row's lse, ce and kl are made of. Their rounding error is a few ulps of this whatever
-  // their own size: a KL near 0 between sharp distributions is a difference of numbers of size
-  // max|logit|/tau, and lse = max + log(sum) is off by ~eps in absolute terms even when it is ~0
-  // (the 1). Losses and lse are compared relative to it (reference/loss_head_compare.hpp).
-  Real magnitude{0};
-  std::int64_t correct = 0;     // sum w01 [argmax z = y]
-  std::int64_t valid_rows = 0;  // sum w01
-  Real accuracy() const { return valid_rows == 0 ? Real(0) : Real(correct) / Real(valid_rows); }
 };
 
 template <class Real>

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/tolerances.hpp"
 #include "reference/drafter.hpp"
 #include "reference/drafter_compare.hpp"
 #include "reference/drafter_gradient_check.hpp"
@@ -96,7 +97,7 @@ std::vector<VerifyRow> verify_drafter_rows() {
         MemoryTracker tracker;
         const DrafterStepResult<double> r = drafter_step(tracker, c.config, params, frozen, batch, o);
         const bool identical = drafter_steps_identical(r, reference);
-        rows.push_back({"drafter", c.name, policy_label(o), drafter_step_error(r, reference), 1e-12,
+        rows.push_back({"drafter", c.name, policy_label(o), drafter_step_error(r, reference), kReferenceTolerance,
                         tracker.peak_total(), false,
                         identical ? "bitwise equal to none x materialize" : "vs none x materialize"});
         if (loss != LossPolicy::chunk_recompute) continue;
@@ -125,7 +126,7 @@ std::vector<VerifyRow> verify_drafter_rows() {
       const DrafterOutputs<Mp50> exact =
           drafter_forward(t, c.config, convert_parameters<Mp50>(t, params), convert_frozen<Mp50>(t, frozen),
                           convert_batch<Mp50>(t, batch), base);
-      rows.push_back({"drafter", c.name, "forward vs 50-digit", drafter_outputs_error(reference.outputs, exact), 1e-12,
+      rows.push_back({"drafter", c.name, "forward vs 50-digit", drafter_outputs_error(reference.outputs, exact), kReferenceTolerance,
                       0, false, "loss, ce, kl, Y, lse, token losses"});
     }
 
@@ -139,7 +140,7 @@ std::vector<VerifyRow> verify_drafter_rows() {
            .invalid_block_fraction = 0.25});
       const DrafterStepResult<double> r = drafter_step(t, c.config, params, frozen, small, base);
       const GradientCheck check = check_drafter_gradients(c.config, params, frozen, small, base, r, {.seed = 7});
-      rows.push_back({"drafter", c.name, "gradients vs 50-digit FD", check.worst, 1e-9, 0, false,
+      rows.push_back({"drafter", c.name, "gradients vs 50-digit FD", check.worst, kFiniteDifferenceTolerance, 0, false,
                       str(check.evaluations, " differences (every tensor, dL/dF, coordinates); worst: ",
                           check.worst_what)});
     }

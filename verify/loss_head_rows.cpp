@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tolerances.hpp"
 #include "reference/finite_difference.hpp"
 #include "reference/loss_head.hpp"
 #include "reference/loss_head_compare.hpp"
@@ -66,7 +67,7 @@ std::vector<VerifyRow> verify_loss_head_rows() {
         const LossHeadResult<double> r = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
         rows.push_back({"loss_head", c.name,
                         std::string(loss_policy_name(policy)) + (policy == LossPolicy::materialize ? "" : "/c" + std::to_string(chunk)),
-                        loss_head_result_error(r, oracle, floors), 1e-12, tracker.peak_total(), false,
+                        loss_head_result_error(r, oracle, floors), kReferenceTolerance, tracker.peak_total(), false,
                         "vs unchunked oracle"});
       }
     }
@@ -81,7 +82,7 @@ std::vector<VerifyRow> verify_loss_head_rows() {
       o.chunk_rows = 4;
       MemoryTracker tracker;
       const LossHeadResult<double> r = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
-      rows.push_back({"loss_head", c.name, "chunk_recompute/c4 vs 50-digit", loss_head_result_error(r, exact, floors), 1e-12,
+      rows.push_back({"loss_head", c.name, "chunk_recompute/c4 vs 50-digit", loss_head_result_error(r, exact, floors), kReferenceTolerance,
                       tracker.peak_total(), false, "double vs cpp_bin_float_50"});
     }
 
@@ -111,7 +112,7 @@ std::vector<VerifyRow> verify_loss_head_rows() {
                                                         wrt_head ? floors.lm_head : floors.hidden);
       worst = std::max(worst, directional_error(a, static_cast<double>(fd), noise));
     }
-    rows.push_back({"loss_head", c.name, "gradient vs 50-digit FD", worst, 1e-9, 0, false,
+    rows.push_back({"loss_head", c.name, "gradient vs 50-digit FD", worst, kFiniteDifferenceTolerance, 0, false,
                     "dL/dY (2 directions), dL/dW_lm (1)"});
   }
   return rows;

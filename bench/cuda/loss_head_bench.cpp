@@ -1,14 +1,27 @@
 // The full-scale CUDA loss head (T 32768, H 5120, V 248320 by default): wall time per forward +
 // backward and device bytes per category for chunk_grad_in_forward and chunk_recompute at each
 // chunk size (and materialize, which fits an H200, for comparison), beside the card's measured
-// bf16 matrix rate (cuBLAS, 8192^3, random data) and the rate of the loss head's own products.
+// bf16 matrix rate (cuBLAS, 8192^3, random data, timed over >= 1 s) and the rate of the loss
+// head's own products. Two rates per policy: the model-FLOP rate (the 3 useful V-wide products,
+// 2 V H each, over the rows that carry weight) and the executed-FLOP rate (every product the
+// policy runs: 5 passes for chunk_recompute). The non-GEMM share of a step (elementwise kernels,
+// checks, launches) is the step time less its products' measured time.
+//
+// Correctness gate (cuda/full_scale_gate.hpp): every run's lse, token loss and dL/dY on ~16
+// sampled rows are held to SPEC §10's bf16 rule against an fp64 recomputation from the same bf16
+// inputs (bench/cuda/fp64_rows.hpp).
 //
 //   bench_cuda_loss_head [--rows T] [--hidden H] [--vocab V] [--chunks 2048,512] [--reps 3]
 //                        [--seed S] [--no-materialize] [--json PATH]
 //
-// Prints a table; --json writes the numbers (bench/cuda/summarize.py merges them with the PyTorch
-// baseline's). Without a GPU it says so and exits 0 (1 if DFLASH_REQUIRE_GPU=1).
+// Prints a table, then "performance targets: met|MISSED ..." and, last, "correctness: PASS|FAIL".
+// Exit: 0 correct and on target, 1 a correctness check failed, 3 correct but a performance target
+// missed, 2 an error. --json writes the numbers (bench/cuda/summarize.py merges them with the
+// PyTorch baseline's). Without a GPU it says so and exits 0 (1 if DFLASH_REQUIRE_GPU=1).
 #include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+#include <utility>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,13 +34,24 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/cuda/bench_data.hpp"
+#include "bench/cuda/fp64_rows.hpp"
+#include "common/tolerances.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/full_scale_gate.hpp"
 #include "cuda/device_probe.hpp"
 #include "cuda/loss_head_cuda.hpp"
 #include "reference/errors.hpp"
 
 namespace dflash {
 namespace {
+
+// The targets for chunk_grad_in_forward at chunk 2048 (performance, not correctness: a
+// miss is reported on its own line and exit code).
+constexpr double kModelRateTarget = 0.70;          // model-FLOP rate / measured large-GEMM rate
+constexpr double kNonGemmShareTarget = 0.05;       // elementwise kernels' share of the step
+constexpr std::size_t kTransientTargetBytes = std::size_t(2) << 30;
+constexpr std::int64_t kTargetChunk = 2048;
+constexpr double kCardRateSeconds = 1.0;           // the reference GEMM rate is timed over at least this
 
 struct BenchOptions {
   std::int64_t rows = 32768, hidden = 5120, vocab = 248320;
@@ -95,7 +119,8 @@ struct GemmRate {
   double tflops() const { return gemm_flops(m, n, k) / (ms * 1e-3) / 1e12; }
 };
 
-// The card's bf16 rate: an 8192^3 product (random data; three warm-ups, ten timed).
+// The card's bf16 rate: an 8192^3 product (random data; three warm-ups, then batches of ten until
+// at least kCardRateSeconds have passed: a sustained rate, not a burst at boost clocks).
 GemmRate measure_card_rate(DeviceAllocator& allocator, std::uint64_t seed) {
   const std::int64_t n = 8192;
   DeviceBuffer<Bf16Bits> a(allocator, MemoryCategory::transient, n * n), b(allocator, MemoryCategory::transient, n * n),
@@ -103,9 +128,15 @@ GemmRate measure_card_rate(DeviceAllocator& allocator, std::uint64_t seed) {
   check_fill(dflash_bench_fill_uniform_bf16(a.data(), n * n, seed, 11, 1.0f), "fill a");
   check_fill(dflash_bench_fill_uniform_bf16(b.data(), n * n, seed, 12, 1.0f), "fill b");
   CublasGemm gemm(allocator);
-  GemmRate r{"card: 8192^3 bf16, fp32 accumulate", n, n, n};
+  GemmRate r{"card: 8192^3 bf16, fp32 accumulate, >= 1 s", n, n, n};
   milliseconds_per_call(3, [&] { gemm.logits(a.data(), b.data(), c.data(), n, n, n); });
-  r.ms = milliseconds_per_call(10, [&] { gemm.logits(a.data(), b.data(), c.data(), n, n, n); });
+  double total_ms = 0;
+  int calls = 0;
+  while (total_ms < 1000 * kCardRateSeconds) {
+    total_ms += 10 * milliseconds_per_call(10, [&] { gemm.logits(a.data(), b.data(), c.data(), n, n, n); });
+    calls += 10;
+  }
+  r.ms = total_ms / calls;
   return r;
 }
 
@@ -114,6 +145,9 @@ struct PolicyRun {
   std::int64_t chunk = 0;
   std::vector<double> ms;  // per forward + backward
   int gemm_passes = 0;
+  double model_tflops = 0, executed_tflops = 0;
+  double gemm_ms = -1;  // the products' measured time per step (-1: shape not measured)
+  Bf16RuleReport gate;
   std::size_t peak_transient = 0, peak_loss_saved = 0, peak_gradients = 0, peak_outputs = 0, peak_loss_head = 0;
   std::size_t device_used_above_inputs = 0;  // cudaMemGetInfo after the runs, pool trimmed before
   LossHeadStats<double> stats;
@@ -150,8 +184,56 @@ Inputs make_inputs(DeviceAllocator& allocator, const BenchOptions& o) {
   return in;
 }
 
-PolicyRun run_policy(DeviceAllocator& allocator, const BenchOptions& o, const Inputs& in, LossPolicy policy,
-                     std::int64_t chunk) {
+// The gate's expected values: the sampled rows' logits and dL/dY in fp64 on the device, their
+// statistics and dL/dz in double on the host.
+GateRows gate_expectation(DeviceAllocator& allocator, const BenchOptions& o, const Inputs& in) {
+  const std::vector<std::int64_t> rows = gate_sample_rows(o.rows, o.vocab, o.chunks);
+  const auto n = rows.size();
+  const auto V = static_cast<std::size_t>(o.vocab), H = static_cast<std::size_t>(o.hidden);
+  DeviceBuffer<std::int64_t> rows_d(allocator, MemoryCategory::transient, n);
+  rows_d.upload(std::span<const std::int64_t>(rows));
+  DeviceBuffer<double> z(allocator, MemoryCategory::transient, n * V), t(allocator, MemoryCategory::transient, n * V);
+  fp64_row_logits(in.hidden.data(), in.teacher.data(), in.head.data(), rows_d.data(), static_cast<int>(n), o.vocab,
+                  o.hidden, z.data(), t.data());
+  const std::vector<double> zh = z.download(), th = t.download();
+  const std::vector<std::int64_t> labels = in.labels.download();
+  const std::vector<float> weights = in.weights.download();
+  const std::vector<std::uint8_t> valid = in.valid.download();
+  GateRows g = gate_rows_from_logits(rows, zh, th, o.vocab, o.hidden, labels, weights, valid, in.weight_sum,
+                                     hybrid_hyper<double>(LossHeadOptions{}));
+  // exact and plain dL/dz, 2n <= kFp64MaxRows rows, through W in one pass
+  std::vector<double> dz(g.dz);
+  dz.insert(dz.end(), g.plain_dz.begin(), g.plain_dz.end());
+  DeviceBuffer<double> dz_d(allocator, MemoryCategory::transient, dz.size()), dy(allocator, MemoryCategory::transient,
+                                                                                   2 * n * H);
+  dz_d.upload(std::span<const double>(dz));
+  fp64_rows_times_head(dz_d.data(), in.head.data(), static_cast<int>(2 * n), o.vocab, o.hidden, dy.data());
+  const std::vector<double> dyh = dy.download();
+  g.hidden_grad.assign(dyh.begin(), dyh.begin() + static_cast<std::ptrdiff_t>(n * H));
+  g.plain_hidden_grad.assign(dyh.begin() + static_cast<std::ptrdiff_t>(n * H), dyh.end());
+  return g;
+}
+
+// The sampled rows of one run's outputs.
+GateObserved observe(const DeviceAllocator& allocator, const GateRows& g, const CudaLossHeadForward& f,
+                     const DeviceBuffer<float>& hidden_grad) {
+  GateObserved o;
+  const auto H = static_cast<std::size_t>(g.hidden);
+  for (std::int64_t i : g.rows) {
+    float lse = 0, loss = 0;
+    std::vector<float> dy(H);
+    copy_to_host(allocator, &lse, f.lse.data() + i, sizeof lse);
+    copy_to_host(allocator, &loss, f.token_loss.data() + i, sizeof loss);
+    copy_to_host(allocator, dy.data(), hidden_grad.data() + static_cast<std::size_t>(i) * H, H * sizeof(float));
+    o.lse.push_back(lse);
+    o.token_loss.push_back(loss);
+    o.hidden_grad.insert(o.hidden_grad.end(), dy.begin(), dy.end());
+  }
+  return o;
+}
+
+PolicyRun run_policy(DeviceAllocator& allocator, const BenchOptions& o, const Inputs& in, const GateRows& gate,
+                     LossPolicy policy, std::int64_t chunk) {
   LossHeadOptions lo;
   lo.policy = policy;
   lo.chunk_rows = chunk;
@@ -168,16 +250,17 @@ PolicyRun run_policy(DeviceAllocator& allocator, const BenchOptions& o, const In
   allocator.reset_peaks();
   {
     CudaLossHead head(allocator, lo);
-    auto step = [&] {
+    auto step = [&](bool check) {
       CudaLossHeadForward f = head.forward(in.hidden.data(), shape, targets, in.weight_sum);
       DeviceBuffer<float> g = head.backward(targets, std::move(f.saved));
       allocator.synchronize();
+      if (check) run.gate = check_full_scale_gate(gate, observe(allocator, gate, f, g));
       return f.stats;
     };
-    run.stats = step();  // warm-up: cuBLAS heuristics, pool growth
+    run.stats = step(true);  // warm-up (cuBLAS heuristics, pool growth), and the gate's run
     for (int r = 0; r < o.reps; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      step();
+      step(false);
       const auto t1 = std::chrono::steady_clock::now();
       run.ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
@@ -194,13 +277,36 @@ PolicyRun run_policy(DeviceAllocator& allocator, const BenchOptions& o, const In
 
 std::string gib(std::size_t bytes) { return str(static_cast<double>(bytes) / double(1ull << 30)); }
 
+// The loss head's own products at chunk c, on the benchmark's data.
+std::pair<GemmRate, GemmRate> measure_chunk_products(DeviceAllocator& allocator, const BenchOptions& o,
+                                                     const Inputs& in, std::int64_t c) {
+  DeviceBuffer<Bf16Bits> z(allocator, MemoryCategory::transient, static_cast<std::size_t>(c * o.vocab));
+  DeviceBuffer<float> dy(allocator, MemoryCategory::transient, static_cast<std::size_t>(c * o.hidden));
+  CublasGemm gemm(allocator);
+  GemmRate logits{str("logits: [", c, ",", o.hidden, "] x [", o.vocab, ",", o.hidden, "]^T -> bf16"), c, o.vocab,
+                  o.hidden};
+  GemmRate grad{str("dL/dY: [", c, ",", o.vocab, "] x [", o.vocab, ",", o.hidden, "] -> fp32"), c, o.hidden, o.vocab};
+  milliseconds_per_call(2, [&] { gemm.logits(in.hidden.data(), in.head.data(), z.data(), c, o.vocab, o.hidden); });
+  logits.ms = milliseconds_per_call(5, [&] { gemm.logits(in.hidden.data(), in.head.data(), z.data(), c, o.vocab, o.hidden); });
+  milliseconds_per_call(2, [&] { gemm.input_grad(z.data(), in.head.data(), dy.data(), c, o.vocab, o.hidden); });
+  grad.ms = milliseconds_per_call(5, [&] { gemm.input_grad(z.data(), in.head.data(), dy.data(), c, o.vocab, o.hidden); });
+  return {logits, grad};
+}
+
+double non_gemm_share(const PolicyRun& r) { return r.gemm_ms < 0 ? -1 : 1 - r.gemm_ms / r.median_ms(); }
+
 void write_json(const std::string& path, const BenchOptions& o, const CudaDeviceStatus& gpu, const GemmRate& card,
-                const std::vector<GemmRate>& shapes, const std::vector<PolicyRun>& runs, double weight_sum) {
-  std::ofstream out(path);
+                const std::vector<GemmRate>& shapes, const std::vector<PolicyRun>& runs, double weight_sum,
+                std::int64_t weighted_rows) {
+  std::ofstream out(path + ".tmp");
   out.precision(10);
   out << "{\n  \"device\": \"" << gpu.summary() << "\",\n  \"rows\": " << o.rows << ", \"hidden\": " << o.hidden
       << ", \"vocab\": " << o.vocab << ", \"seed\": " << o.seed << ", \"weight_sum\": " << weight_sum
-      << ",\n  \"card_bf16_tflops\": " << card.tflops() << ",\n  \"gemm_shapes\": [";
+      << ", \"weighted_rows\": " << weighted_rows << ",\n  \"card_bf16_tflops\": " << card.tflops()
+      << ", \"card_rate_ms\": " << card.ms << ",\n  \"baseline_loss_tolerance\": " << kBaselineLossTolerance
+      << ", \"targets\": {\"model_rate\": " << kModelRateTarget << ", \"non_gemm_share\": " << kNonGemmShareTarget
+      << ", \"transient_bytes\": " << kTransientTargetBytes << ", \"chunk\": " << kTargetChunk
+      << "},\n  \"gemm_shapes\": [";
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     out << (i ? ",\n" : "\n") << "    {\"what\": \"" << shapes[i].what << "\", \"m\": " << shapes[i].m
         << ", \"n\": " << shapes[i].n << ", \"k\": " << shapes[i].k << ", \"ms\": " << shapes[i].ms
@@ -209,12 +315,15 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
   out << "\n  ],\n  \"runs\": [";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const PolicyRun& r = runs[i];
-    const double flops = r.gemm_passes * gemm_flops(o.rows, o.vocab, o.hidden);
     out << (i ? ",\n" : "\n") << "    {\"policy\": \"" << loss_policy_name(r.policy) << "\", \"chunk\": " << r.chunk
         << ", \"ms_median\": " << r.median_ms() << ", \"ms\": [";
     for (std::size_t k = 0; k < r.ms.size(); ++k) out << (k ? ", " : "") << r.ms[k];
-    out << "], \"gemm_passes\": " << r.gemm_passes << ", \"gemm_tflops\": " << flops / (r.median_ms() * 1e-3) / 1e12
-        << ", \"fraction_of_card_rate\": " << flops / (r.median_ms() * 1e-3) / 1e12 / card.tflops()
+    out << "], \"gemm_passes\": " << r.gemm_passes << ", \"model_tflops\": " << r.model_tflops
+        << ", \"executed_tflops\": " << r.executed_tflops
+        << ", \"model_fraction_of_card_rate\": " << r.model_tflops / card.tflops()
+        << ", \"executed_fraction_of_card_rate\": " << r.executed_tflops / card.tflops()
+        << ", \"gemm_ms\": " << r.gemm_ms << ", \"non_gemm_share\": " << non_gemm_share(r)
+        << ", \"gate_ok\": " << (r.gate.ok() ? "true" : "false") << ", \"gate_worst_ratio\": " << r.gate.worst_ratio()
         << ", \"peak_transient_bytes\": " << r.peak_transient << ", \"peak_loss_saved_bytes\": " << r.peak_loss_saved
         << ", \"peak_gradients_bytes\": " << r.peak_gradients << ", \"peak_outputs_bytes\": " << r.peak_outputs
         << ", \"peak_loss_head_bytes\": " << r.peak_loss_head
@@ -222,6 +331,10 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
         << ", \"ce\": " << r.stats.ce << ", \"kl\": " << r.stats.kl << ", \"accuracy\": " << r.stats.accuracy() << "}";
   }
   out << "\n  ]\n}\n";
+  out.close();
+  if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    throw std::runtime_error(str("could not write ", path));
+  }
 }
 
 int bench_main(int argc, char** argv) {
@@ -238,32 +351,41 @@ int bench_main(int argc, char** argv) {
   const GemmRate card = measure_card_rate(allocator, o.seed);
   allocator.release_cached_memory();
   const Inputs in = make_inputs(allocator, o);
+  std::int64_t weighted_rows = 0;
+  for (float w : in.weights.download()) weighted_rows += w > 0 ? 1 : 0;
+  const GateRows gate = gate_expectation(allocator, o, in);
 
-  // The loss head's own products at the first chunk size, on the benchmark's data.
   std::vector<GemmRate> shapes;
-  {
-    const std::int64_t c = std::min(o.chunks.front(), o.rows);
-    DeviceBuffer<Bf16Bits> z(allocator, MemoryCategory::transient, static_cast<std::size_t>(c * o.vocab));
-    DeviceBuffer<float> dy(allocator, MemoryCategory::transient, static_cast<std::size_t>(c * o.hidden));
-    CublasGemm gemm(allocator);
-    GemmRate logits{str("logits: [", c, ",", o.hidden, "] x [", o.vocab, ",", o.hidden, "]^T -> bf16"), c, o.vocab,
-                    o.hidden};
-    GemmRate grad{str("dL/dY: [", c, ",", o.vocab, "] x [", o.vocab, ",", o.hidden, "] -> fp32"), c, o.hidden, o.vocab};
-    milliseconds_per_call(2, [&] { gemm.logits(in.hidden.data(), in.head.data(), z.data(), c, o.vocab, o.hidden); });
-    logits.ms = milliseconds_per_call(5, [&] { gemm.logits(in.hidden.data(), in.head.data(), z.data(), c, o.vocab, o.hidden); });
-    milliseconds_per_call(2, [&] { gemm.input_grad(z.data(), in.head.data(), dy.data(), c, o.vocab, o.hidden); });
-    grad.ms = milliseconds_per_call(5, [&] { gemm.input_grad(z.data(), in.head.data(), dy.data(), c, o.vocab, o.hidden); });
-    shapes = {logits, grad};
+  std::vector<std::pair<std::int64_t, std::pair<GemmRate, GemmRate>>> per_chunk;
+  for (std::int64_t chunk : o.chunks) {
+    const std::int64_t c = std::min(chunk, o.rows);
+    per_chunk.push_back({chunk, measure_chunk_products(allocator, o, in, c)});
+    shapes.push_back(per_chunk.back().second.first);
+    shapes.push_back(per_chunk.back().second.second);
   }
 
   // A configuration that fails (out of memory, say) is reported and the others still run.
   std::vector<PolicyRun> runs;
-  int failures = 0;
+  std::vector<std::string> wrong;  // correctness failures
   auto attempt = [&](LossPolicy p, std::int64_t chunk) {
     try {
-      runs.push_back(run_policy(allocator, o, in, p, chunk));
+      PolicyRun r = run_policy(allocator, o, in, gate, p, chunk);
+      const double model = 3 * gemm_flops(weighted_rows, o.vocab, o.hidden);
+      const double executed = r.gemm_passes * gemm_flops(o.rows, o.vocab, o.hidden);
+      r.model_tflops = model / (r.median_ms() * 1e-3) / 1e12;
+      r.executed_tflops = executed / (r.median_ms() * 1e-3) / 1e12;
+      for (const auto& [c, products] : per_chunk) {
+        if (c != chunk || p == LossPolicy::materialize) continue;
+        const double chunks = double(o.rows) / double(std::min(c, o.rows));
+        const int logits_per_chunk = p == LossPolicy::chunk_recompute ? 4 : 2;
+        r.gemm_ms = chunks * (logits_per_chunk * products.first.ms + products.second.ms);
+      }
+      std::cout << loss_policy_name(p) << " chunk " << chunk << " gate (" << gate.rows.size() << " rows, fp64):\n"
+                << r.gate.describe();
+      if (!r.gate.ok()) wrong.push_back(str(loss_policy_name(p), " chunk ", chunk, ": gate"));
+      runs.push_back(std::move(r));
     } catch (const std::exception& e) {
-      ++failures;
+      wrong.push_back(str(loss_policy_name(p), " chunk ", chunk, ": ", e.what()));
       std::cout << loss_policy_name(p) << " chunk " << chunk << " FAILED: " << e.what() << "\n";
     }
   };
@@ -272,25 +394,50 @@ int bench_main(int argc, char** argv) {
     attempt(LossPolicy::chunk_recompute, chunk);
   }
   if (o.materialize) attempt(LossPolicy::materialize, o.rows);
-  if (runs.empty()) return 1;
 
-  std::printf("\n%-44s %10s %10s\n", "bf16 product", "ms", "TFLOP/s");
-  std::printf("%-44s %10.3f %10.1f\n", card.what.c_str(), card.ms, card.tflops());
-  for (const GemmRate& g : shapes) std::printf("%-44s %10.3f %10.1f\n", g.what.c_str(), g.ms, g.tflops());
-  std::printf("\n%-22s %6s %10s %6s %9s %8s %11s %11s %11s %11s\n", "policy", "chunk", "ms fwd+bwd", "GEMMs",
-              "TFLOP/s", "of card", "transient", "loss_saved", "loss head", "cudaMemGet");
+  std::printf("\n%-50s %10s %10s\n", "bf16 product", "ms", "TFLOP/s");
+  std::printf("%-50s %10.3f %10.1f\n", card.what.c_str(), card.ms, card.tflops());
+  for (const GemmRate& g : shapes) std::printf("%-50s %10.3f %10.1f\n", g.what.c_str(), g.ms, g.tflops());
+  std::printf("\n%-22s %6s %10s %6s %9s %8s %9s %8s %9s %11s %11s %11s %11s\n", "policy", "chunk", "ms fwd+bwd",
+              "GEMMs", "model TF", "of card", "exec TF", "of card", "non-GEMM", "transient", "loss_saved", "loss head",
+              "cudaMemGet");
   for (const PolicyRun& r : runs) {
-    const double tflops = r.gemm_passes * gemm_flops(o.rows, o.vocab, o.hidden) / (r.median_ms() * 1e-3) / 1e12;
-    std::printf("%-22s %6lld %10.1f %6d %9.1f %7.1f%% %10s G %10s G %10s G %10s G\n",
+    const double share = non_gemm_share(r);
+    std::printf("%-22s %6lld %10.1f %6d %9.1f %7.1f%% %9.1f %7.1f%% %8s %10s G %10s G %10s G %10s G\n",
                 std::string(loss_policy_name(r.policy)).c_str(), static_cast<long long>(r.chunk), r.median_ms(),
-                r.gemm_passes, tflops, 100 * tflops / card.tflops(), gib(r.peak_transient).substr(0, 6).c_str(),
-                gib(r.peak_loss_saved).substr(0, 6).c_str(), gib(r.peak_loss_head).substr(0, 6).c_str(),
-                gib(r.device_used_above_inputs).substr(0, 6).c_str());
+                r.gemm_passes, r.model_tflops, 100 * r.model_tflops / card.tflops(), r.executed_tflops,
+                100 * r.executed_tflops / card.tflops(), share < 0 ? "n/a" : str(100 * share).substr(0, 5).c_str(),
+                gib(r.peak_transient).substr(0, 6).c_str(), gib(r.peak_loss_saved).substr(0, 6).c_str(),
+                gib(r.peak_loss_head).substr(0, 6).c_str(), gib(r.device_used_above_inputs).substr(0, 6).c_str());
   }
-  std::printf("loss %.6f ce %.6f kl %.6f accuracy %.6f (W = %.3f)\n", runs.front().stats.loss, runs.front().stats.ce,
-              runs.front().stats.kl, runs.front().stats.accuracy(), in.weight_sum);
-  if (!o.json.empty()) write_json(o.json, o, gpu, card, shapes, runs, in.weight_sum);
-  return failures == 0 ? 0 : 1;
+  if (!runs.empty()) {
+    std::printf("loss %.6f ce %.6f kl %.6f accuracy %.6f (W = %.3f)\n", runs.front().stats.loss, runs.front().stats.ce,
+                runs.front().stats.kl, runs.front().stats.accuracy(), in.weight_sum);
+  }
+  if (!o.json.empty()) write_json(o.json, o, gpu, card, shapes, runs, in.weight_sum, weighted_rows);
+
+  // Targets: chunk_grad_in_forward at kTargetChunk.
+  std::vector<std::string> missed;
+  bool measured = false;
+  for (const PolicyRun& r : runs) {
+    if (r.policy != LossPolicy::chunk_grad_in_forward || r.chunk != kTargetChunk) continue;
+    measured = true;
+    if (r.model_tflops < kModelRateTarget * card.tflops()) {
+      missed.push_back(str("model-FLOP rate ", 100 * r.model_tflops / card.tflops(), "% < ", 100 * kModelRateTarget, "%"));
+    }
+    if (non_gemm_share(r) > kNonGemmShareTarget) {
+      missed.push_back(str("non-GEMM share ", 100 * non_gemm_share(r), "% > ", 100 * kNonGemmShareTarget, "%"));
+    }
+    if (r.peak_transient > kTransientTargetBytes) missed.push_back(str("transient ", gib(r.peak_transient), " GiB > 2 GiB"));
+  }
+  if (!measured) missed.push_back(str("chunk_grad_in_forward at chunk ", kTargetChunk, " was not measured"));
+  std::cout << "\nperformance targets: " << (missed.empty() ? "met" : "MISSED");
+  for (const std::string& m : missed) std::cout << "; " << m;
+  std::cout << "\n";
+  for (const std::string& w : wrong) std::cout << "wrong: " << w << "\n";
+  std::cout << "correctness: " << (wrong.empty() ? "PASS" : "FAIL") << "\n";
+  if (!wrong.empty()) return 1;
+  return missed.empty() ? 0 : 3;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "common/tolerances.hpp"
 #include "properties/reference/drafter_cases.hpp"
 #include "reference/drafter_compare.hpp"
 #include "reference/drafter_gradient_check.hpp"
@@ -22,7 +23,7 @@ RC_GTEST_PROP(DrafterGradients, AnalyticGradientsEqualFiftyDigitCentralDifferenc
                                                       {.seed = c.parameter_seed, .coordinates = 3});
   RC_LOG() << "worst " << check.worst << " at " << check.worst_what << " over " << check.evaluations
            << " differences; loss " << r.outputs.stats.loss << "\n";
-  RC_ASSERT(check.worst <= 1e-9);
+  RC_ASSERT(check.worst <= kFiniteDifferenceTolerance);
 }
 
 // The double forward (loss, ce, kl, Y, lse, token losses) within 1e-12 of the 50-digit one.
@@ -36,7 +37,7 @@ RC_GTEST_PROP(DrafterGradients, DoubleForwardEqualsFiftyDigitForward, ()) {
                       convert_batch<Mp50>(t, p.batch), c.options);
   const double error = drafter_outputs_error(d, exact);
   RC_LOG() << "error " << error << "\n";
-  RC_ASSERT(error <= 1e-12);
+  RC_ASSERT(error <= kReferenceTolerance);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "common/tolerances.hpp"
 #include "reference/finite_difference.hpp"
 #include "reference/loss_head.hpp"
 #include "reference/loss_head_compare.hpp"
@@ -73,7 +74,7 @@ RC_GTEST_PROP(LossHeadProperties, EveryPolicyAndChunkSizeGivesTheOraclesResult, 
   const auto p = make_loss_head_problem<double>(data, c.spec);
   const auto oracle = hybrid_loss_unchunked(oracle_tracker, c.options, p.hidden, p.targets(), p.weight_sum);
   const auto first = run(data, p, c.options, LossPolicy::chunk_recompute, c.options.chunk_rows);
-  RC_ASSERT(loss_head_result_error(first, oracle) <= 1e-12);
+  RC_ASSERT(loss_head_result_error(first, oracle) <= kReferenceTolerance);
   for (LossPolicy policy : kAllLossPolicies) {
     for (std::int64_t chunk : {c.options.chunk_rows, c.other_chunk}) {
       const auto r = run(data, p, c.options, policy, chunk);
@@ -127,7 +128,7 @@ RC_GTEST_PROP(LossHeadProperties, GradientsMatchFiftyDigitFiniteDifferences, ())
     const Mp50 fd = central_difference(loss, x, dir, eps);
     const DirectionalCheck a =
         directional_derivative(std::span(grad.data(), grad.values().size()), std::span(dir), floor);
-    RC_ASSERT(directional_error(a, static_cast<double>(fd), noise) <= 1e-9);
+    RC_ASSERT(directional_error(a, static_cast<double>(fd), noise) <= kFiniteDifferenceTolerance);
   };
   check(m.hidden, g.hidden_grad, random_direction(m.hidden.numel(), c.spec.seed), floors.hidden);
   check(m.lm_head, *g.lm_head_grad, random_direction(m.lm_head.numel(), c.spec.seed + 1), floors.lm_head);
@@ -155,7 +156,7 @@ RC_GTEST_PROP(LossHeadProperties, ExtremeLogitsStayFiniteAndAgreeWithFiftyDigits
   MemoryTracker t;
   const auto exact = hybrid_loss_unchunked(t, c.options, m.hidden, m.targets(), m.weight_sum);
   const GradientFloors floors = gradient_floors(c.options, p.hidden, p.targets(), p.weight_sum);
-  RC_ASSERT(loss_head_result_error(r, exact, floors) <= 1e-12);
+  RC_ASSERT(loss_head_result_error(r, exact, floors) <= kReferenceTolerance);
 }
 
 // W = 0: the loss and every gradient are exactly 0 (SPEC §5), under every policy.

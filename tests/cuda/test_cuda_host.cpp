@@ -187,5 +187,38 @@ TEST(CudaLossHeadValidation, RejectsNonFiniteWeightSum) {
   expect_input_error({}, kShape, std::numeric_limits<double>::quiet_NaN(), "weight_sum", "nan");
 }
 
+// h, s, tau and W are narrowed to float for the kernels: out of float range is refused by name.
+TEST(CudaLossHeadValidation, RejectsTemperatureBelowTheSmallestNormalFloat) {
+  LossHeadOptions o;
+  o.temperature = 1e-39;  // a positive double that float would hold as a subnormal (or 0 below ~1e-45)
+  expect_input_error(o, kShape, 1.0, "temperature", str(o.temperature));
+}
+
+TEST(CudaLossHeadValidation, RejectsTemperatureBeyondFloat) {
+  LossHeadOptions o;
+  o.temperature = 1e39;
+  expect_input_error(o, kShape, 1.0, "temperature", str(o.temperature));
+}
+
+TEST(CudaLossHeadValidation, RejectsHardWeightBeyondFloat) {
+  LossHeadOptions o;
+  o.hard_weight = 1e39;
+  expect_input_error(o, kShape, 1.0, "hard_weight", str(o.hard_weight));
+}
+
+TEST(CudaLossHeadValidation, RejectsSoftWeightBeyondFloat) {
+  LossHeadOptions o;
+  o.soft_weight = 5e38;
+  expect_input_error(o, kShape, 1.0, "soft_weight", str(o.soft_weight));
+}
+
+TEST(CudaLossHeadValidation, RejectsWeightSumBeyondFloat) { expect_input_error({}, kShape, 1e39, "weight_sum", str(1e39)); }
+
+TEST(CudaLossHeadValidation, AcceptsTheSmallestNormalFloatTemperature) {
+  LossHeadOptions o;
+  o.temperature = double(std::numeric_limits<float>::min());
+  EXPECT_NO_THROW(validate_cuda_loss_head(o, kShape, 1.0));
+}
+
 }  // namespace
 }  // namespace dflash

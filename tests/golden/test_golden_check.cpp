@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/tolerances.hpp"
 #include "golden/golden_check.hpp"
 #include "golden_test_support.hpp"
 
@@ -48,7 +49,7 @@ TEST(GoldenCheck, EveryCommittedGoldenPassesTheReferenceOnEveryOutputAndGradient
     std::set<std::string> expected;
     for (const auto& [name, t] : golden.results) expected.insert(name);
     EXPECT_EQ(names_of(rows), expected) << c.name << ": the reference must check every output/ and grad/ tensor";
-    for (const GoldenCheckRow& r : rows) EXPECT_EQ(r.tolerance, 1e-12) << r.tensor;
+    for (const GoldenCheckRow& r : rows) EXPECT_EQ(r.tolerance, kReferenceTolerance) << r.tensor;
   }
 }
 
@@ -157,7 +158,7 @@ TEST(GoldenCheck, MagnitudeIsTheStepsOwn) {
 
 GoldenImplementation fake(std::function<GoldenResults(MemoryTracker&, const Golden&)> compute) {
   return {"fake", "a test double",
-          [compute](MemoryTracker& tracker, const Golden& g) { return with_tolerance(compute(tracker, g), 1e-12); }};
+          [compute](MemoryTracker& tracker, const Golden& g) { return with_tolerance(compute(tracker, g), kReferenceTolerance); }};
 }
 
 TEST(GoldenCheck, UnknownTensorFromAnImplementationFails) {
@@ -190,7 +191,7 @@ TEST(GoldenCheck, WrongShapeFromAnImplementationFails) {
 TEST(GoldenCheck, TensorWithoutATolerance) {
   const Golden golden = read_golden(committed_golden("tiny-full"));
   const GoldenImplementation careless{"careless", "forgets a tolerance", [](MemoryTracker&, const Golden& g) {
-                                        GoldenOutputs out = with_tolerance({}, 1e-12);
+                                        GoldenOutputs out = with_tolerance({}, kReferenceTolerance);
                                         out.tensors["output/kl"] = g.results.at("output/kl");
                                         return out;
                                       }};

@@ -1,0 +1,70 @@
+// SPEC §10's bounds, one name each, with why that value, in one place for the reference tests,
+// the CUDA tests, the benchmark and `dflash verify`.
+//
+// SPEC §10: reference against itself <= 1e-12 (or bitwise where the order is the same); analytic
+// gradients against 50-digit central differences <= 1e-9; low-precision production results
+// <= 2 x the error of a plain low-precision computation of the same quantity + a floor stated per
+// tensor.
+#pragma once
+
+#include <cstdint>
+
+namespace dflash {
+
+// The reference against itself (policies, chunk sizes, ranks, double against 50-digit): SPEC §10.
+// Sums in another order differ by a few ulps (2^-52 ~ 2.2e-16) per term of the largest size;
+// 1e-12 leaves ~4500 ulps for long sums while a wrong term of relative size 1e-12 still fails.
+inline constexpr double kReferenceTolerance = 1e-12;
+
+// Analytic gradients against 50-digit central differences: SPEC §10. The difference quotient is
+// exact far beyond double precision, so this bounds the double gradient's own rounding (~1e-13
+// measured) with room for rows whose gradient is a difference of nearly equal probabilities.
+inline constexpr double kFiniteDifferenceTolerance = 1e-9;
+
+// The low-precision rule's factor: production error <= kPlainErrorFactor x the plain bf16
+// computation's error + floor (SPEC §10).
+inline constexpr double kPlainErrorFactor = 2.0;
+
+// Unit roundoff of fp32, 2^-24.
+inline constexpr double kFp32Unit = 1.0 / 16777216.0;
+
+// The floor of the bf16 rule at the test sizes (V <= 2^14): what fp32 arithmetic may add where
+// bf16 storage happens to cost (almost) nothing, e.g. logits that bf16 holds exactly: fp32 row
+// statistics (each thread sums at most V/256 terms, then an 8-level tree: for V <= 2^14,
+// (64 + 8) u = 4.3e-6) with 2-ulp exp on the device, and fp32 products over V (sqrt(V) u ~ 1e-5
+// at V = 2^14 even without cancellation). Not a fitted number: the test sizes stay at V <= 2^14.
+inline constexpr double kFp32Floor = 1e-5;
+
+// Worst-case error of fp32 row statistics computed by `threads` threads per row (the CUDA
+// kernels: kRowThreads) - lse(z), lse(z/tau), lse(t/tau), ce, kl - in units of the row's scale
+// 1 + |lse z| + |lse z/tau| + |lse t/tau| + max_v |t_v - z_v| / tau. Each thread streams
+// n = ceil(V / threads) columns (rounded up to 8 for the vector path): every step costs at most
+// 4 u of its running sum (a 2-ulp exp, a product, an add); each of the log2(threads) levels of the
+// merge tree 4 u; finish 8 u (log, the sums, q_diff / sum_tt / tau); u = 2^-24. A worst case, not
+// a fit: random rounding gives about its square root.
+inline double fp32_row_stats_bound(std::int64_t vocab, int threads) {
+  const std::int64_t per_thread = ((vocab + std::int64_t(threads) * 8 - 1) / (std::int64_t(threads) * 8)) * 8;
+  int levels = 0;
+  for (int t = threads; t > 1; t /= 2) ++levels;
+  return (4.0 * double(per_thread) + 4.0 * levels + 8) * kFp32Unit;
+}
+
+// The bf16 rule's floor at any V: kFp32Floor up to the sizes it was derived for, and beyond them
+// the worst case of the kernels' fp32 row statistics (fp32_row_stats_bound, ~2.3e-4 at
+// V = 248320), which grows with V / 256 terms per thread. cuBLAS's fp32 accumulation of dL/dY
+// over V (blocked sums) stays below the same bound. At full scale the plain bf16 error
+// (2^-9 per logit) dominates this floor anyway.
+inline double bf16_rule_floor(std::int64_t vocab, int threads) {
+  const double stats = fp32_row_stats_bound(vocab, threads);
+  return stats > kFp32Floor ? stats : kFp32Floor;
+}
+
+// The CUDA loss against the PyTorch baseline on the same data (bench/cuda/summarize.py; not a
+// SPEC §10 bound: another implementation, not the reference): 1e-3 relative. Both round logits
+// to bf16 but in different GEMMs (cuBLAS vs PyTorch's choice of kernel and accumulation order),
+// which moves each row's loss by up to ~2^-9 of its logits' size; over ~31000 rows these
+// differences average out far below 1e-3, while a wrong term (a dropped row, a wrong tau power,
+// a missing soft term) moves the loss by far more.
+inline constexpr double kBaselineLossTolerance = 1e-3;
+
+}  // namespace dflash

@@ -1,0 +1,124 @@
+// Every cublasGemmEx call of the loss head (cuda/cublas_gemm_call.hpp), executed on the CPU by a
+// textbook column-major GEMM that reads exactly the arguments cuBLAS would get (operations, m, n,
+// k, leading dimensions, element types, and which buffer is A, B and C) with every index checked
+// against its buffer, and compared with the row-major product the call is meant to compute.
+// Shapes have all dimensions distinct, so a transposed operand or a wrong stride cannot pass.
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/bf16.hpp"
+#include "cuda/cublas_gemm_call.hpp"
+#include "reference/errors.hpp"
+
+namespace dflash {
+namespace {
+
+struct Buffer {
+  const void* data;
+  std::size_t elements;
+};
+
+double read(const Buffer& b, cudaDataType_t type, std::int64_t index, const char* name) {
+  if (index < 0 || static_cast<std::size_t>(index) >= b.elements) {
+    throw std::out_of_range(str(name, "[", index, "] is outside its ", b.elements, " elements"));
+  }
+  if (type == CUDA_R_16BF) return float_from_bf16_bits(static_cast<const Bf16Bits*>(b.data)[index]);
+  if (type == CUDA_R_32F) return static_cast<const float*>(b.data)[index];
+  throw std::invalid_argument(str(name, ": element type ", int(type), " is not bf16 or fp32"));
+}
+
+// C = op(A) op(B), column-major, summed in double in the order l = 0..k-1, stored in C's type.
+void textbook_column_major_gemm(const GemmCall& g, Buffer a, Buffer b, void* c, std::size_t c_elements) {
+  for (int j = 0; j < g.n; ++j) {
+    for (int i = 0; i < g.m; ++i) {
+      double sum = 0;
+      for (int l = 0; l < g.k; ++l) {
+        const std::int64_t ai = g.transa == CUBLAS_OP_N ? i + std::int64_t(l) * g.lda : l + std::int64_t(i) * g.lda;
+        const std::int64_t bi = g.transb == CUBLAS_OP_N ? l + std::int64_t(j) * g.ldb : j + std::int64_t(l) * g.ldb;
+        sum += read(a, g.a_type, ai, "A") * read(b, g.b_type, bi, "B");
+      }
+      const std::int64_t ci = i + std::int64_t(j) * g.ldc;
+      if (ci < 0 || static_cast<std::size_t>(ci) >= c_elements) {
+        throw std::out_of_range(str("C[", ci, "] is outside its ", c_elements, " elements"));
+      }
+      if (g.c_type == CUDA_R_16BF) {
+        static_cast<Bf16Bits*>(c)[ci] = bf16_bits_from_float(static_cast<float>(sum));
+      } else if (g.c_type == CUDA_R_32F) {
+        static_cast<float*>(c)[ci] = static_cast<float>(sum);
+      } else {
+        throw std::invalid_argument("C: element type is not bf16 or fp32");
+      }
+    }
+  }
+}
+
+std::vector<Bf16Bits> random_bf16(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::vector<Bf16Bits> out(n);
+  for (Bf16Bits& x : out) x = bf16_bits_from_float(d(rng));
+  return out;
+}
+
+double bf(Bf16Bits x) { return float_from_bf16_bits(x); }
+
+constexpr std::int64_t kRows = 3, kVocab = 7, kHidden = 5;
+
+TEST(CublasGemmCall, LogitsAreXTimesWTransposedRowMajorInBf16) {
+  const std::vector<Bf16Bits> x = random_bf16(kRows * kHidden, 1), w = random_bf16(kVocab * kHidden, 2);
+  std::vector<Bf16Bits> z(kRows * kVocab, 0xFFFF);
+  const GemmCall g = logits_gemm_call(x.data(), w.data(), z.data(), kRows, kVocab, kHidden);
+  EXPECT_EQ(g.a, w.data());
+  EXPECT_EQ(g.b, x.data());
+  EXPECT_EQ(g.c, z.data());
+  EXPECT_EQ(g.c_type, CUDA_R_16BF);
+  textbook_column_major_gemm(g, {g.a, w.size()}, {g.b, x.size()}, g.c, z.size());
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    for (std::int64_t v = 0; v < kVocab; ++v) {
+      double want = 0;
+      for (std::int64_t h = 0; h < kHidden; ++h) want += bf(x[r * kHidden + h]) * bf(w[v * kHidden + h]);
+      EXPECT_EQ(z[r * kVocab + v], bf16_bits_from_float(static_cast<float>(want))) << "z[" << r << "," << v << "]";
+    }
+  }
+}
+
+TEST(CublasGemmCall, InputGradIsDzTimesWRowMajorInFp32) {
+  const std::vector<Bf16Bits> dz = random_bf16(kRows * kVocab, 3), w = random_bf16(kVocab * kHidden, 4);
+  std::vector<float> dx(kRows * kHidden, -1.0f);
+  const GemmCall g = input_grad_gemm_call(dz.data(), w.data(), dx.data(), kRows, kVocab, kHidden);
+  EXPECT_EQ(g.a, w.data());
+  EXPECT_EQ(g.b, dz.data());
+  EXPECT_EQ(g.c, dx.data());
+  EXPECT_EQ(g.c_type, CUDA_R_32F);
+  textbook_column_major_gemm(g, {g.a, w.size()}, {g.b, dz.size()}, g.c, dx.size());
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    for (std::int64_t h = 0; h < kHidden; ++h) {
+      double want = 0;
+      for (std::int64_t v = 0; v < kVocab; ++v) want += bf(dz[r * kVocab + v]) * bf(w[v * kHidden + h]);
+      EXPECT_EQ(dx[r * kHidden + h], static_cast<float>(want)) << "dx[" << r << "," << h << "]";
+    }
+  }
+}
+
+TEST(CublasGemmCall, DimensionsBeyondIntAreRefusedByName) {
+  const std::int64_t too_big = std::int64_t(1) << 31;
+  EXPECT_THROW(
+      {
+        try {
+          logits_gemm_call(nullptr, nullptr, nullptr, 1, too_big, 8);
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("vocab_size"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      InputError);
+  EXPECT_THROW(input_grad_gemm_call(nullptr, nullptr, nullptr, too_big, 8, 8), InputError);
+}
+
+}  // namespace
+}  // namespace dflash
