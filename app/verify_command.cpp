@@ -35,8 +35,8 @@ void add_verify_command(CLI::App& app, int& exit_code) {
 #if DFLASH_WITH_CUDA
       const auto part = verify_cuda_rows();
 #else
-      const std::vector<VerifyRow> part = {
-          {"cuda", "-", "-", 0, 0, 0, true, "this dflash was built without CUDA (no nvcc at configure time)"}};
+      const std::vector<VerifyRow> part = {skipped_row({.group = "cuda", .case_name = "-", .variant = "-"},
+                                                       "this dflash was built without CUDA (no nvcc at configure time)")};
 #endif
       rows.insert(rows.end(), part.begin(), part.end());
       if (!part.empty() && part.front().skipped) {
