@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/cuda/bench_data.hpp"
+#include "common/gpu_required.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_probe.hpp"
 #include "cuda/loss_head_cuda.hpp"
@@ -229,8 +230,7 @@ int bench_main(int argc, char** argv) {
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
     std::cout << "bench_cuda_loss_head: SKIPPED, " << gpu.summary() << "\n";
-    const char* required = std::getenv("DFLASH_REQUIRE_GPU");
-    return required != nullptr && std::string(required) == "1" ? 1 : 0;
+    return gpu_required() ? 1 : 0;
   }
   std::cout << "device: " << gpu.summary() << "\nshape: T " << o.rows << ", H " << o.hidden << ", V " << o.vocab
             << "; bf16 inputs and logits, fp32 statistics and dL/dY\n";
