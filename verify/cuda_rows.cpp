@@ -5,7 +5,6 @@
 // Without a usable GPU every row is reported SKIPPED with the reason.
 #include <cmath>
 #include <exception>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -43,16 +42,12 @@ std::vector<CudaVerifyCase> cuda_verify_cases() {
 
 constexpr LossPolicy kCudaPolicies[] = {LossPolicy::materialize, LossPolicy::chunk_recompute,
                                         LossPolicy::chunk_grad_in_forward};
+const char* const kBitwiseVariant = "recompute = grad_in_forward";
 const char* const kRule = "worst error / (2 x plain bf16 error + floor) over loss, ce, kl, lse, token loss, dL/dY, "
                           "accuracy";
 
 std::string variant_name(LossPolicy policy, std::int64_t chunk) {
   return std::string(loss_policy_name(policy)) + (policy == LossPolicy::materialize ? "" : "/c" + std::to_string(chunk));
-}
-
-VerifyRow failed_row(const std::string& case_name, const std::string& variant, const std::exception& e) {
-  return {"cuda", case_name, variant, std::numeric_limits<double>::infinity(), 1.0, 0, false,
-          std::string("threw: ") + e.what()};
 }
 
 }  // namespace
@@ -61,11 +56,14 @@ std::vector<VerifyRow> verify_cuda_rows() {
   std::vector<VerifyRow> rows;
   const CudaDeviceStatus& gpu = cuda_device_status();
   for (const CudaVerifyCase& c : cuda_verify_cases()) {
+    const auto name = [&](std::string variant) {
+      return RowName{.group = "cuda", .case_name = c.name, .variant = std::move(variant)};
+    };
     if (!gpu.available) {
       for (LossPolicy policy : kCudaPolicies) {
-        rows.push_back({"cuda", c.name, variant_name(policy, c.chunk), 0, 1.0, 0, true, "no GPU: " + gpu.reason});
+        rows.push_back(skipped_row(name(variant_name(policy, c.chunk)), "no GPU: " + gpu.reason));
       }
-      rows.push_back({"cuda", c.name, "recompute = grad_in_forward", 0, 0, 0, true, "no GPU: " + gpu.reason});
+      rows.push_back(skipped_row(name(kBitwiseVariant), "no GPU: " + gpu.reason));
       continue;
     }
     MemoryTracker host;
@@ -83,16 +81,19 @@ std::vector<VerifyRow> verify_cuda_rows() {
         for (const ToleranceEntry& e : report.entries) {
           if (!e.ok()) note = "FAILS: " + e.quantity + " " + report.describe();
         }
-        rows.push_back({"cuda", c.name, variant, report.worst_ratio(), 1.0, allocator.tracker().peak_total(), false,
-                        note});
+        // The error is already a ratio to its bound: it passes at <= 1.
+        rows.push_back(tolerance_row(name(variant), {.error = report.worst_ratio(),
+                                                     .tolerance = 1.0,
+                                                     .peak_bytes = allocator.tracker().peak_total(),
+                                                     .note = note}));
         if (policy != LossPolicy::materialize) chunked.push_back(std::move(r));
       } catch (const std::exception& e) {
-        rows.push_back(failed_row(c.name, variant, e));
+        rows.push_back(threw_row(name(variant), e.what()));
       }
     }
     const bool identical = chunked.size() == 2 && loss_head_results_identical(chunked[0], chunked[1]);
-    rows.push_back({"cuda", c.name, "recompute = grad_in_forward", identical ? 0.0 : 1.0, 0, 0, false,
-                    "bitwise: same chunks, same products, same kernels"});
+    rows.push_back(exact_row(name(kBitwiseVariant), {.mismatch = identical ? 0.0 : 1.0,
+                                                     .note = "bitwise: same chunks, same products, same kernels"}));
   }
   return rows;
 }

@@ -21,26 +21,28 @@ std::vector<VerifyRow> verify_golden_rows() {
   const std::filesystem::path dir = default_golden_dir();
   for (const GoldenCase& c : golden_cases()) {
     const std::filesystem::path path = dir / golden_file_name(c.name);
-    VerifyRow row{"golden", c.name, "reference vs committed", 0, 0, 0, false, ""};
+    const RowName name{.group = "golden", .case_name = c.name, .variant = "reference vs committed"};
     try {
       const Golden golden = read_golden(path);
       MemoryTracker tracker;
       const GoldenOutputs computed = reference.compute(tracker, golden);
-      row.peak_bytes = tracker.peak_total();
-      row.tolerance = std::numeric_limits<double>::infinity();
+      double error = 0;
+      double tolerance = std::numeric_limits<double>::infinity();
       std::string worst;
       for (const GoldenCheckRow& r : compare_golden_outputs(golden, computed)) {
-        if (r.error > row.error) worst = r.tensor;
-        row.error = std::max(row.error, r.error);
-        row.tolerance = std::min(row.tolerance, r.tolerance);
+        if (r.error > error) worst = r.tensor;
+        error = std::max(error, r.error);
+        tolerance = std::min(tolerance, r.tolerance);
       }
-      row.note = str(computed.tensors.size(), " tensors of ", path.filename().string(),
-                     worst.empty() ? ", all bitwise equal" : ", worst " + worst);
+      rows.push_back(tolerance_row(
+          name, {.error = error,
+                 .tolerance = tolerance,
+                 .peak_bytes = tracker.peak_total(),
+                 .note = str(computed.tensors.size(), " tensors of ", path.filename().string(),
+                             worst.empty() ? ", all bitwise equal" : ", worst " + worst)}));
     } catch (const std::exception& e) {
-      row.error = std::numeric_limits<double>::infinity();
-      row.note = e.what();
+      rows.push_back(threw_row(name, e.what()));
     }
-    rows.push_back(row);
   }
   return rows;
 }

@@ -55,6 +55,9 @@ std::vector<VerifyRow> verify_loss_head_rows() {
     const LossHeadResult<double> oracle =
         hybrid_loss_unchunked(oracle_tracker, c.options, p.hidden, p.targets(), p.weight_sum);
     const GradientFloors floors = gradient_floors(c.options, p.hidden, p.targets(), p.weight_sum);
+    const auto name = [&](std::string variant) {
+      return RowName{.group = "loss_head", .case_name = c.name, .variant = std::move(variant)};
+    };
 
     // Every policy x chunk size against the unchunked oracle.
     for (LossPolicy policy : kAllLossPolicies) {
@@ -65,10 +68,12 @@ std::vector<VerifyRow> verify_loss_head_rows() {
         o.chunk_rows = chunk;
         MemoryTracker tracker;
         const LossHeadResult<double> r = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
-        rows.push_back({"loss_head", c.name,
-                        std::string(loss_policy_name(policy)) + (policy == LossPolicy::materialize ? "" : "/c" + std::to_string(chunk)),
-                        loss_head_result_error(r, oracle, floors), kReferenceTolerance, tracker.peak_total(), false,
-                        "vs unchunked oracle"});
+        const std::string variant = std::string(loss_policy_name(policy)) +
+                                    (policy == LossPolicy::materialize ? "" : "/c" + std::to_string(chunk));
+        rows.push_back(tolerance_row(name(variant), {.error = loss_head_result_error(r, oracle, floors),
+                                                     .tolerance = kReferenceTolerance,
+                                                     .peak_bytes = tracker.peak_total(),
+                                                     .note = "vs unchunked oracle"}));
       }
     }
 
@@ -82,8 +87,11 @@ std::vector<VerifyRow> verify_loss_head_rows() {
       o.chunk_rows = 4;
       MemoryTracker tracker;
       const LossHeadResult<double> r = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
-      rows.push_back({"loss_head", c.name, "chunk_recompute/c4 vs 50-digit", loss_head_result_error(r, exact, floors), kReferenceTolerance,
-                      tracker.peak_total(), false, "double vs cpp_bin_float_50"});
+      rows.push_back(tolerance_row(name("chunk_recompute/c4 vs 50-digit"),
+                                   {.error = loss_head_result_error(r, exact, floors),
+                                    .tolerance = kReferenceTolerance,
+                                    .peak_bytes = tracker.peak_total(),
+                                    .note = "double vs cpp_bin_float_50"}));
     }
 
     // Analytic gradients against 50-digit central differences along random directions.
@@ -112,8 +120,8 @@ std::vector<VerifyRow> verify_loss_head_rows() {
                                                         wrt_head ? floors.lm_head : floors.hidden);
       worst = std::max(worst, directional_error(a, static_cast<double>(fd), noise));
     }
-    rows.push_back({"loss_head", c.name, "gradient vs 50-digit FD", worst, kFiniteDifferenceTolerance, 0, false,
-                    "dL/dY (2 directions), dL/dW_lm (1)"});
+    rows.push_back(tolerance_row(name("gradient vs 50-digit FD"),
+                                 {.error = worst, .tolerance = kFiniteDifferenceTolerance, .note = "dL/dY (2 directions), dL/dW_lm (1)"}));
   }
   return rows;
 }

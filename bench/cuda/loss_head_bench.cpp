@@ -36,6 +36,7 @@
 #include "bench/cuda/bench_data.hpp"
 #include "bench/cuda/fp64_rows.hpp"
 #include "common/tolerances.hpp"
+#include "common/gpu_required.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/full_scale_gate.hpp"
 #include "cuda/device_probe.hpp"
@@ -342,8 +343,7 @@ int bench_main(int argc, char** argv) {
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
     std::cout << "bench_cuda_loss_head: SKIPPED, " << gpu.summary() << "\n";
-    const char* required = std::getenv("DFLASH_REQUIRE_GPU");
-    return required != nullptr && std::string(required) == "1" ? 1 : 0;
+    return gpu_required() ? 1 : 0;
   }
   std::cout << "device: " << gpu.summary() << "\nshape: T " << o.rows << ", H " << o.hidden << ", V " << o.vocab
             << "; bf16 inputs and logits, fp32 statistics and dL/dY\n";

@@ -2,21 +2,15 @@
 // ci/gpu sets DFLASH_REQUIRE_GPU=1) they fail instead, so a broken setup never reads as a skip.
 #pragma once
 
-#include <cstdlib>
 #include <memory>
-#include <string_view>
 
 #include <gtest/gtest.h>
 
+#include "common/gpu_required.hpp"
 #include "cuda/device_allocator.hpp"
 #include "cuda/device_probe.hpp"
 
 namespace dflash {
-
-inline bool gpu_required() {
-  const char* v = std::getenv("DFLASH_REQUIRE_GPU");
-  return v != nullptr && std::string_view(v) == "1";
-}
 
 // The fixture of every GPU test: SetUp skips (or fails) without a GPU, else makes an allocator.
 class GpuTest : public ::testing::Test {

@@ -1,0 +1,69 @@
+// `dflash verify` as a user runs it: a skipped row is not a pass where a GPU is required
+// (DFLASH_REQUIRE_GPU=1), and the CUDA rows' skips do not fail a plain run whose other rows pass.
+// CUDA_VISIBLE_DEVICES=-1 hides every GPU, so the CUDA rows skip on any machine (and a build
+// without CUDA reports its one cuda row SKIPPED the same way).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "tests/support/cli_run.hpp"
+
+namespace dflash {
+namespace {
+
+using testing_support::CliRun;
+using testing_support::run_dflash;
+
+class VerifyCli : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("CUDA_VISIBLE_DEVICES", "-1", 1); }
+
+  static CliRun verify(const std::string& args, bool require_gpu) {
+    if (require_gpu) {
+      setenv("DFLASH_REQUIRE_GPU", "1", 1);
+    } else {
+      unsetenv("DFLASH_REQUIRE_GPU");
+    }
+    return run_dflash("verify " + args);
+  }
+};
+
+TEST_F(VerifyCli, SkippedCudaRowsFailWhenAGpuIsRequired) {
+  const CliRun r = verify("--device cuda --group golden,cuda", true);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("SKIPPED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" 0 FAIL"), std::string::npos) << r.out;  // no row failed: the skips alone fail it
+  EXPECT_NE(r.err.find("DFLASH_REQUIRE_GPU=1, but"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("SKIPPED ("), std::string::npos) << r.err;  // with the reason
+}
+
+TEST_F(VerifyCli, SkippedCudaRowsDoNotFailOtherwise) {
+  const CliRun r = verify("--device cuda --group golden,cuda", false);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SKIPPED"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("the exit code reflects the other rows only"), std::string::npos) << r.err;
+}
+
+TEST_F(VerifyCli, RequiringAGpuDoesNotFailRowsThatRan) {
+  const CliRun r = verify("--group golden", true);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("SKIPPED  "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" 0 FAIL, 0 SKIPPED"), std::string::npos) << r.out;
+}
+
+TEST_F(VerifyCli, UnknownGroupIsAnError) {
+  const CliRun r = verify("--group golden,trunks", false);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("no rows for group 'trunks'"), std::string::npos) << r.err;
+}
+
+TEST_F(VerifyCli, CudaGroupNeedsTheCudaDevice) {
+  const CliRun r = verify("--group cuda", false);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("need --device cuda"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace dflash
