@@ -38,6 +38,18 @@ struct AttentionTiling {
   DFLASH_HD std::int64_t row_token(std::int64_t r) const { return r % B; }
 };
 
+// Why the kernels cannot run this tiling (the field and the rule it breaks), or nullptr.
+inline const char* attention_tiling_problem(const AttentionTiling& t) {
+  if (t.S < 0) return "S (context keys) must be >= 0";
+  if (t.N < 1) return "N (blocks) must be >= 1";
+  if (t.B < 1) return "B (block size) must be >= 1";
+  if (t.nkv < 1) return "nkv (kv heads) must be >= 1";
+  if (t.nh < t.nkv || t.nh % t.nkv != 0) return "nh (query heads) must be a positive multiple of nkv";
+  if (t.d < 1) return "d (head dim) must be >= 1";
+  if (t.key_tile < 1) return "key_tile must be >= 1";
+  return nullptr;
+}
+
 // A run of keys [first, first + count) in [context; block] key space.
 struct KeyTile {
   std::int64_t first = 0;
