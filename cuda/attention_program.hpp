@@ -23,7 +23,7 @@
 
 #include "common/attention_mask.hpp"
 #include "common/attention_tiles.hpp"
-#include "common/dropout_rng.hpp"
+#include "common/dropout_site_view.hpp"
 #include "common/hd.hpp"
 #include "common/row_math.hpp"
 #include "common/storage.hpp"
@@ -35,38 +35,10 @@ namespace dflash {
 // is one thread's fixed-order sum; the CPU tests check this).
 inline constexpr int kAttentionThreads = 128;
 
-// Site-1 dropout of one layer of one sequence: factor 0 or 1/(1-p), exactly 1 when off.
-struct AttentionDropoutView {
-  std::uint64_t seed = 0;
-  std::uint32_t stream = 0;  // rng_stream(seq, layer, site 1)
-  std::uint32_t step = 0;
-  std::uint32_t threshold = 0;  // dropout_threshold(p)
-  bool active = false;          // p > 0
-  float scale = 1.0f;           // 1 / (1 - p)
-
-  DFLASH_HD float factor(std::uint64_t element) const {
-    if (!active) return 1.0f;
-    return dropout_keeps(seed, stream, step, element, threshold) ? scale : 0.0f;
-  }
-};
-
-// The site-1 dropout of `layer` for global sequence `sequence` at optimizer step `step` (SPEC §6).
-DFLASH_HD inline AttentionDropoutView attention_dropout_view(std::uint64_t seed, std::uint32_t step,
-                                                             std::uint32_t sequence, std::uint32_t layer, double p) {
-  AttentionDropoutView v;
-  v.seed = seed;
-  v.stream = rng_stream(sequence, layer, static_cast<std::uint32_t>(DropoutSite::attention_probs));
-  v.step = step;
-  v.threshold = dropout_threshold(p);
-  v.active = p > 0;
-  v.scale = 1.0f / (1.0f - static_cast<float>(p));
-  return v;
-}
-
 struct AttentionProblem {
   AttentionTiling tiling;
   AttentionMaskView mask;
-  AttentionDropoutView dropout;
+  DropoutSiteView dropout;  // site 1 (attention probabilities)
 };
 
 // Row-major device tensors: q, out, d_out [T, nh d]; k/v_ctx [S, nkv d]; k/v_blk [T, nkv d];

@@ -98,7 +98,8 @@ inline constexpr std::uint32_t kCaseStep = 7, kCaseSequence = 3, kCaseLayer = 2;
 
 inline AttentionProblem attention_problem(const AttentionCase& c) {
   return AttentionProblem{c.tiling(), c.mask_view(),
-                          attention_dropout_view(kCaseSeed, kCaseStep, kCaseSequence, kCaseLayer, c.dropout)};
+                          dropout_site_view(kCaseSeed, kCaseStep, kCaseSequence, kCaseLayer, DropoutSite::attention_probs,
+                                            c.dropout)};
 }
 
 struct AttentionData {
