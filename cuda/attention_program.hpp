@@ -138,6 +138,18 @@ struct BackwardTile {
   float* delta;
   float* fp;  // f P: the dV weights
   float* ds;  // dS
+
+  DFLASH_HD BackwardTile(SharedCarver& mem, const AttentionTiling& tl) {
+    const std::int64_t R = tl.query_rows(), KT = tl.max_tile_keys();
+    q = mem.take<Storage>(R * tl.d);
+    d_out = mem.take<Storage>(R * tl.d);
+    k = mem.take<Storage>(KT * tl.d);
+    v = mem.take<Storage>(KT * tl.d);
+    lse = mem.take<float>(R);
+    delta = mem.take<float>(R);
+    fp = mem.take<float>(R * KT);
+    ds = mem.take<float>(R * KT);
+  }
 };
 
 // Phase body: f P and dS of every (row, key) of the tile; zero where the key is hidden.
@@ -207,9 +219,7 @@ struct AttentionForwardShared {
 
 template <class Storage>
 DFLASH_HD std::size_t attention_forward_shared_bytes(const AttentionTiling& tl) {
-  SharedCarver mem(nullptr);
-  AttentionForwardShared<Storage> layout(mem, tl);
-  return mem.bytes();
+  return shared_layout_bytes<AttentionForwardShared<Storage>>(tl);
 }
 
 template <class Exec, class Storage>
@@ -308,25 +318,13 @@ struct AttentionDqShared {
   attention_program_detail::BackwardTile<Storage> tile;
   float* dq;  // [R, d]
 
-  DFLASH_HD AttentionDqShared(SharedCarver& mem, const AttentionTiling& tl) {
-    const std::int64_t R = tl.query_rows(), KT = tl.max_tile_keys();
-    tile.q = mem.take<Storage>(R * tl.d);
-    tile.d_out = mem.take<Storage>(R * tl.d);
-    tile.k = mem.take<Storage>(KT * tl.d);
-    tile.v = mem.take<Storage>(KT * tl.d);
-    tile.lse = mem.take<float>(R);
-    tile.delta = mem.take<float>(R);
-    tile.fp = mem.take<float>(R * KT);
-    tile.ds = mem.take<float>(R * KT);
-    dq = mem.take<float>(R * tl.d);
-  }
+  DFLASH_HD AttentionDqShared(SharedCarver& mem, const AttentionTiling& tl)
+      : tile(mem, tl), dq(mem.take<float>(tl.query_rows() * tl.d)) {}
 };
 
 template <class Storage>
 DFLASH_HD std::size_t attention_dq_shared_bytes(const AttentionTiling& tl) {
-  SharedCarver mem(nullptr);
-  AttentionDqShared<Storage> layout(mem, tl);
-  return mem.bytes();
+  return shared_layout_bytes<AttentionDqShared<Storage>>(tl);
 }
 
 template <class Exec, class Storage>
@@ -403,26 +401,15 @@ struct AttentionDkvShared {
   float* dk;  // [KTmax, d]
   float* dv;  // [KTmax, d]
 
-  DFLASH_HD AttentionDkvShared(SharedCarver& mem, const AttentionTiling& tl) {
-    const std::int64_t R = tl.query_rows(), KT = tl.max_tile_keys();
-    tile.q = mem.take<Storage>(R * tl.d);
-    tile.d_out = mem.take<Storage>(R * tl.d);
-    tile.k = mem.take<Storage>(KT * tl.d);
-    tile.v = mem.take<Storage>(KT * tl.d);
-    tile.lse = mem.take<float>(R);
-    tile.delta = mem.take<float>(R);
-    tile.fp = mem.take<float>(R * KT);
-    tile.ds = mem.take<float>(R * KT);
-    dk = mem.take<float>(KT * tl.d);
-    dv = mem.take<float>(KT * tl.d);
-  }
+  DFLASH_HD AttentionDkvShared(SharedCarver& mem, const AttentionTiling& tl)
+      : tile(mem, tl),
+        dk(mem.take<float>(tl.max_tile_keys() * tl.d)),
+        dv(mem.take<float>(tl.max_tile_keys() * tl.d)) {}
 };
 
 template <class Storage>
 DFLASH_HD std::size_t attention_dkv_shared_bytes(const AttentionTiling& tl) {
-  SharedCarver mem(nullptr);
-  AttentionDkvShared<Storage> layout(mem, tl);
-  return mem.bytes();
+  return shared_layout_bytes<AttentionDkvShared<Storage>>(tl);
 }
 
 // Grid: context_tiles() x nkv blocks; block b handles context tile b / nkv for kv head b % nkv.

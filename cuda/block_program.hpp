@@ -40,4 +40,13 @@ class SharedCarver {
   std::size_t offset_ = 0;
 };
 
+// The bytes a shared-memory layout (a struct built from a SharedCarver and `args`) occupies.
+template <class Layout, class... Args>
+DFLASH_HD std::size_t shared_layout_bytes(const Args&... args) {
+  SharedCarver mem(nullptr);
+  const Layout layout(mem, args...);
+  (void)layout;
+  return mem.bytes();
+}
+
 }  // namespace dflash

@@ -44,9 +44,7 @@ struct RmsNormRowShared {
 };
 
 DFLASH_HD inline std::size_t rms_norm_row_shared_bytes(int threads) {
-  SharedCarver mem(nullptr);
-  RmsNormRowShared layout(mem, threads);
-  return mem.bytes();
+  return shared_layout_bytes<RmsNormRowShared>(threads);
 }
 
 // Thread t's partial sum over columns t, t + threads, ...; then thread 0 adds the partials in
