@@ -28,6 +28,11 @@ void require(bool ok, const std::string& what) {
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
 template <class Storage>
+__global__ void narrow_kernel(const float* x, std::int64_t n, Storage* y) {
+  DFLASH_FOR_EACH(e, n) narrow_at(e, x, y);
+}
+
+template <class Storage>
 __global__ void embedding_gather_kernel(const std::int64_t* tokens, const Storage* table, std::int64_t n,
                                         std::int64_t H, float* x) {
   DFLASH_FOR_EACH(e, n) embedding_gather_at(e, H, tokens, table, x);
@@ -98,6 +103,14 @@ void check_head_dim(std::int64_t d) {
 }
 
 }  // namespace
+
+template <class Storage>
+void launch_narrow(const float* x, std::int64_t n, Storage* y, cudaStream_t stream) {
+  require(n >= 0, "narrow size " + std::to_string(n));
+  if (n == 0) return;
+  narrow_kernel<<<flat_blocks(n), kFlatThreads, 0, stream>>>(x, n, y);
+  DFLASH_CUDA_CHECK_LAUNCH("narrow_kernel");
+}
 
 template <class Storage>
 void launch_embedding_gather(const std::int64_t* tokens, const Storage* table, std::int64_t T, std::int64_t H,
@@ -192,6 +205,7 @@ void launch_residual_dropout_backward(const float* d_out, std::int64_t n, const 
 }
 
 #define DFLASH_INSTANTIATE(Storage)                                                                                 \
+  template void launch_narrow<Storage>(const float*, std::int64_t, Storage*, cudaStream_t);                        \
   template void launch_embedding_gather<Storage>(const std::int64_t*, const Storage*, std::int64_t, std::int64_t,  \
                                                  float*, cudaStream_t);                                            \
   template void launch_rms_norm_forward<Storage>(const float*, const float*, std::int64_t, std::int64_t, float,    \

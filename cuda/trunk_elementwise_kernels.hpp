@@ -12,6 +12,10 @@
 
 namespace dflash {
 
+// y = x rounded to Storage (round to nearest even for bf16).
+template <class Storage>
+void launch_narrow(const float* x, std::int64_t n, Storage* y, cudaStream_t stream);
+
 // x[i, :] = E[tokens[i], :] (x fp32 [T, H]); the caller has checked tokens < V.
 template <class Storage>
 void launch_embedding_gather(const std::int64_t* tokens, const Storage* table, std::int64_t T, std::int64_t H,

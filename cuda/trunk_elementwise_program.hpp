@@ -26,6 +26,13 @@ namespace dflash {
 inline constexpr int kNormRowThreads = 256;       // threads of a row-RMSNorm block
 inline constexpr std::int64_t kMaxHeadDim = 256;  // q/k norm + RoPE keep one head in registers
 
+// ---- format change: an fp32 gradient becomes a bf16 GEMM operand ------------------------------
+
+template <class Storage>
+DFLASH_HD void narrow_at(std::int64_t e, const float* x, Storage* y) {
+  narrow_into(x[e], y[e]);
+}
+
 // ---- embedding gather: X[i, c] = E[tok_i, c] -------------------------------------------------
 
 template <class Storage>
