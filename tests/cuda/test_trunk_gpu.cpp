@@ -1,7 +1,8 @@
 // The trunk's GPU pieces: the linear layers on cuBLAS against the plain bf16 computation (fp32
 // sums of the same bf16 products), the hidden-dropout masks bitwise equal to the CPU's, and one
 // drafter layer forward + backward on the GPU run twice (bitwise equal: a recomputed layer is the
-// same layer) with finite results. Skipped, with the reason, without a GPU.
+// same layer) with finite results; the trunk under every policy, bitwise equal, with the saved
+// bytes it documents. Skipped, with the reason, without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "common/bf16.hpp"
 #include "cuda/linear_gemm.hpp"
 #include "cuda/trunk_elementwise_kernels.hpp"
+#include "cuda/trunk_cuda.hpp"
 #include "cuda/trunk_layer_cuda.hpp"
 #include "reference/compare.hpp"
 #include "reference/counter_rng.hpp"
@@ -101,72 +103,180 @@ TEST_F(TrunkGpu, HiddenDropoutMasksBitwiseEqualToCpu) {
   }
 }
 
-// A layer with the mid config's head layout at a small T, dropout on at all three sites.
-TEST_F(TrunkGpu, LayerForwardBackwardTwoRunsBitwiseEqualAndFinite) {
+// Random bf16 weights of an L-layer trunk (norm weights 1), one sequence's device inputs, and
+// the fp32 gradient buffers, for the mid config's head layout at a small T; dropout on at all
+// three sites.
+struct RandomDeviceTrunk {
   DrafterDims m;
-  m.S = 80, m.N = 3, m.B = 8, m.T = 24, m.H = 64, m.I = 96, m.nh = 4, m.nkv = 2, m.d = 16;
-  DeviceAllocator& a = allocator();
-  std::uint64_t seed = 10;
-  auto bf = [&](std::int64_t n) { return on_device(a, random_bf16(static_cast<std::size_t>(n), seed++)); };
-  auto ones = [&](std::int64_t n) { return on_device(a, std::vector<float>(static_cast<std::size_t>(n), 1.0f)); };
-  const auto wq = bf(m.q_width() * m.H), wk = bf(m.kv_width() * m.H), wv = bf(m.kv_width() * m.H),
-             wo = bf(m.H * m.q_width()), wg = bf(m.I * m.H), wu = bf(m.I * m.H), wd = bf(m.H * m.I);
-  const auto n_in = ones(m.H), n_q = ones(m.d), n_k = ones(m.d), n_post = ones(m.H);
-  const CudaLayerWeights w{wq.data(), wk.data(), wv.data(), wo.data(), wg.data(), wu.data(), wd.data(),
-                           n_in.data(), n_q.data(), n_k.data(), n_post.data()};
-  const auto context = bf(m.S * m.H);
-  const std::vector<std::int64_t> anchors = {5, 40, 77};
-  const std::vector<std::uint8_t> keep = {1, 1, 1};
-  std::vector<std::int64_t> block_pos, ctx_pos(static_cast<std::size_t>(m.S));
-  std::iota(ctx_pos.begin(), ctx_pos.end(), 0);
-  for (std::int64_t i = 0; i < m.T; ++i) block_pos.push_back(anchors[i / m.B] + i % m.B);
-  const auto anchors_d = on_device(a, anchors), block_d = on_device(a, block_pos), ctx_d = on_device(a, ctx_pos);
-  const auto keep_d = on_device(a, keep);
+  std::int64_t K = 2;
+  std::vector<DeviceBuffer<Bf16Bits>> matrices;
+  std::vector<DeviceBuffer<float>> vectors;
+  DeviceBuffer<std::int64_t> anchors, block_positions, context_positions, tokens;
+  DeviceBuffer<std::uint8_t> keep;
+  DeviceBuffer<Bf16Bits> features, context;
+  CudaTrunkWeights weights;
   CudaLayerContext ctx;
-  ctx.dims = m;
-  ctx.sliding_window = 32;
-  ctx.key_tile = 32;
-  ctx.context = context.data();
-  ctx.anchors = anchors_d.data();
-  ctx.keep = keep_d.data();
-  ctx.block_positions = block_d.data();
-  ctx.context_positions = ctx_d.data();
-  ctx.seed = kCaseSeed;
-  ctx.attention_dropout = 0.2;
-  ctx.hidden_dropout = 0.1;
-  std::vector<float> x_host(static_cast<std::size_t>(m.T * m.H));
-  CounterRng rng(99);
-  for (float& v : x_host) v = static_cast<float>(rng.uniform(-1.0, 1.0));
-  const auto x = on_device(a, x_host);
 
-  auto run = [&] {
-    LinearGemm gemm(a);
-    CudaLayerActivations act(a, m, MemoryCategory::saved);
-    DeviceBuffer<float> y = cuda_layer_forward(a, gemm, ctx, 0, true, w, x.data(), act);
-    std::vector<float> result = y.download();
-    std::vector<DeviceBuffer<float>> grads;
-    for (std::int64_t n : {m.q_width() * m.H, m.kv_width() * m.H, m.kv_width() * m.H, m.H * m.q_width(), m.I * m.H,
-                           m.I * m.H, m.H * m.I, m.H, m.d, m.d, m.H}) {
-      grads.push_back(on_device(a, std::vector<float>(static_cast<std::size_t>(n), 0.0f)));
+  explicit RandomDeviceTrunk(DeviceAllocator& a) {
+    m.S = 80, m.N = 3, m.B = 8, m.T = 24, m.H = 64, m.I = 96, m.nh = 4, m.nkv = 2, m.d = 16, m.L = 3, m.V = 50;
+    std::uint64_t seed = 10;
+    auto bf = [&](std::int64_t n) {
+      matrices.push_back(on_device(a, random_bf16(static_cast<std::size_t>(n), seed++)));
+      return matrices.back().data();
+    };
+    auto ones = [&](std::int64_t n) {
+      vectors.push_back(on_device(a, std::vector<float>(static_cast<std::size_t>(n), 1.0f)));
+      return vectors.back().data();
+    };
+    matrices.reserve(64);
+    vectors.reserve(64);
+    weights.embed_tokens = bf(m.V * m.H);
+    weights.fc = bf(m.H * K * m.H);
+    weights.hidden_norm = ones(m.H);
+    weights.norm = ones(m.H);
+    for (std::int64_t l = 0; l < m.L; ++l) {
+      weights.layers.push_back(CudaLayerWeights{bf(m.q_width() * m.H), bf(m.kv_width() * m.H), bf(m.kv_width() * m.H),
+                                                bf(m.H * m.q_width()), bf(m.I * m.H), bf(m.I * m.H), bf(m.H * m.I),
+                                                ones(m.H), ones(m.d), ones(m.d), ones(m.H)});
+      weights.sliding.push_back(l + 1 < m.L);
     }
-    const CudaLayerGrads g{grads[0].data(), grads[1].data(), grads[2].data(), grads[3].data(),
-                           grads[4].data(), grads[5].data(), grads[6].data(), grads[7].data(),
-                           grads[8].data(), grads[9].data(), grads[10].data()};
-    DeviceBuffer<float> d_context = on_device(a, std::vector<float>(static_cast<std::size_t>(m.S * m.H), 0.0f));
-    DeviceBuffer<float> d_x = cuda_layer_backward(a, gemm, ctx, 0, true, w, x.data(), act, std::move(y), g,
-                                                  d_context.data());
-    for (float v : d_x.download()) result.push_back(v);
-    for (float v : d_context.download()) result.push_back(v);
-    for (const DeviceBuffer<float>& grad : grads) {
-      for (float v : grad.download()) result.push_back(v);
+    const std::vector<std::int64_t> anchor_values = {5, 40, 77};
+    std::vector<std::int64_t> block_pos, ctx_pos(static_cast<std::size_t>(m.S)), toks;
+    std::iota(ctx_pos.begin(), ctx_pos.end(), 0);
+    for (std::int64_t i = 0; i < m.T; ++i) {
+      block_pos.push_back(anchor_values[i / m.B] + i % m.B);
+      toks.push_back(i % m.B == 0 ? (i * 7) % (m.V - 1) : m.V - 1);  // anchor token or the mask token
     }
-    return result;
+    anchors = on_device(a, anchor_values);
+    keep = on_device(a, std::vector<std::uint8_t>{1, 0, 1});
+    block_positions = on_device(a, block_pos);
+    context_positions = on_device(a, ctx_pos);
+    tokens = on_device(a, toks);
+    features = on_device(a, random_bf16(static_cast<std::size_t>(m.S * K * m.H), 97));
+    context = on_device(a, random_bf16(static_cast<std::size_t>(m.S * m.H), 98));
+    ctx.dims = m;
+    ctx.sliding_window = 32;
+    ctx.key_tile = 32;
+    ctx.context = context.data();
+    ctx.anchors = anchors.data();
+    ctx.keep = keep.data();
+    ctx.block_positions = block_positions.data();
+    ctx.context_positions = context_positions.data();
+    ctx.seed = kCaseSeed;
+    ctx.attention_dropout = 0.2;
+    ctx.hidden_dropout = 0.1;
+  }
+
+  // Zeroed fp32 gradient buffers in the layout of CudaTrunkGrads, all under `gradients`.
+  struct Grads {
+    std::vector<DeviceBuffer<float>> buffers;
+    CudaTrunkGrads view;
+    std::vector<float> download() const {
+      std::vector<float> all;
+      for (const DeviceBuffer<float>& b : buffers) {
+        for (float v : b.download()) all.push_back(v);
+      }
+      return all;
+    }
   };
-  const std::vector<float> first = run(), second = run();
+  Grads zero_grads(DeviceAllocator& a) const {
+    Grads g;
+    g.buffers.reserve(64);
+    auto zeros = [&](std::int64_t n) {
+      g.buffers.push_back(DeviceBuffer<float>(a, MemoryCategory::gradients, static_cast<std::size_t>(n)));
+      g.buffers.back().zero();
+      return g.buffers.back().data();
+    };
+    g.view.fc = zeros(m.H * K * m.H);
+    g.view.hidden_norm = zeros(m.H);
+    g.view.norm = zeros(m.H);
+    g.view.target_features = zeros(m.S * K * m.H);
+    for (std::int64_t l = 0; l < m.L; ++l) {
+      g.view.layers.push_back(CudaLayerGrads{zeros(m.q_width() * m.H), zeros(m.kv_width() * m.H),
+                                             zeros(m.kv_width() * m.H), zeros(m.H * m.q_width()), zeros(m.I * m.H),
+                                             zeros(m.I * m.H), zeros(m.H * m.I), zeros(m.H), zeros(m.d), zeros(m.d),
+                                             zeros(m.H)});
+    }
+    return g;
+  }
+};
+
+void expect_bitwise_finite(const std::vector<float>& first, const std::vector<float>& second) {
   ASSERT_EQ(first.size(), second.size());
   for (std::size_t e = 0; e < first.size(); ++e) {
     ASSERT_TRUE(std::isfinite(first[e])) << "value " << e;
     ASSERT_TRUE(same_bits(first[e], second[e])) << "value " << e;
+  }
+}
+
+TEST_F(TrunkGpu, LayerForwardBackwardTwoRunsBitwiseEqualAndFinite) {
+  DeviceAllocator& a = allocator();
+  const RandomDeviceTrunk t(a);
+  const std::vector<float> x_host = [&] {
+    std::vector<float> v(static_cast<std::size_t>(t.m.T * t.m.H));
+    CounterRng rng(99);
+    for (float& e : v) e = static_cast<float>(rng.uniform(-1.0, 1.0));
+    return v;
+  }();
+  const auto x = on_device(a, x_host);
+  auto run = [&] {
+    LinearGemm gemm(a);
+    CudaLayerActivations act(a, t.m, MemoryCategory::saved);
+    DeviceBuffer<float> y = cuda_layer_forward(a, gemm, t.ctx, 0, true, t.weights.layers[0], x.data(), act);
+    std::vector<float> result = y.download();
+    const RandomDeviceTrunk::Grads g = t.zero_grads(a);
+    DeviceBuffer<float> d_context = on_device(a, std::vector<float>(static_cast<std::size_t>(t.m.S * t.m.H), 0.0f));
+    DeviceBuffer<float> d_x = cuda_layer_backward(a, gemm, t.ctx, 0, true, t.weights.layers[0], x.data(), act,
+                                                  std::move(y), g.view.layers[0], d_context.data());
+    for (const std::vector<float>& part : {d_x.download(), d_context.download(), g.download()}) {
+      result.insert(result.end(), part.begin(), part.end());
+    }
+    return result;
+  };
+  expect_bitwise_finite(run(), run());
+}
+
+// Every policy: the same Y and gradients bitwise (recomputation is the same computation), and
+// the peak of `saved` bytes exactly what cuda/trunk_cuda.hpp says the policy keeps.
+TEST_F(TrunkGpu, PoliciesBitwiseEqualAndSavedPeakAsDocumented) {
+  DeviceAllocator& a = allocator();
+  const RandomDeviceTrunk t(a);
+  const DrafterDims& m = t.m;
+  const std::size_t context = m.S * m.H * 4 + m.S * 4 + m.S * m.H * 2, input = m.T * m.H * 4,
+                    final = m.T * m.H * 4 + m.T * 4, acts = CudaLayerActivations::bytes(m);
+  struct Run {
+    TrunkPolicy policy;
+    std::int64_t every;
+    std::size_t expected_saved_peak;
+  };
+  const std::vector<Run> runs = {
+      {TrunkPolicy::none, 1, context + 3 * input + 3 * acts + final},
+      {TrunkPolicy::per_layer, 1, context + 3 * input + acts},
+      {TrunkPolicy::every_k, 2, context + 2 * input + 2 * acts},  // boundaries 0, 2; segment [0, 2) recomputed
+  };
+  std::vector<float> first;
+  for (const Run& r : runs) {
+    SCOPED_TRACE(trunk_policy_name(r.policy));
+    LinearGemm gemm(a);
+    const RandomDeviceTrunk::Grads g = t.zero_grads(a);
+    a.reset_peaks();
+    const std::size_t saved_before = a.tracker().current(MemoryCategory::saved);
+    CudaTrunk trunk(a, gemm, t.weights, t.ctx, t.K, t.features.data(), t.tokens.data(), r.policy, r.every);
+    DeviceBuffer<Bf16Bits> y = trunk.forward();
+    std::vector<float> result;
+    for (Bf16Bits v : y.download()) result.push_back(float_from_bf16_bits(v));
+    // dL/dY: Y itself in fp32 (any fixed upstream gradient would do).
+    DeviceBuffer<float> d_hidden = on_device(a, result);
+    trunk.backward(std::move(d_hidden), g.view);
+    EXPECT_EQ(a.tracker().current(MemoryCategory::saved), saved_before) << "backward frees what forward kept";
+    EXPECT_EQ(a.tracker().peak(MemoryCategory::saved), saved_before + r.expected_saved_peak);
+    const std::vector<float> grads = g.download();
+    result.insert(result.end(), grads.begin(), grads.end());
+    if (first.empty()) {
+      first = result;
+    } else {
+      expect_bitwise_finite(first, result);
+    }
   }
 }
 
