@@ -9,7 +9,8 @@
 #include "cuda/device_buffer.hpp"
 #include "cuda/linear_gemm.hpp"
 #include "cuda/loss_head_cuda.hpp"
-#include "cuda/trunk_cuda.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/trunk.hpp"
 
 namespace dflash {
 namespace {
@@ -59,8 +60,8 @@ struct DeviceParameters {
 // The trunk's views of the device parameters, by the module order of for_each: fc,
 // hidden_norm, then per layer input_layernorm, q, k, v, o, q_norm, k_norm, post, gate, up, down,
 // then norm.
-void bind_trunk(const DeviceParameters& d, const DrafterConfig& config, const Bf16Bits* embed, CudaTrunkWeights& w,
-                CudaTrunkGrads& g) {
+void bind_trunk(const DeviceParameters& d, const DrafterConfig& config, const Bf16Bits* embed, TrunkWeights<Bf16Bits>& w,
+                TrunkGrads& g) {
   std::size_t at = 0;
   auto m = [&] { return static_cast<const Bf16Bits*>(d.values[at]); };
   auto v = [&] { return static_cast<const float*>(d.values[at]); };
@@ -69,8 +70,8 @@ void bind_trunk(const DeviceParameters& d, const DrafterConfig& config, const Bf
   w.fc = m(), g.fc = gr();
   w.hidden_norm = v(), g.hidden_norm = gr();
   for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    CudaLayerWeights lw{};
-    CudaLayerGrads lg{};
+    LayerWeights<Bf16Bits> lw{};
+    LayerGrads lg{};
     lw.input_layernorm = v(), lg.input_layernorm = gr();
     lw.q_proj = m(), lg.q_proj = gr();
     lw.k_proj = m(), lg.k_proj = gr();
@@ -119,10 +120,11 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
       upload_bf16(allocator, MemoryCategory::parameters, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
   const DeviceBuffer<Bf16Bits> lm_head =
       upload_bf16(allocator, MemoryCategory::parameters, frozen.lm_head.data(), frozen.lm_head.numel());
-  CudaTrunkWeights weights;
-  CudaTrunkGrads grads;
+  TrunkWeights<Bf16Bits> weights;
+  TrunkGrads grads;
   bind_trunk(device, config, embed.data(), weights, grads);
   LinearGemm gemm(allocator);
+  const CudaBackend backend{allocator, gemm};
   CudaLossHead head(allocator, loss_options);
   std::vector<std::int64_t> context_positions(static_cast<std::size_t>(S));
   std::iota(context_positions.begin(), context_positions.end(), std::int64_t(0));
@@ -144,7 +146,7 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
         upload(allocator, in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
     const DeviceBuffer<std::uint8_t> valid = upload(allocator, in, s.blocks.valid);
 
-    CudaLayerContext ctx;
+    TrunkLayerContext<Bf16Bits> ctx;
     ctx.dims = dims;
     ctx.eps = static_cast<float>(config.rms_norm_eps);
     ctx.rope_theta = config.rope_theta;
@@ -162,8 +164,8 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
     d_features.zero();
     grads.target_features = d_features.data();
 
-    CudaTrunk trunk(allocator, gemm, weights, ctx, dims.K, features.data(), tokens.data(), options.trunk_policy,
-                    options.checkpoint_every);
+    Trunk<CudaBackend> trunk(backend, weights, ctx, dims.K, features.data(), tokens.data(), options.trunk_policy,
+                             options.checkpoint_every);
     DeviceBuffer<Bf16Bits> y = trunk.forward();
     const CudaLossHeadTargets targets{teacher16.data(), lm_head.data(),
                                       DeviceRowTargets{labels.data(), row_weights.data(), valid.data()}};

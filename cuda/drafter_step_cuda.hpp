@@ -3,7 +3,7 @@
 // and the same outputs (loss statistics over W, every trainable parameter's gradient and dL/dF).
 //
 // Per sequence, in order: anchors and block rows exactly as the reference prepares them
-// (prepare_sequences, SPEC §4), the trunk (cuda/trunk_cuda.hpp, under options.trunk_policy), the
+// (prepare_sequences, SPEC §4), the trunk (cuda/trunk.hpp on cuda/cuda_backend.hpp, under options.trunk_policy), the
 // CUDA loss head (cuda/loss_head_cuda.hpp, under options.loss_policy), the loss head's backward
 // and the trunk's backward, accumulating the gradients on the device in fp32 (sequence order).
 // Weight matrices, E, W_lm, F and G are rounded to bf16 on upload; norm weights stay fp32.

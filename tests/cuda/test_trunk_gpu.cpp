@@ -12,8 +12,8 @@
 #include "common/bf16.hpp"
 #include "cuda/linear_gemm.hpp"
 #include "cuda/trunk_elementwise_kernels.hpp"
-#include "cuda/trunk_cuda.hpp"
-#include "cuda/trunk_layer_cuda.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/trunk.hpp"
 #include "reference/compare.hpp"
 #include "reference/counter_rng.hpp"
 #include "tests/cuda/attention_program_support.hpp"
@@ -114,8 +114,8 @@ struct RandomDeviceTrunk {
   DeviceBuffer<std::int64_t> anchors, block_positions, context_positions, tokens;
   DeviceBuffer<std::uint8_t> keep;
   DeviceBuffer<Bf16Bits> features, context;
-  CudaTrunkWeights weights;
-  CudaLayerContext ctx;
+  TrunkWeights<Bf16Bits> weights;
+  TrunkLayerContext<Bf16Bits> ctx;
 
   explicit RandomDeviceTrunk(DeviceAllocator& a) {
     m.S = 80, m.N = 3, m.B = 8, m.T = 24, m.H = 64, m.I = 96, m.nh = 4, m.nkv = 2, m.d = 16, m.L = 3, m.V = 50;
@@ -135,7 +135,7 @@ struct RandomDeviceTrunk {
     weights.hidden_norm = ones(m.H);
     weights.norm = ones(m.H);
     for (std::int64_t l = 0; l < m.L; ++l) {
-      weights.layers.push_back(CudaLayerWeights{bf(m.q_width() * m.H), bf(m.kv_width() * m.H), bf(m.kv_width() * m.H),
+      weights.layers.push_back(LayerWeights<Bf16Bits>{bf(m.q_width() * m.H), bf(m.kv_width() * m.H), bf(m.kv_width() * m.H),
                                                 bf(m.H * m.q_width()), bf(m.I * m.H), bf(m.I * m.H), bf(m.H * m.I),
                                                 ones(m.H), ones(m.d), ones(m.d), ones(m.H)});
       weights.sliding.push_back(l + 1 < m.L);
@@ -167,10 +167,10 @@ struct RandomDeviceTrunk {
     ctx.hidden_dropout = 0.1;
   }
 
-  // Zeroed fp32 gradient buffers in the layout of CudaTrunkGrads, all under `gradients`.
+  // Zeroed fp32 gradient buffers in the layout of TrunkGrads, all under `gradients`.
   struct Grads {
     std::vector<DeviceBuffer<float>> buffers;
-    CudaTrunkGrads view;
+    TrunkGrads view;
     std::vector<float> download() const {
       std::vector<float> all;
       for (const DeviceBuffer<float>& b : buffers) {
@@ -192,7 +192,7 @@ struct RandomDeviceTrunk {
     g.view.norm = zeros(m.H);
     g.view.target_features = zeros(m.S * K * m.H);
     for (std::int64_t l = 0; l < m.L; ++l) {
-      g.view.layers.push_back(CudaLayerGrads{zeros(m.q_width() * m.H), zeros(m.kv_width() * m.H),
+      g.view.layers.push_back(LayerGrads{zeros(m.q_width() * m.H), zeros(m.kv_width() * m.H),
                                              zeros(m.kv_width() * m.H), zeros(m.H * m.q_width()), zeros(m.I * m.H),
                                              zeros(m.I * m.H), zeros(m.H * m.I), zeros(m.H), zeros(m.d), zeros(m.d),
                                              zeros(m.H)});
@@ -221,13 +221,14 @@ TEST_F(TrunkGpu, LayerForwardBackwardTwoRunsBitwiseEqualAndFinite) {
   const auto x = on_device(a, x_host);
   auto run = [&] {
     LinearGemm gemm(a);
-    CudaLayerActivations act(a, t.m, MemoryCategory::saved);
-    DeviceBuffer<float> y = cuda_layer_forward(a, gemm, t.ctx, 0, true, t.weights.layers[0], x.data(), act);
+    const CudaBackend be{a, gemm};
+    TrunkLayerActivations<CudaBackend> act(be, t.m, MemoryCategory::saved);
+    DeviceBuffer<float> y = trunk_layer_forward(be, t.ctx, 0, true, t.weights.layers[0], x.data(), act);
     std::vector<float> result = y.download();
     const RandomDeviceTrunk::Grads g = t.zero_grads(a);
     DeviceBuffer<float> d_context = on_device(a, std::vector<float>(static_cast<std::size_t>(t.m.S * t.m.H), 0.0f));
-    DeviceBuffer<float> d_x = cuda_layer_backward(a, gemm, t.ctx, 0, true, t.weights.layers[0], x.data(), act,
-                                                  std::move(y), g.view.layers[0], d_context.data());
+    DeviceBuffer<float> d_x = trunk_layer_backward(be, t.ctx, 0, true, t.weights.layers[0], x.data(), act,
+                                                   std::move(y), g.view.layers[0], d_context.data());
     for (const std::vector<float>& part : {d_x.download(), d_context.download(), g.download()}) {
       result.insert(result.end(), part.begin(), part.end());
     }
@@ -237,13 +238,13 @@ TEST_F(TrunkGpu, LayerForwardBackwardTwoRunsBitwiseEqualAndFinite) {
 }
 
 // Every policy: the same Y and gradients bitwise (recomputation is the same computation), and
-// the peak of `saved` bytes exactly what cuda/trunk_cuda.hpp says the policy keeps.
+// the peak of `saved` bytes exactly what cuda/trunk.hpp says the policy keeps.
 TEST_F(TrunkGpu, PoliciesBitwiseEqualAndSavedPeakAsDocumented) {
   DeviceAllocator& a = allocator();
   const RandomDeviceTrunk t(a);
   const DrafterDims& m = t.m;
   const std::size_t context = m.S * m.H * 4 + m.S * 4 + m.S * m.H * 2, input = m.T * m.H * 4,
-                    final = m.T * m.H * 4 + m.T * 4, acts = CudaLayerActivations::bytes(m);
+                    final = m.T * m.H * 4 + m.T * 4, acts = TrunkLayerActivations<CudaBackend>::bytes(m);
   struct Run {
     TrunkPolicy policy;
     std::int64_t every;
@@ -258,10 +259,11 @@ TEST_F(TrunkGpu, PoliciesBitwiseEqualAndSavedPeakAsDocumented) {
   for (const Run& r : runs) {
     SCOPED_TRACE(trunk_policy_name(r.policy));
     LinearGemm gemm(a);
+    const CudaBackend be{a, gemm};
     const RandomDeviceTrunk::Grads g = t.zero_grads(a);
     a.reset_peaks();
     const std::size_t saved_before = a.tracker().current(MemoryCategory::saved);
-    CudaTrunk trunk(a, gemm, t.weights, t.ctx, t.K, t.features.data(), t.tokens.data(), r.policy, r.every);
+    Trunk<CudaBackend> trunk(be, t.weights, t.ctx, t.K, t.features.data(), t.tokens.data(), r.policy, r.every);
     DeviceBuffer<Bf16Bits> y = trunk.forward();
     std::vector<float> result;
     for (Bf16Bits v : y.download()) result.push_back(float_from_bf16_bits(v));
