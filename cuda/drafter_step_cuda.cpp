@@ -96,14 +96,7 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
                                         const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
                                         const DrafterBatch<double>& batch, const DrafterStepOptions& options,
                                         const std::optional<double>& global_weight_sum) {
-  validate_drafter_config(config);
-  validate_drafter_parameters(config, params, frozen);
-  validate_drafter_batch(config, batch, options.sequence_offset);
-  trunk_segment_length(options.trunk_policy, options.checkpoint_every, config.num_hidden_layers);  // validates k
-  LossHeadOptions loss_options = config.loss_head_options();
-  loss_options.policy = options.loss_policy;
-  loss_options.chunk_rows = options.loss_chunk_rows;
-  validate_loss_head_options(loss_options);
+  const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
   const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
   drafter_detail::validate_teacher_rows(batch, seqs);
 
