@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cuda/attention_kernels.hpp"
 #include "cuda/bf16_bits.hpp"
@@ -24,6 +25,16 @@ struct CudaBackend {
   template <class T>
   Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
     return Buffer<T>(allocator, category, n);
+  }
+  template <class T>
+  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
+    Buffer<T> b(allocator, category, values.size());
+    b.upload(values);
+    return b;
+  }
+  template <class T>
+  std::vector<T> to_host(const Buffer<T>& b) const {
+    return b.download();
   }
   cudaStream_t stream() const { return allocator.stream(); }
 

@@ -6,10 +6,12 @@
 // pass wrote shows up in the results.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "cuda/attention_program.hpp"
 #include "cuda/trunk_elementwise_program.hpp"
@@ -51,6 +53,16 @@ struct HostBackend {
   template <class T>
   Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
     return Buffer<T>(tracker, category, n);
+  }
+  template <class T>
+  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
+    Buffer<T> b(tracker, category, values.size());
+    std::copy(values.begin(), values.end(), b.data());
+    return b;
+  }
+  template <class T>
+  std::vector<T> to_host(const Buffer<T>& b) const {
+    return std::vector<T>(b.data(), b.data() + b.size());
   }
 
   void narrow(const float* x, std::int64_t n, Storage* y) const {

@@ -1,8 +1,9 @@
-// The whole drafter step on the GPU (cuda/drafter_step_cuda.hpp) on the tiny and mid configs with
-// dropout at every site: every trunk policy x chunked loss policy gives bitwise the same loss
-// statistics and gradients, two runs are bitwise equal, and bad input is refused with the
-// reference's message before anything is put on the device. Skipped, with the reason, without
-// a GPU.
+// The trunk and the whole drafter step on the GPU, on the tiny and mid configs with dropout at
+// every site: the trunk (cuda/trunk.hpp on CudaBackend) within SPEC §10's bf16 rule of the double
+// reference, the plain bf16 computation being the same trunk on the CPU backend with bf16 storage;
+// the step (cuda/drafter_step_cuda.hpp) under every trunk policy x chunked loss policy bitwise the
+// same, two runs bitwise equal, and bad input refused with the reference's message before
+// anything is put on the device. Skipped, with the reason, without a GPU.
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
@@ -10,10 +11,13 @@
 #include <filesystem>
 #include <vector>
 
+#include "cuda/cuda_backend.hpp"
 #include "cuda/drafter_step_cuda.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
+#include "tests/cuda/host_backend.hpp"
+#include "tests/cuda/trunk_twin_support.hpp"
 
 namespace dflash {
 namespace {
@@ -46,6 +50,22 @@ std::vector<double> flatten(const CudaDrafterStepResult& r) {
 }
 
 class DrafterStepGpu : public GpuTest {};
+
+// The GPU and the plain computation differ in cuBLAS's summation order and the device's expf;
+// what both round to bf16 dominates their error, and the fp32 floor covers the rest.
+TEST_F(DrafterStepGpu, TrunkWithinBf16RuleOfDoubleReference) {
+  for (const TrunkCase& c : {TrunkCase{"tiny.json", 11, 4}, TrunkCase{"mid.json", 300, 4}}) {
+    SCOPED_TRACE(c.config);
+    TrunkProblem p(c);
+    p.round_to_device_formats();
+    const TrunkValues<double> exact = reference_trunk<double>(p);
+    MemoryTracker host;
+    const TrunkValues<float> plain = run_trunk(HostBackend<Bf16Bits>{host}, p, TrunkPolicy::per_layer, 1);
+    LinearGemm gemm(allocator());
+    const TrunkValues<float> got = run_trunk(CudaBackend{allocator(), gemm}, p, TrunkPolicy::per_layer, 1);
+    expect_trunk_within_rule(p, got, plain, exact, kAttentionFp32Floor);
+  }
+}
 
 TEST_F(DrafterStepGpu, EveryPolicyBitwiseEqualAndRepeatable) {
   for (const auto& [name, S] : {std::pair{"tiny.json", std::int64_t(11)}, std::pair{"mid.json", std::int64_t(200)}}) {
