@@ -57,39 +57,6 @@ struct DeviceParameters {
   }
 };
 
-// The trunk's views of the device parameters, by the module order of for_each: fc,
-// hidden_norm, then per layer input_layernorm, q, k, v, o, q_norm, k_norm, post, gate, up, down,
-// then norm.
-void bind_trunk(const DeviceParameters& d, const DrafterConfig& config, const Bf16Bits* embed, TrunkWeights<Bf16Bits>& w,
-                TrunkGrads& g) {
-  std::size_t at = 0;
-  auto m = [&] { return static_cast<const Bf16Bits*>(d.values[at]); };
-  auto v = [&] { return static_cast<const float*>(d.values[at]); };
-  auto gr = [&] { return d.grad_of[at++]; };
-  w.embed_tokens = embed;
-  w.fc = m(), g.fc = gr();
-  w.hidden_norm = v(), g.hidden_norm = gr();
-  for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    LayerWeights<Bf16Bits> lw{};
-    LayerGrads lg{};
-    lw.input_layernorm = v(), lg.input_layernorm = gr();
-    lw.q_proj = m(), lg.q_proj = gr();
-    lw.k_proj = m(), lg.k_proj = gr();
-    lw.v_proj = m(), lg.v_proj = gr();
-    lw.o_proj = m(), lg.o_proj = gr();
-    lw.q_norm = v(), lg.q_norm = gr();
-    lw.k_norm = v(), lg.k_norm = gr();
-    lw.post_attention_layernorm = v(), lg.post_attention_layernorm = gr();
-    lw.gate_proj = m(), lg.gate_proj = gr();
-    lw.up_proj = m(), lg.up_proj = gr();
-    lw.down_proj = m(), lg.down_proj = gr();
-    w.layers.push_back(lw);
-    g.layers.push_back(lg);
-    w.sliding.push_back(config.layer_types.at(static_cast<std::size_t>(l)) == LayerType::sliding_attention);
-  }
-  w.norm = v(), g.norm = gr();
-}
-
 }  // namespace
 
 CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
@@ -115,7 +82,7 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
       upload_bf16(allocator, MemoryCategory::parameters, frozen.lm_head.data(), frozen.lm_head.numel());
   TrunkWeights<Bf16Bits> weights;
   TrunkGrads grads;
-  bind_trunk(device, config, embed.data(), weights, grads);
+  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights, grads);
   LinearGemm gemm(allocator);
   const CudaBackend backend{allocator, gemm};
   CudaLossHead head(allocator, loss_options);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cuda/trunk_layer.hpp"
+#include "reference/drafter_config.hpp"
 #include "reference/errors.hpp"
 #include "reference/trunk_policy.hpp"
 
@@ -47,6 +48,41 @@ struct TrunkGrads {
   float* norm = nullptr;
   float* target_features = nullptr;  // [S, K H]
 };
+
+// Binds one pointer per trainable parameter, in DrafterParameters::for_each order (fc,
+// hidden_norm, per layer input_layernorm, q, k, v, o, q_norm, k_norm, post_attention_layernorm,
+// gate, up, down, then norm): matrices are Storage, norm weights fp32, gradients fp32.
+template <class Storage>
+void bind_trunk_parameters(const DrafterConfig& config, const std::vector<const void*>& values,
+                           const std::vector<float*>& grads, const Storage* embed_tokens, TrunkWeights<Storage>& w,
+                           TrunkGrads& g) {
+  std::size_t at = 0;
+  auto m = [&] { return static_cast<const Storage*>(values.at(at)); };
+  auto v = [&] { return static_cast<const float*>(values.at(at)); };
+  auto gr = [&] { return grads.at(at++); };
+  w.embed_tokens = embed_tokens;
+  w.fc = m(), g.fc = gr();
+  w.hidden_norm = v(), g.hidden_norm = gr();
+  for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    LayerWeights<Storage> lw{};
+    LayerGrads lg{};
+    lw.input_layernorm = v(), lg.input_layernorm = gr();
+    lw.q_proj = m(), lg.q_proj = gr();
+    lw.k_proj = m(), lg.k_proj = gr();
+    lw.v_proj = m(), lg.v_proj = gr();
+    lw.o_proj = m(), lg.o_proj = gr();
+    lw.q_norm = v(), lg.q_norm = gr();
+    lw.k_norm = v(), lg.k_norm = gr();
+    lw.post_attention_layernorm = v(), lg.post_attention_layernorm = gr();
+    lw.gate_proj = m(), lg.gate_proj = gr();
+    lw.up_proj = m(), lg.up_proj = gr();
+    lw.down_proj = m(), lg.down_proj = gr();
+    w.layers.push_back(lw);
+    g.layers.push_back(lg);
+    w.sliding.push_back(config.layer_types.at(static_cast<std::size_t>(l)) == LayerType::sliding_attention);
+  }
+  w.norm = v(), g.norm = gr();
+}
 
 template <class Backend>
 class Trunk {

@@ -145,34 +145,11 @@ TrunkValues<float> run_trunk(const Backend& be, const TrunkProblem& p, TrunkPoli
   const auto tokens = be.from_host(in, p.seq.blocks.input_tokens);
   const auto context_positions = be.from_host(in, p.context_positions);
 
+  std::vector<float*> grad_of;
+  for (auto& grad : grads) grad_of.push_back(grad.data());
   TrunkWeights<Storage> w;
   TrunkGrads g;
-  std::size_t at = 0;
-  auto m = [&] { return static_cast<const Storage*>(values[at]); };
-  auto v = [&] { return static_cast<const float*>(values[at]); };
-  auto gr = [&] { return grads[at++].data(); };
-  w.embed_tokens = embed.data();
-  w.fc = m(), g.fc = gr();
-  w.hidden_norm = v(), g.hidden_norm = gr();
-  for (std::int64_t l = 0; l < p.dims.L; ++l) {
-    LayerWeights<Storage> lw{};
-    LayerGrads lg{};
-    lw.input_layernorm = v(), lg.input_layernorm = gr();
-    lw.q_proj = m(), lg.q_proj = gr();
-    lw.k_proj = m(), lg.k_proj = gr();
-    lw.v_proj = m(), lg.v_proj = gr();
-    lw.o_proj = m(), lg.o_proj = gr();
-    lw.q_norm = v(), lg.q_norm = gr();
-    lw.k_norm = v(), lg.k_norm = gr();
-    lw.post_attention_layernorm = v(), lg.post_attention_layernorm = gr();
-    lw.gate_proj = m(), lg.gate_proj = gr();
-    lw.up_proj = m(), lg.up_proj = gr();
-    lw.down_proj = m(), lg.down_proj = gr();
-    w.layers.push_back(lw);
-    g.layers.push_back(lg);
-    w.sliding.push_back(p.config.layer_types[static_cast<std::size_t>(l)] == LayerType::sliding_attention);
-  }
-  w.norm = v(), g.norm = gr();
+  bind_trunk_parameters(p.config, values, grad_of, embed.data(), w, g);
   g.target_features = features_grad.data();
 
   TrunkLayerContext<Storage> ctx;
