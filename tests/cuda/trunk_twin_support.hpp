@@ -19,7 +19,7 @@
 
 namespace dflash {
 
-// max_anchors is cut (to 4 on mid: T = 64) and mid's layers to 3 to keep the CPU run to seconds;
+// max_anchors is cut (to 4 on mid: T = 64) and mid's layers to 4 to keep the CPU run to seconds;
 // S = 300 lets the mid config's sliding window (256) bind.
 struct TrunkCase {
   const char* config;
@@ -46,9 +46,10 @@ struct TrunkProblem {
     config.attention_dropout = 0.1;
     config.hidden_dropout = 0.1;
     config.max_anchors = c.max_anchors;
-    if (config.num_hidden_layers > 3) {  // mid: 3 layers (sliding, sliding, full) are the same code as 5
-      config.num_hidden_layers = 3;
-      config.layer_types = {LayerType::sliding_attention, LayerType::sliding_attention, LayerType::full_attention};
+    if (config.num_hidden_layers > 4) {  // mid: 4 layers (3 sliding, full), two full segments of every 2
+      config.num_hidden_layers = 4;
+      config.layer_types = {LayerType::sliding_attention, LayerType::sliding_attention, LayerType::sliding_attention,
+                            LayerType::full_attention};
     }
     params = init_drafter_parameters<double>(tracker, config, 11, 0.2);
     frozen = init_frozen_weights<double>(tracker, config, 12);
