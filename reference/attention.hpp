@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 
+#include "common/attention_mask.hpp"
 #include "common/row_math.hpp"
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_dims.hpp"
@@ -116,9 +117,7 @@ struct AttentionGrads {
 // Site 1 element index: (h T + i)(S + T) + j, j over [context keys; block keys].
 inline std::uint64_t attention_dropout_element(const DrafterDims& dims, std::int64_t h, std::int64_t i,
                                                std::int64_t key) {
-  return (static_cast<std::uint64_t>(h) * static_cast<std::uint64_t>(dims.T) + static_cast<std::uint64_t>(i)) *
-             static_cast<std::uint64_t>(dims.keys()) +
-         static_cast<std::uint64_t>(key);
+  return attention_dropout_element(h, i, key, dims.S, dims.T);
 }
 
 namespace attention_detail {

@@ -152,12 +152,14 @@ void copy_row(const Tensor<Real>& from, Tensor<Real>& to, std::int64_t at) {
   std::copy(from.data(), from.data() + from.numel(), to.data() + at * from.numel());
 }
 
-// The forward of every sequence, and (with result) its backward.
+}  // namespace drafter_detail
+
+// Every check a step runs before computing anything (config, parameters, batch, policies, loss
+// options; InputError names the problem); returns the loss head's options for the step.
 template <class Real>
-DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& config,
-                                 const DrafterParameters<Real>& params, const FrozenWeights<Real>& frozen,
-                                 const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
-                                 const std::optional<Real>& global_weight_sum, DrafterStepResult<Real>* result) {
+LossHeadOptions validate_drafter_step(const DrafterConfig& config, const DrafterParameters<Real>& params,
+                                      const FrozenWeights<Real>& frozen, const DrafterBatch<Real>& batch,
+                                      const DrafterStepOptions& options) {
   validate_drafter_config(config);
   validate_drafter_parameters(config, params, frozen);
   validate_drafter_batch(config, batch, options.sequence_offset);
@@ -166,7 +168,18 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
   loss_options.policy = options.loss_policy;
   loss_options.chunk_rows = options.loss_chunk_rows;
   validate_loss_head_options(loss_options);
+  return loss_options;
+}
 
+namespace drafter_detail {
+
+// The forward of every sequence, and (with result) its backward.
+template <class Real>
+DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& config,
+                                 const DrafterParameters<Real>& params, const FrozenWeights<Real>& frozen,
+                                 const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
+                                 const std::optional<Real>& global_weight_sum, DrafterStepResult<Real>* result) {
+  const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
   const std::vector<PreparedSequence<Real>> seqs = prepare_sequences(config, batch, options);
   validate_teacher_rows(batch, seqs);
   if (result != nullptr) {

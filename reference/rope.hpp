@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "common/rope_rotation.hpp"
 #include "reference/tensor.hpp"
 
 namespace dflash {
@@ -43,22 +44,14 @@ struct RopeTable {
 template <class Real>
 void rope_forward(Real* x, const Real* cos_phi, const Real* sin_phi, std::int64_t d) {
   const std::int64_t half = d / 2;
-  for (std::int64_t i = 0; i < half; ++i) {
-    const Real a = x[i], b = x[i + half];
-    x[i] = a * cos_phi[i] - b * sin_phi[i];
-    x[i + half] = b * cos_phi[i] + a * sin_phi[i];
-  }
+  for (std::int64_t i = 0; i < half; ++i) rope_rotate(x[i], x[i + half], cos_phi[i], sin_phi[i]);
 }
 
 // dx <- R^T dx in place (dx holds dL/dx' on entry, dL/dx on exit).
 template <class Real>
 void rope_backward(Real* dx, const Real* cos_phi, const Real* sin_phi, std::int64_t d) {
   const std::int64_t half = d / 2;
-  for (std::int64_t i = 0; i < half; ++i) {
-    const Real da = dx[i], db = dx[i + half];
-    dx[i] = da * cos_phi[i] + db * sin_phi[i];
-    dx[i + half] = db * cos_phi[i] - da * sin_phi[i];
-  }
+  for (std::int64_t i = 0; i < half; ++i) rope_unrotate(dx[i], dx[i + half], cos_phi[i], sin_phi[i]);
 }
 
 }  // namespace dflash

@@ -1,0 +1,99 @@
+#include "cuda/attention_kernels.hpp"
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/bf16_bits.hpp"
+#include "cuda/block_exec_device.cuh"
+#include "cuda/cuda_check.hpp"
+
+namespace dflash {
+namespace {
+
+template <class Storage>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_forward_kernel(AttentionProblem problem, AttentionOperands<Storage> in,
+                             AttentionForwardOutputs<Storage> out) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  DeviceBlockExec exec;
+  attention_forward_block(exec, problem, in, out, shared, blockIdx.x);
+}
+
+template <class Storage>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_dq_kernel(AttentionProblem problem, AttentionOperands<Storage> in, AttentionGradients grads) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  DeviceBlockExec exec;
+  attention_dq_block(exec, problem, in, grads, shared, blockIdx.x);
+}
+
+template <class Storage>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_dkv_kernel(AttentionProblem problem, AttentionOperands<Storage> in, AttentionGradients grads) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  DeviceBlockExec exec;
+  attention_dkv_block(exec, problem, in, grads, shared, blockIdx.x);
+}
+
+void check_tiling(const AttentionTiling& tiling) {
+  if (const char* problem = attention_tiling_problem(tiling)) {
+    throw std::invalid_argument(std::string("DFlash attention tiling: ") + problem);
+  }
+}
+
+// Grants `kernel` `bytes` of dynamic shared memory, or says why the device cannot.
+template <class Kernel>
+void allow_shared_memory(Kernel kernel, std::size_t bytes, const char* name) {
+  int device = 0, limit = 0;
+  DFLASH_CUDA_CHECK(cudaGetDevice(&device));
+  DFLASH_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<std::size_t>(limit)) {
+    throw std::invalid_argument(std::string("DFlash attention ") + name + " needs " + std::to_string(bytes) +
+                                " B of shared memory per block; the device grants " + std::to_string(limit) +
+                                " B (reduce key_tile or the query tile: nh/nkv x B rows of d)");
+  }
+  DFLASH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+}  // namespace
+
+template <class Storage>
+void launch_attention_forward(const AttentionProblem& problem, const AttentionOperands<Storage>& in,
+                              const AttentionForwardOutputs<Storage>& out, cudaStream_t stream) {
+  check_tiling(problem.tiling);
+  const std::size_t bytes = attention_forward_shared_bytes<Storage>(problem.tiling);
+  allow_shared_memory(attention_forward_kernel<Storage>, bytes, "forward");
+  attention_forward_kernel<Storage><<<static_cast<unsigned>(problem.tiling.query_tiles()), kAttentionThreads, bytes,
+                                      stream>>>(problem, in, out);
+  DFLASH_CUDA_CHECK_LAUNCH("attention_forward_kernel");
+}
+
+template <class Storage>
+void launch_attention_backward(const AttentionProblem& problem, const AttentionOperands<Storage>& in,
+                               const AttentionGradients& grads, cudaStream_t stream) {
+  check_tiling(problem.tiling);
+  const std::size_t dq_bytes = attention_dq_shared_bytes<Storage>(problem.tiling);
+  allow_shared_memory(attention_dq_kernel<Storage>, dq_bytes, "dq");
+  attention_dq_kernel<Storage><<<static_cast<unsigned>(problem.tiling.query_tiles()), kAttentionThreads, dq_bytes,
+                                 stream>>>(problem, in, grads);
+  DFLASH_CUDA_CHECK_LAUNCH("attention_dq_kernel");
+  const std::int64_t dkv_blocks = problem.tiling.context_tiles() * problem.tiling.nkv;
+  if (dkv_blocks == 0) return;  // S = 0: no context keys
+  const std::size_t dkv_bytes = attention_dkv_shared_bytes<Storage>(problem.tiling);
+  allow_shared_memory(attention_dkv_kernel<Storage>, dkv_bytes, "dkv");
+  attention_dkv_kernel<Storage><<<static_cast<unsigned>(dkv_blocks), kAttentionThreads, dkv_bytes, stream>>>(
+      problem, in, grads);
+  DFLASH_CUDA_CHECK_LAUNCH("attention_dkv_kernel");
+}
+
+template void launch_attention_forward<float>(const AttentionProblem&, const AttentionOperands<float>&,
+                                              const AttentionForwardOutputs<float>&, cudaStream_t);
+template void launch_attention_forward<Bf16Bits>(const AttentionProblem&, const AttentionOperands<Bf16Bits>&,
+                                                 const AttentionForwardOutputs<Bf16Bits>&, cudaStream_t);
+template void launch_attention_backward<float>(const AttentionProblem&, const AttentionOperands<float>&,
+                                               const AttentionGradients&, cudaStream_t);
+template void launch_attention_backward<Bf16Bits>(const AttentionProblem&, const AttentionOperands<Bf16Bits>&,
+                                                  const AttentionGradients&, cudaStream_t);
+
+}  // namespace dflash

@@ -1,0 +1,154 @@
+#include "cuda/drafter_step_cuda.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "common/bf16.hpp"
+#include "cuda/device_buffer.hpp"
+#include "cuda/linear_gemm.hpp"
+#include "cuda/loss_head_cuda.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/trunk.hpp"
+
+namespace dflash {
+namespace {
+
+template <class T>
+DeviceBuffer<T> upload(DeviceAllocator& a, MemoryCategory c, const std::vector<T>& host) {
+  DeviceBuffer<T> b(a, c, host.size());
+  b.upload(host);
+  return b;
+}
+
+DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& a, MemoryCategory c, const double* x, std::int64_t n) {
+  std::vector<Bf16Bits> host(static_cast<std::size_t>(n));
+  for (std::size_t e = 0; e < host.size(); ++e) host[e] = bf16_bits_from_float(static_cast<float>(x[e]));
+  return upload(a, c, host);
+}
+
+DeviceBuffer<float> upload_f32(DeviceAllocator& a, MemoryCategory c, const double* x, std::int64_t n) {
+  return upload(a, c, std::vector<float>(x, x + n));
+}
+
+// Every trainable parameter on the device, in DrafterParameters::for_each order: matrices in
+// bf16 (GEMM operands), vectors (norm weights) in fp32; and one fp32 gradient buffer each.
+struct DeviceParameters {
+  std::vector<DeviceBuffer<Bf16Bits>> matrices;
+  std::vector<DeviceBuffer<float>> vectors;
+  std::vector<DeviceBuffer<float>> grads;
+  std::vector<const void*> values;  // per parameter, in order
+  std::vector<float*> grad_of;      // per parameter, in order
+
+  DeviceParameters(DeviceAllocator& a, const DrafterParameters<double>& p) {
+    p.for_each([&](const std::string&, const Tensor<double>& t) {
+      if (t.rank() == 2) {
+        matrices.push_back(upload_bf16(a, MemoryCategory::parameters, t.data(), t.numel()));
+        values.push_back(matrices.back().data());
+      } else {
+        vectors.push_back(upload_f32(a, MemoryCategory::parameters, t.data(), t.numel()));
+        values.push_back(vectors.back().data());
+      }
+      grads.emplace_back(a, MemoryCategory::gradients, static_cast<std::size_t>(t.numel()));
+      grads.back().zero();
+      grad_of.push_back(grads.back().data());
+    });
+  }
+};
+
+}  // namespace
+
+CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
+                                        const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
+                                        const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                        const std::optional<double>& global_weight_sum) {
+  const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
+  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
+  drafter_detail::validate_teacher_rows(batch, seqs);
+
+  const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
+  const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
+  const std::int64_t T = dims.T, H = dims.H, KH = dims.feature_width();
+  CudaDrafterStepResult result;
+  result.weight_sum = global_weight_sum ? *global_weight_sum : drafter_detail::total_weight(seqs);
+  result.grads = make_drafter_parameters<double>(host, config, MemoryCategory::gradients);
+  result.target_features_grad = Tensor<double>(host, MemoryCategory::gradients, batch.target_features.shape());
+
+  const DeviceParameters device(allocator, params);
+  const DeviceBuffer<Bf16Bits> embed =
+      upload_bf16(allocator, MemoryCategory::parameters, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
+  const DeviceBuffer<Bf16Bits> lm_head =
+      upload_bf16(allocator, MemoryCategory::parameters, frozen.lm_head.data(), frozen.lm_head.numel());
+  TrunkWeights<Bf16Bits> weights;
+  TrunkGrads grads;
+  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights, grads);
+  LinearGemm gemm(allocator);
+  const CudaBackend backend{allocator, gemm};
+  CudaLossHead head(allocator, loss_options);
+  std::vector<std::int64_t> context_positions(static_cast<std::size_t>(S));
+  std::iota(context_positions.begin(), context_positions.end(), std::int64_t(0));
+  const MemoryCategory in = MemoryCategory::inputs;
+  const DeviceBuffer<std::int64_t> ctx_pos = upload(allocator, in, context_positions);
+
+  for (std::int64_t b = 0; b < nseq; ++b) {
+    const PreparedSequence<double>& s = seqs[static_cast<std::size_t>(b)];
+    const DeviceBuffer<std::int64_t> anchors = upload(allocator, in, s.slots.anchors);
+    const DeviceBuffer<std::uint8_t> keep = upload(allocator, in, s.slots.keep);
+    const DeviceBuffer<std::int64_t> positions = upload(allocator, in, s.blocks.positions);
+    const DeviceBuffer<std::int64_t> tokens = upload(allocator, in, s.blocks.input_tokens);
+    const DeviceBuffer<Bf16Bits> features =
+        upload_bf16(allocator, in, batch.target_features.data() + b * S * KH, S * KH);
+    const Tensor<double> teacher = gather_teacher_rows(host, batch, b, s.blocks);
+    const DeviceBuffer<Bf16Bits> teacher16 = upload_bf16(allocator, in, teacher.data(), teacher.numel());
+    const DeviceBuffer<std::int64_t> labels = upload(allocator, in, s.blocks.labels);
+    const DeviceBuffer<float> row_weights =
+        upload(allocator, in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
+    const DeviceBuffer<std::uint8_t> valid = upload(allocator, in, s.blocks.valid);
+
+    TrunkLayerContext<Bf16Bits> ctx;
+    ctx.dims = dims;
+    ctx.eps = static_cast<float>(config.rms_norm_eps);
+    ctx.rope_theta = config.rope_theta;
+    ctx.sliding_window = config.sliding_window.value_or(0);
+    ctx.anchors = anchors.data();
+    ctx.keep = keep.data();
+    ctx.block_positions = positions.data();
+    ctx.context_positions = ctx_pos.data();
+    ctx.seed = config.seed;
+    ctx.step = options.step;
+    ctx.sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
+    ctx.attention_dropout = config.attention_dropout;
+    ctx.hidden_dropout = config.hidden_dropout;
+    DeviceBuffer<float> d_features(allocator, MemoryCategory::gradients, static_cast<std::size_t>(S * KH));
+    d_features.zero();
+    grads.target_features = d_features.data();
+
+    Trunk<CudaBackend> trunk(backend, weights, ctx, dims.K, features.data(), tokens.data(), options.trunk_policy,
+                             options.checkpoint_every);
+    DeviceBuffer<Bf16Bits> y = trunk.forward();
+    const CudaLossHeadTargets targets{teacher16.data(), lm_head.data(),
+                                      DeviceRowTargets{labels.data(), row_weights.data(), valid.data()}};
+    CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{T, H, dims.V}, targets, result.weight_sum);
+    y.release();
+    result.stats.loss += f.stats.loss;
+    result.stats.ce += f.stats.ce;
+    result.stats.kl += f.stats.kl;
+    result.stats.magnitude = std::max(result.stats.magnitude, f.stats.magnitude);
+    result.stats.correct += f.stats.correct;
+    result.stats.valid_rows += f.stats.valid_rows;
+    DeviceBuffer<float> d_hidden = head.backward(targets, std::move(f.saved));
+    trunk.backward(std::move(d_hidden), grads);
+    const std::vector<float> df = d_features.download();
+    std::copy(df.begin(), df.end(), result.target_features_grad.data() + b * S * KH);
+  }
+
+  std::size_t at = 0;
+  result.grads.for_each([&](const std::string&, Tensor<double>& t) {
+    const std::vector<float> g = device.grads[at++].download();
+    std::copy(g.begin(), g.end(), t.data());
+  });
+  return result;
+}
+
+}  // namespace dflash

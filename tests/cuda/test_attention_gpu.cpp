@@ -1,0 +1,157 @@
+// The DFlash attention kernels on the GPU (cuda/attention_kernels.hpp), on the CPU tests' cases:
+// fp32 storage within the fp32 rule of the double reference, bf16 storage within 2 x the error
+// of the same programs run with bf16 storage on the host (the plain bf16 computation), two runs
+// bitwise equal, and a tiling the kernels cannot run refused with its field named.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "cuda/attention_kernels.hpp"
+#include "cuda/bf16_bits.hpp"
+#include "cuda/device_buffer.hpp"
+#include "reference/compare.hpp"
+#include "tests/cuda/attention_program_support.hpp"
+#include "tests/cuda/gpu_test_support.hpp"
+
+namespace dflash {
+namespace {
+
+// bf16 storage adds one rounding of O (2^-9 relative) on top of fp32 arithmetic: the floor for
+// bf16 storage is that rounding, which the host run with the same storage also pays.
+constexpr double kAttentionBf16Floor = 1.0 / 512;
+
+template <class Storage>
+struct DeviceAttention {
+  DeviceBuffer<std::int64_t> anchors;
+  DeviceBuffer<std::uint8_t> keep;
+  DeviceBuffer<Storage> q, k_ctx, v_ctx, k_blk, v_blk, d_out, out;
+  DeviceBuffer<float> lse, dq, dk_ctx, dv_ctx, dk_blk, dv_blk, delta;
+
+  static DeviceBuffer<Storage> upload(DeviceAllocator& a, const std::vector<double>& x) {
+    std::vector<Storage> host(x.size());
+    for (std::size_t e = 0; e < x.size(); ++e) narrow_into(static_cast<float>(x[e]), host[e]);
+    DeviceBuffer<Storage> b(a, MemoryCategory::transient, host.size());
+    b.upload(host);
+    return b;
+  }
+
+  // Runs forward then backward on the device; returns what came back.
+  static AttentionResults<float> run(DeviceAllocator& a, const AttentionCase& c, const AttentionData& data) {
+    DeviceAttention d;
+    d.anchors = DeviceBuffer<std::int64_t>(a, MemoryCategory::transient, c.anchors.size());
+    d.anchors.upload(c.anchors);
+    d.keep = DeviceBuffer<std::uint8_t>(a, MemoryCategory::transient, c.keep.size());
+    d.keep.upload(c.keep);
+    d.q = upload(a, data.q);
+    d.k_ctx = upload(a, data.k_ctx);
+    d.v_ctx = upload(a, data.v_ctx);
+    d.k_blk = upload(a, data.k_blk);
+    d.v_blk = upload(a, data.v_blk);
+    d.d_out = upload(a, data.d_out);
+    d.out = DeviceBuffer<Storage>(a, MemoryCategory::transient, data.q.size());
+    auto floats = [&](std::size_t n) { return DeviceBuffer<float>(a, MemoryCategory::transient, n); };
+    const auto heads = static_cast<std::size_t>(c.T() * c.nh);
+    d.lse = floats(heads);
+    d.delta = floats(heads);
+    d.dq = floats(data.q.size());
+    d.dk_ctx = floats(data.k_ctx.size());
+    d.dv_ctx = floats(data.k_ctx.size());
+    d.dk_blk = floats(data.k_blk.size());
+    d.dv_blk = floats(data.k_blk.size());
+
+    AttentionProblem pb = attention_problem(c);
+    pb.mask.anchors = d.anchors.data();
+    pb.mask.keep = d.keep.data();
+    AttentionOperands<Storage> in{d.q.data(),     d.k_ctx.data(), d.v_ctx.data(), d.k_blk.data(),
+                                  d.v_blk.data(), nullptr,        nullptr,        nullptr};
+    launch_attention_forward<Storage>(pb, in, AttentionForwardOutputs<Storage>{d.out.data(), d.lse.data()},
+                                      a.stream());
+    in.out = d.out.data();
+    in.d_out = d.d_out.data();
+    in.lse = d.lse.data();
+    launch_attention_backward<Storage>(
+        pb, in,
+        AttentionGradients{d.dq.data(), d.dk_ctx.data(), d.dv_ctx.data(), d.dk_blk.data(), d.dv_blk.data(),
+                           d.delta.data()},
+        a.stream());
+    AttentionResults<float> r;
+    for (const Storage& o : d.out.download()) r.out.push_back(widen(o));
+    r.lse = d.lse.download();
+    r.dq = d.dq.download();
+    r.dk_ctx = d.dk_ctx.download();
+    r.dv_ctx = d.dv_ctx.download();
+    r.dk_blk = d.dk_blk.download();
+    r.dv_blk = d.dv_blk.download();
+    return r;
+  }
+};
+
+void expect_all_within_rule(const AttentionResults<float>& got, const AttentionResults<float>& plain,
+                            const AttentionResults<double>& exact, double floor) {
+  expect_within_rule("out", got.out, plain.out, exact.out, floor);
+  expect_within_rule("lse", got.lse, plain.lse, exact.lse, floor);
+  expect_within_rule("dq", got.dq, plain.dq, exact.dq, floor);
+  expect_within_rule("dk_ctx", got.dk_ctx, plain.dk_ctx, exact.dk_ctx, floor);
+  expect_within_rule("dv_ctx", got.dv_ctx, plain.dv_ctx, exact.dv_ctx, floor);
+  expect_within_rule("dk_blk", got.dk_blk, plain.dk_blk, exact.dk_blk, floor);
+  expect_within_rule("dv_blk", got.dv_blk, plain.dv_blk, exact.dv_blk, floor);
+}
+
+bool same(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t e = 0; e < a.size(); ++e) {
+    if (!same_bits(a[e], b[e])) return false;
+  }
+  return true;
+}
+
+class AttentionGpu : public GpuTest {};
+
+TEST_F(AttentionGpu, Fp32StorageWithinFp32RuleOfDoubleReference) {
+  for (const AttentionCase& c : attention_cases()) {
+    SCOPED_TRACE(c.name);
+    const AttentionData data(c);
+    expect_all_within_rule(DeviceAttention<float>::run(allocator(), c, data), reference_attention<float>(c, data),
+                           reference_attention<double>(c, data), kAttentionFp32Floor);
+  }
+}
+
+// The double reference runs on the bf16-rounded inputs (exact maths on the device's inputs).
+TEST_F(AttentionGpu, Bf16StorageWithinRuleOfHostBf16Programs) {
+  for (const AttentionCase& c : attention_cases()) {
+    SCOPED_TRACE(c.name);
+    AttentionData data(c);
+    for (std::vector<double>* x : {&data.q, &data.k_ctx, &data.v_ctx, &data.k_blk, &data.v_blk, &data.d_out}) {
+      for (double& v : *x) v = round_to_bf16(static_cast<float>(v));
+    }
+    const AttentionResults<float> plain = program_attention<Bf16Bits>(c, data, kAttentionThreads, false);
+    expect_all_within_rule(DeviceAttention<Bf16Bits>::run(allocator(), c, data), plain,
+                           reference_attention<double>(c, data), kAttentionBf16Floor);
+  }
+}
+
+TEST_F(AttentionGpu, TwoRunsBitwiseEqual) {
+  for (const AttentionCase& c : attention_cases()) {
+    SCOPED_TRACE(c.name);
+    const AttentionData data(c);
+    const AttentionResults<float> a = DeviceAttention<Bf16Bits>::run(allocator(), c, data);
+    const AttentionResults<float> b = DeviceAttention<Bf16Bits>::run(allocator(), c, data);
+    EXPECT_TRUE(same(a.out, b.out) && same(a.lse, b.lse) && same(a.dq, b.dq) && same(a.dk_ctx, b.dk_ctx) &&
+                same(a.dv_ctx, b.dv_ctx) && same(a.dk_blk, b.dk_blk) && same(a.dv_blk, b.dv_blk));
+  }
+}
+
+TEST_F(AttentionGpu, BadTilingRefusedWithItsField) {
+  AttentionProblem pb = attention_problem(attention_cases().front());
+  pb.tiling.nh = 3;
+  try {
+    launch_attention_forward<float>(pb, AttentionOperands<float>{}, AttentionForwardOutputs<float>{}, nullptr);
+    FAIL() << "nh = 3 with nkv = 2 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("nh (query heads)"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dflash
