@@ -1,7 +1,9 @@
 // main() of the tests that run under mpirun: MPI is initialised before GoogleTest and finalised
 // after it. Every rank runs every test; a failure on any rank makes that rank, and so mpirun,
 // exit non-zero. Rank 0 prints GoogleTest's usual output; the other ranks print only their
-// failures, prefixed with the rank.
+// failures, prefixed with the rank. Property binaries get CI's RapidCheck parameters unless
+// RC_PARAMS is set (as properties/support/property_main.cpp does); every rank draws the same cases.
+#include <cstdlib>
 #include <iostream>
 
 #include <gtest/gtest.h>
@@ -35,6 +37,7 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace dflash::testing
 
 int main(int argc, char** argv) {
+  if (std::getenv("RC_PARAMS") == nullptr) setenv("RC_PARAMS", DFLASH_RC_PARAMS, 1);
   dflash::MpiSession session(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   const int rank = dflash::testing::world().rank();
