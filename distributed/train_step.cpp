@@ -233,6 +233,7 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
                                              layout.shard_offset(comm.rank())));
   }
   check_rank_sequences(batch_layout, comm.rank(), training, sequences);
+  if (options.bucket_bytes < 1) throw_input_error("bucket_bytes", str(options.bucket_bytes, " must be at least 1"));
   const std::int64_t t = opt.step;
   if (t >= (std::int64_t(1) << 32)) throw_input_error("optimizer step", str(t, " exceeds the 32-bit RNG counter word"));
   auto step_options = [&](const RankSequences& s) {

@@ -62,8 +62,9 @@ struct StepMetrics {
 };
 
 // §12's non-finite rule: thrown on every rank, nothing applied anywhere. The message names the
-// step, the (lowest) rank that saw it, the first offending tensor in canonical order ("loss" before
-// the gradients; "gradient norm" when only the reduced norm overflowed) and the last good checkpoint.
+// step, the (lowest) rank that saw it, the first offending gradient tensor in canonical order
+// ("loss" when only the loss is) and the last good checkpoint. rank() is -1 when every rank's own
+// values were finite and only a reduced one (the summed loss, the gradient norm) overflowed.
 class NonFiniteStepError : public std::runtime_error {
  public:
   NonFiniteStepError(std::int64_t step, int rank, std::string tensor, const std::string& message)

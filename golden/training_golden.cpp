@@ -64,11 +64,7 @@ bool is_integer_metric(std::string_view name) {
 // The steps of the reference training core from the golden's inputs: final state and metrics.
 GoldenResults run_reference_training(MemoryTracker& tracker, const TrainingGolden& g) {
   SingleProcessCommunicator comm;
-  DrafterParameters<double> initial = make_drafter_parameters<double>(tracker, g.config, MemoryCategory::parameters);
-  std::vector<const Tensor<double>*> from = flat_tensors(g.initial);
-  std::size_t k = 0;
-  initial.for_each([&](const std::string&, Tensor<double>& t) { t = from[k++]->clone(tracker, MemoryCategory::parameters); });
-  TrainingState state = make_training_state(tracker, g.config, g.training, comm, std::move(initial));
+  TrainingState state = make_training_state(tracker, g.config, g.training, comm, convert_parameters<double>(tracker, g.initial));
   std::vector<StepMetrics> metrics;
   for (std::int64_t t = 0; t < g.steps; ++t) {
     const RankSequences all{0, &g.batches[static_cast<std::size_t>(t)]};

@@ -4,7 +4,8 @@
 // moments and metrics after three steps to 1e-12 (SPEC §10), with dropout on, clipping active,
 // ranks whose sequences differ in length, a rank whose sequences all have weight 0, small buckets
 // (many, the last one partial) and a flat size that no R x 128 divides. Faults: a non-finite
-// gradient on one rank, mismatched configs. The plan against the measured peak per category.
+// gradient on one rank, mismatched configs. The plan against the measured peak per category. The
+// committed training golden on two ranks.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "distributed/single_process_communicator.hpp"
+#include "golden/training_golden.hpp"
 #include "planner/plan_vs_measured.hpp"
 #include "planner/training_plan.hpp"
 #include "tests/distributed/mpi_test_world.hpp"
@@ -173,6 +175,64 @@ TEST(DistributedTraining, PlanEqualsMeasuredPeakPerCategory) {
   expect_plan_equals_measured(2, 2, 1);
   expect_plan_equals_measured(3, 1, 0);
   expect_plan_equals_measured(4, 1, 1);
+}
+
+}  // namespace
+}  // namespace dflash::testing
+
+namespace dflash::testing {
+namespace {
+
+// The committed training golden (one process) recomputed on 2 ranks, each with its share of every
+// step's global batch: final parameters and moments within 1e-12 of the golden's (SPEC §10).
+TEST(DistributedTraining, TwoRanksReproduceTheTrainingGolden) {
+  const TrainingGolden g = read_training_golden(default_training_golden_dir() / "tiny-3-steps.safetensors");
+  constexpr int R = 2;
+  const auto sub = MpiCommunicator::split(world().rank() < R ? 0 : 1);
+  if (world().rank() >= R) return;
+  MemoryTracker tracker;
+  TrainingState state =
+      make_training_state(tracker, g.config, g.training, *sub, convert_parameters<double>(tracker, g.initial));
+  const FlatLayout flat(g.config, R, g.training.zero_stage);
+  const GlobalBatchLayout layout = GlobalBatchLayout::of(g.training, R);
+  for (std::int64_t t = 0; t < g.steps; ++t) {
+    const DrafterBatch<double>& all = g.batches[static_cast<std::size_t>(t)];
+    std::vector<DrafterBatch<double>> mine;  // one batch per global index of this rank (rows of the stored batch)
+    std::vector<RankSequences> seqs;
+    const std::vector<std::int64_t> gs = layout.sequences_of_rank(sub->rank());
+    mine.reserve(gs.size());
+    for (std::int64_t gi : gs) {
+      const std::int64_t S = all.context_length(), KH = g.config.feature_width(), H = g.config.hidden_size;
+      DrafterBatch<double> b{Tensor<std::int64_t>(tracker, MemoryCategory::inputs, {1, S}),
+                             Tensor<std::uint8_t>(tracker, MemoryCategory::inputs, {1, S}),
+                             Tensor<double>(tracker, MemoryCategory::inputs, {1, S, KH}),
+                             Tensor<double>(tracker, MemoryCategory::inputs, {1, S, H}),
+                             std::nullopt,
+                             std::nullopt};
+      std::copy_n(all.tokens.row(gi), S, b.tokens.data());
+      std::copy_n(all.loss_mask.row(gi), S, b.loss_mask.data());
+      std::copy_n(all.target_features.row(gi), S * KH, b.target_features.data());
+      std::copy_n(all.teacher_hidden.row(gi), S * H, b.teacher_hidden.data());
+      mine.push_back(std::move(b));
+      seqs.push_back({gi, &mine.back()});
+    }
+    train_step(tracker, *sub, g.config, g.training, g.frozen, state, seqs);
+  }
+  const std::vector<double> m = gather_full(*sub, flat, state.optimizer.exp_avg);
+  const std::vector<double> v = gather_full(*sub, flat, state.optimizer.exp_avg_sq);
+  std::vector<double> params(static_cast<std::size_t>(flat.count()));
+  read_flat(flat, state.params, 0, params);
+  for (const FlatTensor& t : flat.tensors()) {
+    const auto at = static_cast<std::size_t>(t.offset), n = static_cast<std::size_t>(t.numel);
+    const std::pair<const char*, const std::vector<double>*> got[] = {
+        {"final/param/", &params}, {"final/exp_avg/", &m}, {"final/exp_avg_sq/", &v}};
+    for (const auto& [prefix, values] : got) {
+      const GoldenTensor& want = g.results.at(prefix + t.name);
+      EXPECT_LE(relative_error(std::span<const double>(*values).subspan(at, n), std::span<const double>(want.values)),
+                kAcrossRanksTolerance)
+          << prefix << t.name;
+    }
+  }
 }
 
 }  // namespace

@@ -110,3 +110,57 @@ TEST(TrainStepSingleRank, ZeroOneMatchesTheFormulasWrittenOut) { check_against_h
 
 }  // namespace
 }  // namespace dflash::testing
+
+namespace dflash::testing {
+namespace {
+
+// Bad input to a step, one case each, refused before anything changes.
+TEST(TrainStepSingleRank, ABucketBelowOneByteIsRefused) {
+  SingleProcessCommunicator comm;
+  const TrainingConfig tc = tiny_training_config(2, 1, 0);
+  TinyTrainer tiny(comm, tc);
+  const std::vector<SequenceData> data = load_sequences(tiny.tracker, tiny.config, 0, {0, 1}, all_labelled);
+  try {
+    train_step(tiny.tracker, comm, tiny.config, tc, tiny.frozen, tiny.state, as_rank_sequences(data), {.bucket_bytes = 0});
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bucket_bytes: 0 must be at least 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(tiny.state.optimizer.step, 0);
+}
+
+TEST(TrainStepSingleRank, AnOptimizerStateOfAnotherLayoutIsRefused) {
+  SingleProcessCommunicator comm;
+  TinyTrainer tiny(comm, tiny_training_config(2, 1, 0));  // ZeRO-0: P elements
+  const TrainingConfig zero1 = tiny_training_config(2, 1, 1);  // ZeRO-1: P padded
+  const std::vector<SequenceData> data = load_sequences(tiny.tracker, tiny.config, 0, {0, 1}, all_labelled);
+  EXPECT_THROW(train_step(tiny.tracker, comm, tiny.config, zero1, tiny.frozen, tiny.state, as_rank_sequences(data)),
+               InputError);
+}
+
+TEST(TrainStepSingleRank, InitialParametersOfAnotherConfigAreRefused) {
+  SingleProcessCommunicator comm;
+  MemoryTracker tracker;
+  DrafterConfig other = tiny_drafter_config();
+  other.intermediate_size = 7;
+  EXPECT_THROW(make_training_state(tracker, tiny_drafter_config(), tiny_training_config(2, 1, 0), comm,
+                                   init_drafter_parameters<double>(tracker, other, 3)),
+               InputError);
+}
+
+TEST(TrainStepSingleRank, ExplicitAnchorsAndOverlongSequencesAreRefused) {
+  SingleProcessCommunicator comm;
+  const TrainingConfig tc = tiny_training_config(1, 1, 0);
+  TinyTrainer tiny(comm, tc);
+  const DrafterBatch<double> anchored =
+      make_drafter_batch<double>(tiny.tracker, tiny.config, {.sequences = 1, .context_length = 10, .explicit_anchors = true});
+  const DrafterBatch<double> too_long =
+      make_drafter_batch<double>(tiny.tracker, tiny.config, {.sequences = 1, .context_length = tc.max_context + 1});
+  for (const DrafterBatch<double>* b : {&anchored, &too_long}) {
+    const RankSequences s{0, b};
+    EXPECT_THROW(train_step(tiny.tracker, comm, tiny.config, tc, tiny.frozen, tiny.state, {&s, 1}), InputError);
+  }
+}
+
+}  // namespace
+}  // namespace dflash::testing
