@@ -17,13 +17,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// SPEC §10, the reference against itself: 1e-12 relative. On the machine that generated a golden
-// the recomputation is bitwise identical (same operations in the same order); the bound absorbs a
-// compiler or libm that rounds a transcendental differently elsewhere. Accuracy is a ratio of
-// counts: one changed count moves it by at least 1/(labelled rows), far above this bound, so it
-// is in effect compared exactly.
-constexpr double kReferenceTolerance = 1e-12;
-
 bool is_loss_like(std::string_view tensor) {
   return tensor == "output/loss" || tensor == "output/ce" || tensor == "output/kl" || tensor == "output/lse" ||
          tensor == "output/token_loss";

@@ -9,8 +9,9 @@
    teacher rows G[a_n + k - 1] and W_lm the logsumexp, the per-row hybrid loss, loss, ce, kl,
    accuracy and W. Each must match the golden within 1e-12, relative to at least the size of the
    log-partition functions (the C++ check's floor).
-3. The Python example of golden/README.md runs as written, against a stand-in for the two
-   functions of the `safetensors` package it uses (that package is not installed here).
+3. The Python example of golden/README.md runs as written, against a stand-in for the
+   functions of the `safetensors` package it uses (that package is not installed here); the
+   stand-in also serves tests/golden/golden_compare_example.py.
 
 Exit 0 when all pass, 1 on a mismatch, 77 (skipped) when numpy is not installed.
 """
@@ -125,40 +126,91 @@ def check_goldens():
     return failed
 
 
+# A stand-in for the parts of the `safetensors` package the README examples use (load_file,
+# save_file, safe_open(...).metadata(), for numpy and, where torch is installed, torch), written
+# from the format's description. Files it writes are checked by the C++ reader when compared.
 STAND_IN = '''
 import json, struct
 import numpy as _np
+_KINDS = {"F64": "<f8", "F32": "<f4", "I64": "<i8"}
 def _read(path):
     data = open(path, "rb").read()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
     meta = header.pop("__metadata__", {})
-    kinds = {"F64": "<f8", "I64": "<i8"}
     return meta, {k: _np.frombuffer(data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
-                                    dtype=kinds[v["dtype"]]).reshape(v["shape"]) for k, v in header.items()}
+                                    dtype=_KINDS[v["dtype"]]).reshape(v["shape"]) for k, v in header.items()}
+def _write(path, entries, metadata=None):
+    """entries: {name: (dtype name, shape, bytes)}"""
+    header, data = {}, b""
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    for name in sorted(entries):
+        dtype, shape, raw = entries[name]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + data)
+def _numpy_entry(a):
+    a = _np.asarray(a)  # keeps 0-d arrays 0-d (ascontiguousarray would make them [1])
+    name = {_np.dtype("<f8"): "F64", _np.dtype("<f4"): "F32", _np.dtype("<i8"): "I64"}[a.dtype.newbyteorder("<")]
+    return name, a.shape, a.astype(_KINDS[name]).tobytes()
 class _Open:
     def __init__(self, path): self._meta = _read(path)[0]
     def __enter__(self): return self
     def __exit__(self, *exc): return False
     def metadata(self): return self._meta
 def safe_open(path, framework, device="cpu"):
-    assert framework == "np"
+    assert framework in ("np", "pt")
     return _Open(path)
 '''
 
+STAND_IN_NUMPY = '''
+from . import _read, _write, _numpy_entry
+def load_file(path):
+    return _read(path)[1]
+def save_file(tensors, path, metadata=None):
+    _write(path, {name: _numpy_entry(a) for name, a in tensors.items()}, metadata)
+'''
+
+STAND_IN_TORCH = '''
+import torch
+from . import _read, _write, _numpy_entry
+def load_file(path, device="cpu"):
+    return {name: torch.from_numpy(a.copy()) for name, a in _read(path)[1].items()}
+def _entry(t):
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return "BF16", tuple(t.shape), t.view(torch.int16).numpy().astype("<i2").tobytes()
+    return _numpy_entry(t.numpy())
+def save_file(tensors, path, metadata=None):
+    _write(path, {name: _entry(t) for name, t in tensors.items()}, metadata)
+'''
+
+
+def install_stand_in(directory):
+    """Writes the stand-in `safetensors` package into `directory` (put it on PYTHONPATH)."""
+    package = pathlib.Path(directory) / "safetensors"
+    package.mkdir()
+    (package / "__init__.py").write_text(STAND_IN)
+    (package / "numpy.py").write_text(STAND_IN_NUMPY)
+    (package / "torch.py").write_text(STAND_IN_TORCH)
+
+
+def readme_python_block(marker):
+    """The python block of golden/README.md that follows `<!-- example: MARKER -->`."""
+    readme = (SOURCE / "golden" / "README.md").read_text()
+    blocks = re.findall(r"<!-- example: " + re.escape(marker) + r" -->\n```python\n(.*?)```", readme, flags=re.S)
+    if len(blocks) != 1:
+        raise SystemExit(f"FAIL: golden/README.md has {len(blocks)} python blocks marked '{marker}', expected 1")
+    return blocks[0]
+
 
 def check_readme_example():
-    readme = (SOURCE / "golden" / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
-    if len(blocks) != 1:
-        print(f"FAIL: golden/README.md has {len(blocks)} python blocks, expected 1")
-        return 1
     with tempfile.TemporaryDirectory() as tmp:
-        package = pathlib.Path(tmp) / "safetensors"
-        package.mkdir()
-        (package / "__init__.py").write_text(STAND_IN)
-        (package / "numpy.py").write_text("from . import _read\ndef load_file(path):\n    return _read(path)[1]\n")
-        (pathlib.Path(tmp) / "example.py").write_text(blocks[0])
+        install_stand_in(tmp)
+        (pathlib.Path(tmp) / "example.py").write_text(readme_python_block("numpy-golden"))
         run = subprocess.run([sys.executable, str(pathlib.Path(tmp) / "example.py")], cwd=SOURCE,
                              env={"PYTHONPATH": tmp}, capture_output=True, text=True)
     print(run.stdout + run.stderr)

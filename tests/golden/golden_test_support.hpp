@@ -72,6 +72,17 @@ struct RawFile {
   }
 };
 
+// The message of the InputError `f` throws, or "(no error)".
+template <class F>
+std::string input_error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 // Writes `raw` into `dir` as <name> and returns the path.
 inline std::filesystem::path write_raw(const ScratchDirectory& dir, const std::string& name, const RawFile& raw) {
   const std::filesystem::path path = dir / name;
