@@ -1,0 +1,62 @@
+// How ranks talk (TRAINING §13): one interface, three implementations: single process
+// (single_process_communicator.hpp), MPI over CPU ranks (mpi_communicator.hpp) and NCCL over GPU
+// ranks (nccl_communicator.hpp, built only with CUDA and NCCL). Buffers are host memory for the
+// first two and device memory for NCCL. Every collective is blocking from the caller's view and is
+// called by every rank of the communicator in the same order with the same counts.
+//
+// In-place conventions are NCCL's, which every implementation honours:
+//   all_reduce      send == recv;
+//   reduce_scatter  recv == send + rank() * count (rank r's block of the send buffer);
+//   all_gather      send == recv + rank() * count.
+// A failed call throws CommunicationError naming the collective and the library's message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace dflash {
+
+enum class CommType { f32, f64, i64 };
+enum class CommOp { sum, max, min };
+
+std::size_t comm_type_bytes(CommType type);
+std::string_view comm_type_name(CommType type);
+
+class CommunicationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view backend() const = 0;  // "single", "mpi", "nccl"
+
+  // recv[i] = op over ranks of send[i], i < count, on every rank.
+  virtual void all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) = 0;
+  // send holds size() blocks of count elements; rank r receives op over ranks of block r.
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) = 0;
+  // Every rank sends count elements; recv holds size() blocks, block r from rank r.
+  virtual void all_gather(const void* send, void* recv, std::size_t count, CommType type) = 0;
+  // count elements of root's buffer to every rank's.
+  virtual void broadcast(void* buffer, std::size_t count, CommType type, int root) = 0;
+  // Ends every rank of the job now (MPI_Abort), after the caller has printed why; never returns.
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+};
+
+// Typed conveniences (host buffers or device buffers alike: only the pointer is passed on).
+inline void all_reduce_sum(Communicator& c, std::span<double> values) {
+  c.all_reduce(values.data(), values.data(), values.size(), CommType::f64, CommOp::sum);
+}
+inline void all_reduce_sum(Communicator& c, std::span<std::int64_t> values) {
+  c.all_reduce(values.data(), values.data(), values.size(), CommType::i64, CommOp::sum);
+}
+
+}  // namespace dflash

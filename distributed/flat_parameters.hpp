@@ -1,0 +1,56 @@
+// The flat parameter vector of TRAINING §12: the trainable tensors in canonical order (fc,
+// hidden_norm, each layer's eleven, norm; the order of drafter_parameter_shapes and
+// DrafterParameters::for_each), each C-order, concatenated. ZeRO-1 (§13) pads it with zeros to a
+// multiple of R 128 elements and gives rank r the contiguous shard [r s, (r + 1) s), s = padded / R;
+// ZeRO-0 gives every rank the whole unpadded vector. The padding is never stored in the parameter
+// or gradient tensors: it reads as 0 and writes are dropped.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "reference/drafter_config.hpp"
+#include "reference/drafter_parameters.hpp"
+
+namespace dflash {
+
+inline constexpr std::int64_t kZeroShardAlignment = 128;  // §13: padded to a multiple of R 128
+
+struct FlatTensor {
+  std::string name;     // SPEC §3 name
+  Shape shape;
+  std::int64_t offset;  // first element in the flat vector
+  std::int64_t numel;
+  bool decay;           // weight decay applies: matrices only, never norm weights (§12)
+};
+
+class FlatLayout {
+ public:
+  FlatLayout(const DrafterConfig& config, int ranks, int zero_stage);
+
+  const std::vector<FlatTensor>& tensors() const { return tensors_; }
+  std::int64_t count() const { return count_; }    // P
+  std::int64_t padded() const { return padded_; }  // ZeRO-1: P rounded up to R 128; ZeRO-0: P
+  int ranks() const { return ranks_; }
+  int zero_stage() const { return zero_stage_; }
+  // The part of the flat vector rank r updates: [shard_offset(r), + shard_size()).
+  std::int64_t shard_size() const { return zero_stage_ == 1 ? padded_ / ranks_ : count_; }
+  std::int64_t shard_offset(int rank) const { return zero_stage_ == 1 ? std::int64_t(rank) * shard_size() : 0; }
+  // Index of the tensor holding flat element e < P.
+  std::size_t tensor_at(std::int64_t e) const;
+
+ private:
+  std::vector<FlatTensor> tensors_;
+  std::int64_t count_ = 0, padded_ = 0;
+  int ranks_ = 1, zero_stage_ = 0;
+};
+
+// Copies flat elements [begin, begin + out.size()) of `params` into out (0 beyond P), and back.
+void read_flat(const FlatLayout& layout, const DrafterParameters<double>& params, std::int64_t begin,
+               std::span<double> out);
+void write_flat(const FlatLayout& layout, DrafterParameters<double>& params, std::int64_t begin,
+                std::span<const double> values);
+
+}  // namespace dflash

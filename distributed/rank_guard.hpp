@@ -1,0 +1,16 @@
+// A rank that fails must not leave the others waiting in a collective forever (TRAINING §13,
+// faults): run_guarded runs a rank's work; if it throws, the rank prints
+// "dflash: rank r of R failed: <what>" on stderr and ends the whole job through
+// Communicator::abort (MPI_Abort), so every rank exits non-zero within seconds, naming the failed one.
+#pragma once
+
+#include <functional>
+
+#include "distributed/communicator.hpp"
+
+namespace dflash {
+
+// Returns body()'s exit code; never returns if body throws.
+int run_guarded(Communicator& comm, const std::function<int()>& body);
+
+}  // namespace dflash

@@ -1,0 +1,91 @@
+// One optimizer step of the reference backend on R ranks (TRAINING §11–§13): the rank's sequences
+// of the global batch, forward and backward of each (reference/drafter.hpp) with anchors and
+// dropout drawn for the global index g, W all-reduced before any backward, gradients summed over
+// sequences, micro-steps and ranks (reduce-scatter under ZeRO-1, all-reduce under ZeRO-0, in
+// buckets), the non-finite rule, global-norm clipping and AdamW on the rank's part of the flat
+// vector, and the updated parameters all-gathered into every rank's working copy.
+//
+// Every rank calls train_step with the same config and its own sequences; the metrics it returns
+// are the global ones, equal on every rank.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "distributed/communicator.hpp"
+#include "distributed/flat_parameters.hpp"
+#include "distributed/global_batch.hpp"
+#include "distributed/optimizer_state.hpp"
+#include "distributed/training_config.hpp"
+#include "planner/parallel_layout.hpp"
+#include "reference/drafter.hpp"
+
+namespace dflash {
+
+// Sequences first_global_index + b (b < batch.num_sequences()) of the step's global batch, in one
+// DrafterBatch (they share S; a sequence of its own S is a batch of one). Anchors are sampled in the
+// step (the batch must not hold explicit ones) and S must not exceed max_context.
+struct RankSequences {
+  std::int64_t first_global_index = 0;
+  const DrafterBatch<double>* batch = nullptr;
+};
+
+// What one rank keeps from step to step.
+struct TrainingState {
+  DrafterParameters<double> params;  // the working copy, whole on every rank (MemoryCategory::parameters)
+  OptimizerState optimizer;
+};
+
+// The parameters and a fresh optimizer state for this rank (step 0).
+TrainingState make_training_state(MemoryTracker& tracker, const DrafterConfig& config, const TrainingConfig& training,
+                                  const Communicator& comm, DrafterParameters<double> initial);
+
+struct TrainStepOptions {
+  std::int64_t bucket_bytes = kDefaultBucketBytes;  // gradient communication bucket (the plan's)
+  std::string last_good_checkpoint = "none";       // named by the non-finite error (§12)
+  const DropoutObserver* dropout_observer = nullptr;
+};
+
+// The step's metrics (§17's per-step fields that the step itself knows), global over all ranks.
+struct StepMetrics {
+  std::int64_t step = 0;   // t, the step just taken (0-based)
+  double loss = 0, ce = 0, kl = 0;  // over W (SPEC §5)
+  double accuracy = 0;     // sum w01 [argmax z = y] / sum w01 (0 when no labelled row)
+  double weight_sum = 0;   // W
+  double lr = 0;           // lr_t
+  double grad_norm = 0;    // n, before clipping
+  bool clipped = false;
+  std::int64_t tokens = 0;  // block tokens with w01 = 1
+};
+
+// §12's non-finite rule: thrown on every rank, nothing applied anywhere. The message names the
+// step, the (lowest) rank that saw it, the first offending tensor in canonical order ("loss" before
+// the gradients; "gradient norm" when only the reduced norm overflowed) and the last good checkpoint.
+class NonFiniteStepError : public std::runtime_error {
+ public:
+  NonFiniteStepError(std::int64_t step, int rank, std::string tensor, const std::string& message)
+      : std::runtime_error(message), step_(step), rank_(rank), tensor_(std::move(tensor)) {}
+  std::int64_t step() const { return step_; }
+  int rank() const { return rank_; }
+  const std::string& tensor() const { return tensor_; }
+
+ private:
+  std::int64_t step_;
+  int rank_;
+  std::string tensor_;
+};
+
+// Refuses (InputError on every rank, naming the ranks that differ) unless every rank of `comm`
+// holds the same drafter and training config. Call once at start, before the first step.
+void require_same_config(Communicator& comm, const DrafterConfig& config, const TrainingConfig& training);
+
+// One optimizer step t = state.optimizer.step. `sequences` must be exactly this rank's share of
+// the global batch (GlobalBatchLayout::sequences_of_rank), in any grouping; otherwise InputError.
+StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const DrafterConfig& config,
+                       const TrainingConfig& training, const FrozenWeights<double>& frozen, TrainingState& state,
+                       std::span<const RankSequences> sequences, const TrainStepOptions& options = {});
+
+}  // namespace dflash
