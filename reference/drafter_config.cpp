@@ -62,18 +62,37 @@ void require_non_negative(double x, std::string_view field, std::string_view sou
   if (!(std::isfinite(x) && x >= 0)) config_error(field, source, str(x, " must be finite and >= 0"));
 }
 
-// A field read from the top level, or from a nested object where released configs put it.
-const json* find_field(const json& j, std::string_view field, std::string_view nested, std::string_view source) {
-  const json* top = j.contains(field) ? &j.at(std::string(field)) : nullptr;
-  const json* inner = nullptr;
-  if (!nested.empty() && j.contains(nested) && j.at(std::string(nested)).is_object() &&
-      j.at(std::string(nested)).contains(field)) {
-    inner = &j.at(std::string(nested)).at(std::string(field));
+// The object released DFlash configs nest their own keys in; every field is read from it too.
+constexpr std::string_view kDflashConfig = "dflash_config";
+
+const json* nested_field(const json& j, std::string_view nested, std::string_view field) {
+  if (nested.empty() || !j.contains(nested) || !j.at(std::string(nested)).is_object()) return nullptr;
+  const json& object = j.at(std::string(nested));
+  return object.contains(field) ? &object.at(std::string(field)) : nullptr;
+}
+
+// A field read from the top level, from `dflash_config`, or from one more nested object where
+// released configs put it (`rope_theta` in `rope_parameters`). Two places giving different
+// values is an error naming both.
+const json* find_field(const json& j, std::string_view field, std::string_view source, std::string_view nested = {}) {
+  struct Place {
+    std::string name;
+    const json* value;
+  };
+  const Place places[] = {{"the top level", j.contains(field) ? &j.at(std::string(field)) : nullptr},
+                          {str(kDflashConfig), nested_field(j, kDflashConfig, field)},
+                          {str(nested), nested_field(j, nested, field)}};
+  const Place* found = nullptr;
+  for (const Place& place : places) {
+    if (place.value == nullptr) continue;
+    if (found != nullptr && *found->value != *place.value) {
+      config_error(field, source,
+                   str(found->value->dump(), " at ", found->name, " disagrees with ", place.value->dump(), " in ",
+                       place.name));
+    }
+    if (found == nullptr) found = &place;
   }
-  if (top && inner && *top != *inner) {
-    config_error(field, source, str(top->dump(), " at the top level disagrees with ", inner->dump(), " in ", nested));
-  }
-  return top ? top : inner;
+  return found != nullptr ? found->value : nullptr;
 }
 
 std::int64_t as_int(const json& v, std::string_view field, std::string_view source) {
@@ -94,9 +113,8 @@ std::string as_string(const json& v, std::string_view field, std::string_view so
   return v.get<std::string>();
 }
 
-std::int64_t required_int(const json& j, std::string_view field, std::string_view source,
-                          std::string_view nested = {}) {
-  const json* v = find_field(j, field, nested, source);
+std::int64_t required_int(const json& j, std::string_view field, std::string_view source) {
+  const json* v = find_field(j, field, source);
   if (v == nullptr || v->is_null()) config_error(field, source, "missing (required)");
   return as_int(*v, field, source);
 }
@@ -104,7 +122,7 @@ std::int64_t required_int(const json& j, std::string_view field, std::string_vie
 template <class Read>
 void optional_field(const json& j, std::string_view field, std::string_view source, Read read,
                     std::string_view nested = {}) {
-  const json* v = find_field(j, field, nested, source);
+  const json* v = find_field(j, field, source, nested);
   if (v != nullptr && !v->is_null()) read(*v);
 }
 
@@ -114,6 +132,43 @@ LayerType parse_layer_type(const json& v, std::string_view field, std::string_vi
     if (layer_type_name(t) == name) return t;
   }
   config_error(field, source, str("'", name, "' is not a layer type (expected full_attention or sliding_attention)"));
+}
+
+// Keys a released config may carry whose non-default value would change the model this code
+// computes (TRAINING §16): each is refused, naming the key and the value, never silently ignored.
+// `layer_types` must already be known (use_sliding_window is checked against it).
+void refuse_unmodelled_values(const json& j, const DrafterConfig& c, std::string_view source) {
+  const json* scaling = find_field(j, "rope_scaling", source);
+  if (scaling != nullptr && !scaling->is_null()) {
+    config_error("rope_scaling", source, str(scaling->dump(), " is not supported (only plain RoPE, null, is modelled)"));
+  }
+  const json* rope_type = find_field(j, "rope_type", source, "rope_parameters");
+  if (rope_type != nullptr && *rope_type != json("default")) {
+    config_error("rope_parameters.rope_type", source,
+                 str(rope_type->dump(), " is not supported (only \"default\", plain RoPE, is modelled)"));
+  }
+  const json* bias = find_field(j, "attention_bias", source);
+  if (bias != nullptr && *bias != json(false)) {
+    config_error("attention_bias", source, str(bias->dump(), " is not supported (the projections have no biases)"));
+  }
+  const json* act = find_field(j, "hidden_act", source);
+  if (act != nullptr && *act != json("silu")) {
+    config_error("hidden_act", source, str(act->dump(), " is not supported (the MLP is silu-gated)"));
+  }
+  // The mask of SPEC §3 fixes what each query sees; a causal flag would claim another one.
+  for (const std::string_view key : {"is_causal", "causal"}) {
+    if (j.contains(key)) {
+      config_error(key, source, str(j.at(std::string(key)).dump(), " is present (SPEC §3's mask is not configurable)"));
+    }
+    if (const json* nested = nested_field(j, kDflashConfig, key)) {
+      config_error(str(kDflashConfig, ".", key), source,
+                   str(nested->dump(), " is present (SPEC §3's mask is not configurable)"));
+    }
+  }
+  const json* sliding = find_field(j, "use_sliding_window", source);
+  if (sliding != nullptr && *sliding == json(false) && c.has_sliding_layer()) {
+    config_error("use_sliding_window", source, "false while layer_types lists sliding_attention layers");
+  }
 }
 
 }  // namespace
@@ -177,7 +232,7 @@ DrafterConfig drafter_config_from_json(const json& j, std::string_view source) {
   optional_field(j, "num_key_value_heads", source,
                  [&](const json& v) { c.num_key_value_heads = as_int(v, "num_key_value_heads", source); });
   c.num_hidden_layers = required_int(j, "num_hidden_layers", source);
-  const json* head_dim = find_field(j, "head_dim", {}, source);
+  const json* head_dim = find_field(j, "head_dim", source);
   if (head_dim != nullptr && !head_dim->is_null()) {
     c.head_dim = as_int(*head_dim, "head_dim", source);
   } else {
@@ -192,17 +247,17 @@ DrafterConfig drafter_config_from_json(const json& j, std::string_view source) {
   optional_field(j, "rope_theta", source, [&](const json& v) { c.rope_theta = as_number(v, "rope_theta", source); },
                  "rope_parameters");
   c.vocab_size = required_int(j, "vocab_size", source);
-  c.block_size = required_int(j, "block_size", source, "dflash_config");
-  c.mask_token_id = required_int(j, "mask_token_id", source, "dflash_config");
+  c.block_size = required_int(j, "block_size", source);
+  c.mask_token_id = required_int(j, "mask_token_id", source);
 
-  const json* ids = find_field(j, "target_layer_ids", "dflash_config", source);
+  const json* ids = find_field(j, "target_layer_ids", source);
   if (ids == nullptr || ids->is_null()) config_error("target_layer_ids", source, "missing (required)");
   if (!ids->is_array()) config_error("target_layer_ids", source, str(ids->dump(), " is not a list"));
   for (std::size_t i = 0; i < ids->size(); ++i) {
     c.target_layer_ids.push_back(as_int((*ids)[i], str("target_layer_ids[", i, "]"), source));
   }
 
-  const json* types = find_field(j, "layer_types", {}, source);
+  const json* types = find_field(j, "layer_types", source);
   if (types != nullptr && !types->is_null()) {
     if (!types->is_array()) config_error("layer_types", source, str(types->dump(), " is not a list"));
     for (std::size_t i = 0; i < types->size(); ++i) {
@@ -211,7 +266,7 @@ DrafterConfig drafter_config_from_json(const json& j, std::string_view source) {
   } else {
     // Hugging Face derives the types from use_sliding_window when the list is absent; without
     // the list only the all-full case is unambiguous.
-    const json* sliding = find_field(j, "use_sliding_window", {}, source);
+    const json* sliding = find_field(j, "use_sliding_window", source);
     if (sliding != nullptr && sliding->is_boolean() && sliding->get<bool>()) {
       config_error("layer_types", source, "missing while use_sliding_window is true: list one type per layer");
     }
@@ -220,6 +275,7 @@ DrafterConfig drafter_config_from_json(const json& j, std::string_view source) {
     }
   }
   optional_field(j, "sliding_window", source, [&](const json& v) { c.sliding_window = as_int(v, "sliding_window", source); });
+  refuse_unmodelled_values(j, c, source);
 
   optional_field(j, "max_anchors", source, [&](const json& v) { c.max_anchors = as_int(v, "max_anchors", source); });
   optional_field(j, "loss_decay_gamma", source,

@@ -68,9 +68,13 @@ struct DrafterConfig {
 // Checks every field; `source` (a file name, or "config") is named in every message.
 void validate_drafter_config(const DrafterConfig& config, std::string_view source = "config");
 
-// Parses a Hugging Face style config (unknown keys are ignored; `mask_token_id`,
-// `target_layer_ids` and `block_size` are also read from a nested `dflash_config` object, and
-// `rope_theta` from `rope_parameters`, as released DFlash configs write them), then validates it.
+// Parses a Hugging Face style config, then validates it. Every field is also read from a nested
+// `dflash_config` object, and `rope_theta` from `rope_parameters`, as released DFlash configs
+// write them; one field given in two places with different values is refused, naming both.
+// Unknown keys are ignored, except those whose non-default value this implementation would
+// mis-model (TRAINING §16), which are refused: `rope_scaling` not null, `rope_parameters.rope_type`
+// not "default", `attention_bias` not false, `hidden_act` not "silu", `is_causal` or `causal`
+// present (top level or in `dflash_config`), `use_sliding_window` false with sliding layers.
 DrafterConfig drafter_config_from_json(const nlohmann::json& json, std::string_view source = "config");
 DrafterConfig load_drafter_config(const std::filesystem::path& path);
 

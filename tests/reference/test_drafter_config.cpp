@@ -102,6 +102,32 @@ TEST(DrafterConfig, ReleasedHuggingFaceConfigLoadsWithDefaults) {
   EXPECT_EQ(c.trunk_policy, defaults.trunk_policy);
 }
 
+// Released configs may nest any field under dflash_config; the same value in both places is fine.
+TEST(DrafterConfig, EveryFieldIsReadFromDflashConfig) {
+  json j = read_json(kConfigs / "tiny.json");
+  j["dflash_config"] = {{"temperature", 2.0}, {"block_size", j.at("block_size")}, {"sliding_window", 3}};
+  j.erase("temperature");
+  j.erase("sliding_window");
+  const DrafterConfig c = drafter_config_from_json(j);
+  EXPECT_EQ(c.temperature, 2.0);
+  EXPECT_EQ(c.sliding_window, 3);
+  EXPECT_EQ(c.block_size, j.at("block_size").get<std::int64_t>());
+}
+
+// The default values of the refused keys load (they describe exactly what SPEC §3 computes).
+TEST(DrafterConfig, DefaultValuesOfRefusedKeysLoad) {
+  json j = read_json(kConfigs / "tiny.json");
+  j["rope_scaling"] = nullptr;
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", j.at("rope_theta")}};
+  j["attention_bias"] = false;
+  j["hidden_act"] = "silu";
+  j["use_sliding_window"] = true;
+  j["loss_decay_gamma"] = nullptr;
+  const DrafterConfig c = drafter_config_from_json(j);
+  EXPECT_FALSE(c.loss_decay_gamma.has_value());
+  EXPECT_TRUE(c.has_sliding_layer());
+}
+
 TEST(DrafterConfig, HeadDimAndKvHeadsDefaultLikeHuggingFace) {
   json j = read_json(kConfigs / "tiny.json");
   j.erase("head_dim");
@@ -184,7 +210,26 @@ INSTANTIATE_TEST_SUITE_P(
                  },
                  "layer_types", "use_sliding_window"},
         BadField{"nested_mask_token_disagrees", [](json& j) { j["dflash_config"] = {{"mask_token_id", 5}}; },
-                 "mask_token_id", "disagrees"}),
+                 "mask_token_id", "63 at the top level disagrees with 5 in dflash_config"},
+        BadField{"nested_training_field_disagrees", [](json& j) { j["dflash_config"] = {{"temperature", 2.0}}; },
+                 "temperature", "1.0 at the top level disagrees with 2.0 in dflash_config"},
+        BadField{"nested_bad_value", [](json& j) { j["dflash_config"] = {{"loss_decay_gamma", -3.0}}; },
+                 "loss_decay_gamma", "-3"},
+        BadField{"gamma_negative", [](json& j) { j["loss_decay_gamma"] = -2.5; }, "loss_decay_gamma", "-2.5"},
+        // Keys whose non-default value this implementation would silently mis-model (TRAINING §16).
+        BadField{"rope_scaling_yarn",
+                 [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }, "rope_scaling",
+                 "\"yarn\""},
+        BadField{"rope_parameters_yarn",
+                 [](json& j) { j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}}; },
+                 "rope_parameters.rope_type", "\"yarn\""},
+        BadField{"attention_bias_true", [](json& j) { j["attention_bias"] = true; }, "attention_bias", "true"},
+        BadField{"hidden_act_gelu", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act", "\"gelu\""},
+        BadField{"is_causal_present", [](json& j) { j["is_causal"] = false; }, "is_causal", "false is present"},
+        BadField{"dflash_config_causal_present", [](json& j) { j["dflash_config"] = {{"causal", true}}; },
+                 "dflash_config.causal", "true is present"},
+        BadField{"no_sliding_window_with_sliding_layers", [](json& j) { j["use_sliding_window"] = false; },
+                 "use_sliding_window", "false while layer_types lists sliding_attention"}),
     [](const auto& info) { return info.param.name; });
 
 TEST(DrafterConfig, FileErrorsNameTheFile) {
