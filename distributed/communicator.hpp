@@ -47,8 +47,12 @@ class Communicator {
   virtual void all_gather(const void* send, void* recv, std::size_t count, CommType type) = 0;
   // count elements of root's buffer to every rank's.
   virtual void broadcast(void* buffer, std::size_t count, CommType type, int root) = 0;
-  // Ends every rank of the job now (MPI_Abort), after the caller has printed why; never returns.
-  [[noreturn]] virtual void abort(int exit_code) = 0;
+  // Ends every rank of the job now (MPI_Abort), after the caller has printed why; never returns
+  // (if an implementation's end_job ever came back, this process still exits with exit_code).
+  [[noreturn]] void abort(int exit_code);
+
+ protected:
+  virtual void end_job(int exit_code) = 0;
 };
 
 // Typed conveniences (host buffers or device buffers alike: only the pointer is passed on).

@@ -11,12 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "planner/parallel_layout.hpp"
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_parameters.hpp"
 
 namespace dflash {
-
-inline constexpr std::int64_t kZeroShardAlignment = 128;  // §13: padded to a multiple of R 128
 
 struct FlatTensor {
   std::string name;     // SPEC §3 name
@@ -40,12 +39,20 @@ class FlatLayout {
   std::int64_t shard_offset(int rank) const { return zero_stage_ == 1 ? std::int64_t(rank) * shard_size() : 0; }
   // Index of the tensor holding flat element e < P.
   std::size_t tensor_at(std::int64_t e) const;
+  // The planner's view of this layout (bucket sizes, memory): R GPUs, this ZeRO stage.
+  ParallelLayout parallel_layout(std::int64_t bucket_bytes, std::int64_t buckets_in_flight) const {
+    return {.gpus = ranks_, .zero_stage = zero_stage_, .bucket_bytes = bucket_bytes, .buckets_in_flight = buckets_in_flight};
+  }
 
  private:
   std::vector<FlatTensor> tensors_;
   std::int64_t count_ = 0, padded_ = 0;
   int ranks_ = 1, zero_stage_ = 0;
 };
+
+// The tensors of `params` (or of a gradient struct) in canonical order: tensors()[i] is the i-th.
+std::vector<Tensor<double>*> flat_tensors(DrafterParameters<double>& params);
+std::vector<const Tensor<double>*> flat_tensors(const DrafterParameters<double>& params);
 
 // Copies flat elements [begin, begin + out.size()) of `params` into out (0 beyond P), and back.
 void read_flat(const FlatLayout& layout, const DrafterParameters<double>& params, std::int64_t begin,

@@ -39,10 +39,12 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override;
   void all_gather(const void* send, void* recv, std::size_t count, CommType type) override;
   void broadcast(void* buffer, std::size_t count, CommType type, int root) override;
-  [[noreturn]] void abort(int exit_code) override;
 
   // Points to the MPI_Comm (kept opaque so that this header does not need mpi.h), for NCCL's bootstrap.
   const void* native_handle() const;
+
+ protected:
+  void end_job(int exit_code) override;
 
  private:
   struct Handle;  // the MPI_Comm, and whether this object frees it

@@ -14,7 +14,9 @@ class SingleProcessCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override;
   void all_gather(const void* send, void* recv, std::size_t count, CommType type) override;
   void broadcast(void* buffer, std::size_t count, CommType type, int root) override;
-  [[noreturn]] void abort(int exit_code) override;
+
+ protected:
+  void end_job(int exit_code) override;
 };
 
 }  // namespace dflash

@@ -38,6 +38,13 @@ std::int64_t JsonFields::integer_or(std::string_view key, std::int64_t fallback)
   return json_.contains(key) && !json_.at(key).is_null() ? integer(key) : fallback;
 }
 
+double JsonFields::number_or(std::string_view key, double fallback) const {
+  const auto it = json_.find(key);
+  if (it == json_.end() || it->is_null()) return fallback;
+  if (!it->is_number()) throw_input_error(name(key), str(it->dump(), " is not a number"));
+  return it->get<double>();
+}
+
 bool JsonFields::boolean_or(std::string_view key, bool fallback) const {
   const auto it = json_.find(key);
   if (it == json_.end() || it->is_null()) return fallback;

@@ -23,6 +23,7 @@ class JsonFields {
 
   std::int64_t integer(std::string_view key) const;  // required, an integer
   std::int64_t integer_or(std::string_view key, std::int64_t fallback) const;
+  double number_or(std::string_view key, double fallback) const;  // any JSON number
   bool boolean_or(std::string_view key, bool fallback) const;
   std::string name(std::string_view key) const { return config_field_name(source_, key); }
 

@@ -1,5 +1,7 @@
 #include "planner/parallel_layout.hpp"
 
+#include <algorithm>
+
 #include "planner/checked_bytes.hpp"
 #include "reference/errors.hpp"
 
@@ -12,12 +14,27 @@ void validate_parallel_layout(const ParallelLayout& l) {
   require_at_least(l.buckets_in_flight, 1, "buckets_in_flight");
 }
 
-std::int64_t elements_per_gpu(std::int64_t count, const ParallelLayout& layout, bool sharded_by_zero1) {
-  return sharded_by_zero1 && layout.zero_stage >= 1 ? ceil_div(count, layout.gpus) : count;
+std::int64_t padded_count(std::int64_t count, const ParallelLayout& layout) {
+  if (layout.zero_stage < 1) return count;
+  const std::int64_t unit = checked_product({layout.gpus, kZeroShardAlignment});
+  return checked_product({ceil_div(count, unit), unit});
 }
 
-std::int64_t communication_bytes(const ParallelLayout& layout) {
-  return layout.gpus > 1 ? checked_product({layout.buckets_in_flight, layout.bucket_bytes}) : 0;
+std::int64_t elements_per_gpu(std::int64_t count, const ParallelLayout& layout, bool sharded_by_zero1) {
+  return sharded_by_zero1 && layout.zero_stage >= 1 ? padded_count(count, layout) / layout.gpus : count;
+}
+
+std::int64_t bucket_elements(std::int64_t count, const ParallelLayout& layout, std::int64_t element_bytes) {
+  require_at_least(element_bytes, 1, "bucket element bytes");
+  const std::int64_t fit = layout.bucket_bytes / element_bytes;
+  if (layout.zero_stage < 1) return std::max<std::int64_t>(1, std::min(count, fit));
+  const std::int64_t piece = std::min(elements_per_gpu(count, layout, true), std::max<std::int64_t>(1, fit / layout.gpus));
+  return checked_product({layout.gpus, piece});
+}
+
+std::int64_t communication_bytes(const ParallelLayout& layout, std::int64_t count, std::int64_t element_bytes) {
+  if (layout.gpus <= 1) return 0;
+  return checked_product({layout.buckets_in_flight, bucket_elements(count, layout, element_bytes), element_bytes});
 }
 
 }  // namespace dflash

@@ -22,13 +22,28 @@ struct ParallelLayout {
   std::int64_t buckets_in_flight = 2;
 };
 
+// ZeRO-1 pads the flat parameter vector with zeros to a multiple of G x 128 elements so that every
+// GPU owns a contiguous shard of the same size (TRAINING §13).
+inline constexpr std::int64_t kZeroShardAlignment = 128;
+
 // Throws InputError naming the field ("gpus", "zero", ...).
 void validate_parallel_layout(const ParallelLayout& layout);
 
+// The flat vector's length as laid out: ZeRO-1 rounds `count` up to a multiple of G x 128, ZeRO-0
+// keeps it.
+std::int64_t padded_count(std::int64_t count, const ParallelLayout& layout);
+
 // Elements of a replicated-or-sharded state of `count` elements one GPU holds: all of them
-// unless sharded (ZeRO-1 over G GPUs: ceil(count / G)).
+// unless sharded (ZeRO-1 over G GPUs: padded_count / G, the shard).
 std::int64_t elements_per_gpu(std::int64_t count, const ParallelLayout& layout, bool sharded_by_zero1);
 
-std::int64_t communication_bytes(const ParallelLayout& layout);
+// Elements of one gradient bucket for a flat vector of `count` elements of `element_bytes`:
+// ZeRO-0 reduces contiguous pieces of min(count, bucket_bytes / element_bytes) elements; ZeRO-1
+// reduce-scatters G pieces of c = min(shard, max(1, bucket_bytes / (element_bytes G))) elements
+// at once, piece r taken from shard r, so a bucket holds G c elements.
+std::int64_t bucket_elements(std::int64_t count, const ParallelLayout& layout, std::int64_t element_bytes);
+
+// buckets_in_flight buckets when gpus > 1 (one GPU reduces nothing).
+std::int64_t communication_bytes(const ParallelLayout& layout, std::int64_t count, std::int64_t element_bytes);
 
 }  // namespace dflash

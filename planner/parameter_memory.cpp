@@ -19,7 +19,7 @@ CategoryBytes parameter_memory(const ParameterCounts& n, const TrainingPrecision
   m[PlanCategory::master_weights] = checked_product({sharded, p.master_bytes});
   m[PlanCategory::gradients] = checked_product({n.trainable, p.gradient_bytes});
   m[PlanCategory::optimizer_state] = checked_product({sharded, p.optimizer_state_bytes});
-  m[PlanCategory::communication] = communication_bytes(layout);
+  m[PlanCategory::communication] = communication_bytes(layout, n.trainable, p.gradient_bytes);
   return m;
 }
 

@@ -2,10 +2,10 @@
 // (trainable and frozen), gradients, optimizer state"), under a precision and a parallel layout:
 //   parameters       P x parameter_bytes                    (every GPU runs the whole model)
 //   frozen           2 V H x frozen_bytes                   (embedding and lm_head, untied)
-//   master_weights   P' x master_bytes                      P' = ceil(P / G) under ZeRO-1, else P
+//   master_weights   P' x master_bytes                      P' = the ZeRO-1 shard (P padded to G 128, / G), else P
 //   gradients        P x gradient_bytes                     (ZeRO-1 keeps whole gradients; stage 2 would shard them)
 //   optimizer_state  P' x optimizer_state_bytes             (AdamW m and v)
-//   communication    gradient buckets (parallel_layout.hpp)
+//   communication    gradient buckets of gradient_bytes elements (parallel_layout.hpp)
 #pragma once
 
 #include <cstdint>

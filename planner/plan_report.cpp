@@ -82,6 +82,7 @@ json plan_json(const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdict
        {{"tokens", r.tokens},
         {"context", r.context},
         {"sequences", r.sequences},
+        {"micro_steps", r.micro_steps},
         {"loss_policy", loss_policy_name(r.loss_policy)},
         {"loss_chunk_rows", r.loss_chunk_rows},
         {"trunk_policy", trunk_policy_name(r.trunk_policy)},

@@ -27,6 +27,7 @@ void validate_plan_request(const PlanRequest& r) {
   }
   require_at_least(r.context, 1, "context");
   require_at_least(r.sequences, 1, "sequences");
+  require_at_least(r.micro_steps, 1, "micro_steps");
   require_at_least(r.loss_chunk_rows, 1, "loss_chunk_rows");
   require_at_least(r.checkpoint_every, 1, "checkpoint_every");
   validate_training_precision(r.precision);
@@ -73,7 +74,8 @@ MemoryPlan plan_training_memory(const PlanRequest& r) {
   c[PlanCategory::gradients] = checked_sum(
       checked_sum(c[PlanCategory::gradients], checked_product({n, plan.trunk.feature_grad_bytes})),
       std::max(loss[PlanCategory::gradients], plan.trunk.feature_grad_bytes));
-  c[PlanCategory::inputs] = checked_sum(checked_product({n, sequence_input_bytes(dims, p)}), hidden_rows);
+  c[PlanCategory::inputs] =
+      checked_sum(checked_product({n, r.micro_steps, sequence_input_bytes(dims, p)}), hidden_rows);
   c[PlanCategory::saved] = plan.trunk.saved_bytes;
   c[PlanCategory::loss_saved] = loss[PlanCategory::loss_saved];
   c[PlanCategory::transient] =

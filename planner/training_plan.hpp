@@ -9,7 +9,7 @@
 //   parameters, frozen, master_weights, optimizer_state, communication   parameter_memory.hpp
 //   gradients   parameter gradients + dL/dF of the batch [n, S, K H] + the larger of the loss
 //               head's gradients (dL/dY [T, H]) and one sequence's dL/dF (made after dL/dY is freed)
-//   inputs      per sequence: token ids (8 B) and loss mask (1 B) [S], F [S, K H] and G [S, H] at
+//   inputs      per sequence of all U micro-steps: token ids (8 B) and loss mask (1 B) [S], F [S, K H] and G [S, H] at
 //               input precision, anchor slots and keep flags [N] (8 + 1 B); plus one sequence's
 //               teacher rows gathered for the loss head [T, H]
 //   saved       the trunk's (trunk_plan.hpp); loss_saved the loss head's (loss_head_memory.hpp)
@@ -46,6 +46,7 @@ struct PlanRequest {
   std::int64_t tokens = 0;   // T block tokens per GPU, a multiple of block_size
   std::int64_t context = kDefaultContextLength;  // S
   std::int64_t sequences = 1;  // sequences per GPU per micro-step, each with T block tokens and S context
+  std::int64_t micro_steps = 1;  // U: a training step holds the inputs of all its U micro-steps (W first, TRAINING §11)
   LossPolicy loss_policy = LossPolicy::chunk_recompute;
   std::int64_t loss_chunk_rows = 2048;
   TrunkPolicy trunk_policy = TrunkPolicy::per_layer;

@@ -6,7 +6,9 @@
 //   bf16 activations, logits and saved tensors (2 B), fp32 per-row
 //   statistics (4 B, SPEC BACKGROUND "Precision"), bf16 frozen embedding/lm_head and bf16 inputs
 //   (target features, teacher hidden states, as the target produced them).
-// The reference computes in double with no optimizer: everything 8 B, no master copy, no moments.
+// The reference step computes in double with no optimizer: everything 8 B, no master copy, no
+// moments. The reference training step (distributed/train_step.hpp) adds a double master copy of
+// its part of the flat vector and double m and v (16 B per parameter).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,7 @@ struct TrainingPrecision {
 
   static TrainingPrecision production() { return {}; }
   static TrainingPrecision reference() { return {8, 0, 0, 8, 8, 8, 8, 8}; }
+  static TrainingPrecision reference_training() { return {8, 8, 16, 8, 8, 8, 8, 8}; }
 };
 
 // Throws InputError naming the field: sizes >= 1, except master and optimizer state (>= 0).

@@ -157,7 +157,8 @@ template <class Real>
 DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& config,
                                  const DrafterParameters<Real>& params, const FrozenWeights<Real>& frozen,
                                  const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
-                                 const std::optional<Real>& global_weight_sum, DrafterStepResult<Real>* result) {
+                                 const std::optional<Real>& global_weight_sum, DrafterStepResult<Real>* result,
+                                 bool grads_given = false) {
   validate_drafter_config(config);
   validate_drafter_parameters(config, params, frozen);
   validate_drafter_batch(config, batch, options.sequence_offset);
@@ -170,7 +171,7 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
   const std::vector<PreparedSequence<Real>> seqs = prepare_sequences(config, batch, options);
   validate_teacher_rows(batch, seqs);
   if (result != nullptr) {
-    result->grads = make_drafter_parameters<Real>(tracker, config, MemoryCategory::gradients);
+    if (!grads_given) result->grads = make_drafter_parameters<Real>(tracker, config, MemoryCategory::gradients);
     result->target_features_grad = Tensor<Real>(tracker, MemoryCategory::gradients, batch.target_features.shape());
   }
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length(), H = config.hidden_size;
@@ -255,6 +256,33 @@ DrafterStepResult<Real> drafter_step(MemoryTracker& tracker, const DrafterConfig
   return r;
 }
 
+// Forward and backward, adding every parameter's gradient into `grads` (zero-filled or holding
+// earlier sequences' sums; a training step sums over sequences and micro-steps this way, with no
+// second gradient-sized buffer). Returns the outputs; dL/dF is made and freed inside.
+template <class Real>
+DrafterOutputs<Real> drafter_step_accumulate(MemoryTracker& tracker, const DrafterConfig& config,
+                                             const DrafterParameters<Real>& params, const FrozenWeights<Real>& frozen,
+                                             const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
+                                             const std::optional<Real>& global_weight_sum,
+                                             DrafterParameters<Real>& grads) {
+  const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
+  std::size_t index = 0;
+  bool matches = static_cast<std::int64_t>(grads.layers.size()) == config.num_hidden_layers;
+  if (matches) grads.for_each([&](const std::string&, const Tensor<Real>& t) { matches &= t.shape() == shapes.at(index++).shape; });
+  if (!matches) throw_input_error("gradient accumulator", "its tensors do not have the config's parameter shapes");
+  DrafterStepResult<Real> r;
+  r.grads = std::move(grads);
+  try {
+    r.outputs = drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum, &r,
+                                            /*grads_given=*/true);
+  } catch (...) {
+    grads = std::move(r.grads);
+    throw;
+  }
+  grads = std::move(r.grads);
+  return std::move(r.outputs);
+}
+
 // W of a batch: the sum of w over every block row of every sequence (what the step divides by
 // when no global W is given). Ranks add theirs up for the global one.
 template <class Real>
@@ -273,6 +301,9 @@ Real drafter_weight_sum(const DrafterConfig& config, const DrafterBatch<Real>& b
                                                        const DrafterParameters<Real>&, const FrozenWeights<Real>&,  \
                                                        const DrafterBatch<Real>&, const DrafterStepOptions&,        \
                                                        const std::optional<Real>&);                                  \
+  EXTERN template DrafterOutputs<Real> drafter_step_accumulate(                                                     \
+      MemoryTracker&, const DrafterConfig&, const DrafterParameters<Real>&, const FrozenWeights<Real>&,              \
+      const DrafterBatch<Real>&, const DrafterStepOptions&, const std::optional<Real>&, DrafterParameters<Real>&);   \
   EXTERN template Real drafter_weight_sum(const DrafterConfig&, const DrafterBatch<Real>&, const DrafterStepOptions&);
 
 DFLASH_DRAFTER_INSTANTIATE(extern, double)

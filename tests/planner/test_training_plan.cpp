@@ -63,7 +63,8 @@ TEST(TrainingPlan, ZeroOneShardsMasterWeightsAndMomentsOnly) {
   const MemoryPlan zero0 = plan_training_memory(r);
   r.layout.zero_stage = 1;
   const MemoryPlan zero1 = plan_training_memory(r);
-  const std::int64_t P = zero0.parameters.trainable, shard = (P + 7) / 8;
+  // TRAINING §13: P padded to a multiple of 8 x 128, then split eight ways.
+  const std::int64_t P = zero0.parameters.trainable, shard = (P + 1023) / 1024 * 128;
   EXPECT_EQ(zero1.categories[PlanCategory::master_weights], 4 * shard);
   EXPECT_EQ(zero1.categories[PlanCategory::optimizer_state], 8 * shard);
   for (PlanCategory c : kAllPlanCategories) {

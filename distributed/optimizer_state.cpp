@@ -1,0 +1,63 @@
+#include "distributed/optimizer_state.hpp"
+
+#include <algorithm>
+
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+namespace {
+
+OptimizerState empty_state(MemoryTracker& tracker, const FlatLayout& layout, int rank) {
+  if (rank < 0 || rank >= layout.ranks()) throw_input_error("rank", str(rank, " is outside [0, ", layout.ranks(), ")"));
+  const Shape shard{layout.shard_size()};
+  return OptimizerState{0, layout.shard_offset(rank), Tensor<double>(tracker, MemoryCategory::optimizer, shard),
+                        Tensor<double>(tracker, MemoryCategory::optimizer, shard),
+                        Tensor<double>(tracker, MemoryCategory::optimizer, shard)};
+}
+
+// This rank's part of a full flat vector of P values (0 in the padding).
+void take_part(std::span<const double> full, std::int64_t offset, Tensor<double>& part, std::string_view what,
+               std::int64_t count) {
+  if (static_cast<std::int64_t>(full.size()) != count) {
+    throw_input_error(what, str(full.size(), " values for ", count, " parameters"));
+  }
+  for (std::int64_t i = 0; i < part.numel(); ++i) {
+    const std::int64_t e = offset + i;
+    part[i] = e < count ? full[static_cast<std::size_t>(e)] : 0.0;
+  }
+}
+
+}  // namespace
+
+OptimizerState make_optimizer_state(MemoryTracker& tracker, const FlatLayout& layout, int rank,
+                                    const DrafterParameters<double>& params) {
+  OptimizerState s = empty_state(tracker, layout, rank);
+  read_flat(layout, params, s.offset, {s.master.data(), static_cast<std::size_t>(s.master.numel())});
+  return s;
+}
+
+OptimizerState restore_optimizer_state(MemoryTracker& tracker, const FlatLayout& layout, int rank,
+                                       std::span<const double> master, std::span<const double> exp_avg,
+                                       std::span<const double> exp_avg_sq, std::int64_t step) {
+  if (step < 0) throw_input_error("optimizer step", str(step, " is negative"));
+  OptimizerState s = empty_state(tracker, layout, rank);
+  s.step = step;
+  take_part(master, s.offset, s.master, "master weights", layout.count());
+  take_part(exp_avg, s.offset, s.exp_avg, "exp_avg", layout.count());
+  take_part(exp_avg_sq, s.offset, s.exp_avg_sq, "exp_avg_sq", layout.count());
+  return s;
+}
+
+std::vector<double> gather_full(Communicator& comm, const FlatLayout& layout, const Tensor<double>& part) {
+  if (part.numel() != layout.shard_size()) {
+    throw_input_error("optimizer part", str(part.numel(), " values for a shard of ", layout.shard_size()));
+  }
+  if (layout.zero_stage() == 0) return part.values();
+  std::vector<double> all(static_cast<std::size_t>(layout.padded()));
+  comm.all_gather(part.data(), all.data(), static_cast<std::size_t>(part.numel()), CommType::f64);
+  all.resize(static_cast<std::size_t>(layout.count()));
+  return all;
+}
+
+}  // namespace dflash

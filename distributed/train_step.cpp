@@ -1,0 +1,288 @@
+#include "distributed/train_step.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "common/adamw.hpp"
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+TrainingState make_training_state(MemoryTracker& tracker, const DrafterConfig& config, const TrainingConfig& training,
+                                  const Communicator& comm, DrafterParameters<double> initial) {
+  validate_training_config(training);
+  const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
+  std::size_t index = 0;
+  if (static_cast<std::int64_t>(initial.layers.size()) != config.num_hidden_layers) {
+    throw_input_error("initial parameters", str(initial.layers.size(), " layers for num_hidden_layers = ",
+                                                config.num_hidden_layers));
+  }
+  initial.for_each([&](const std::string& name, const Tensor<double>& t) {
+    if (t.shape() != shapes.at(index++).shape) {
+      throw_input_error(name, str("shape ", shape_string(t.shape()), " does not match the config's"));
+    }
+  });
+  const FlatLayout layout(config, comm.size(), training.zero_stage);
+  OptimizerState optimizer = make_optimizer_state(tracker, layout, comm.rank(), initial);
+  return TrainingState{std::move(initial), std::move(optimizer)};
+}
+
+void require_same_config(Communicator& comm, const DrafterConfig& config, const TrainingConfig& training) {
+  nlohmann::json j = drafter_config_to_json(config);
+  j.update(training_config_to_json(training));
+  const std::string text = j.dump();
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a 64 of the canonical JSON
+  for (unsigned char ch : text) hash = (hash ^ ch) * 1099511628211ull;
+  std::vector<std::int64_t> hashes(static_cast<std::size_t>(comm.size()));
+  const auto mine = static_cast<std::int64_t>(hash);
+  comm.all_gather(&mine, hashes.data(), 1, CommType::i64);
+  std::string differing;
+  for (int r = 1; r < comm.size(); ++r) {
+    if (hashes[static_cast<std::size_t>(r)] != hashes[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!differing.empty()) {
+    throw_input_error("config", str("rank(s) ", differing, " of ", comm.size(), " hold a drafter or training config "
+                                    "different from rank 0's; every rank must start from the same config"));
+  }
+}
+
+namespace {
+
+// The rank's global indices must be exactly its share of the global batch (TRAINING §11).
+void check_rank_sequences(const GlobalBatchLayout& layout, int rank, const TrainingConfig& training,
+                          std::span<const RankSequences> sequences) {
+  std::vector<std::int64_t> got;
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const RankSequences& s = sequences[i];
+    if (s.batch == nullptr) throw_input_error(str("sequences[", i, "]"), "has no batch");
+    if (s.batch->anchors) {
+      throw_input_error(str("sequences[", i, "]"), "holds explicit anchors; a training step samples them from g");
+    }
+    if (s.batch->context_length() > training.max_context) {
+      throw_input_error(str("sequences[", i, "]"), str("context length ", s.batch->context_length(),
+                                                       " exceeds max_context = ", training.max_context));
+    }
+    for (std::int64_t b = 0; b < s.batch->num_sequences(); ++b) got.push_back(s.first_global_index + b);
+  }
+  std::sort(got.begin(), got.end());
+  const std::vector<std::int64_t> want = layout.sequences_of_rank(rank);
+  if (got != want) {
+    auto list = [](const std::vector<std::int64_t>& v) {
+      std::string s;
+      for (std::size_t i = 0; i < v.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + (v.size() > 16 ? ", ..." : "");
+    };
+    throw_input_error("rank sequences", str("rank ", rank, " got global indices [", list(got), "] but its share of a ",
+                                            layout.global_sequences(), "-sequence batch over ", layout.ranks(),
+                                            " ranks and ", layout.micro_steps(), " micro-steps is [", list(want), "]"));
+  }
+}
+
+// Where the rank saw its first non-finite value: kind 0 none, 1 the loss, 2 a gradient (tensor, element).
+struct NonFiniteReport {
+  std::int64_t kind = 0, tensor = 0, element = 0;
+};
+
+NonFiniteReport find_non_finite(double local_loss, const DrafterParameters<double>& grads) {
+  if (!std::isfinite(local_loss)) return {1, 0, 0};
+  const std::vector<const Tensor<double>*> tensors = flat_tensors(grads);
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    for (std::int64_t i = 0; i < tensors[t]->numel(); ++i) {
+      if (!std::isfinite((*tensors[t])[i])) return {2, static_cast<std::int64_t>(t), i};
+    }
+  }
+  return {};
+}
+
+[[noreturn]] void throw_non_finite(std::int64_t step, int rank, const std::string& tensor, const std::string& what,
+                                   const std::string& last_good_checkpoint) {
+  throw NonFiniteStepError(step, rank, tensor,
+                           str("non-finite ", what, " at step ", step, rank < 0 ? " after the reduction (every rank)"
+                                                                                : str(" on rank ", rank),
+                               ": first offending tensor ", tensor, "; the step was not applied on any rank; "
+                               "last good checkpoint: ", last_good_checkpoint));
+}
+
+// Every rank's report; every rank throws the same error for the lowest rank that saw one.
+void require_finite_everywhere(Communicator& comm, const FlatLayout& layout, std::int64_t step,
+                               const NonFiniteReport& mine, const std::string& last_good_checkpoint) {
+  std::vector<std::int64_t> all(3 * static_cast<std::size_t>(comm.size()));
+  const std::int64_t packed[3] = {mine.kind, mine.tensor, mine.element};
+  comm.all_gather(packed, all.data(), 3, CommType::i64);
+  for (int r = 0; r < comm.size(); ++r) {
+    const std::int64_t* rep = all.data() + 3 * r;
+    if (rep[0] == 1) throw_non_finite(step, r, "loss", "loss", last_good_checkpoint);
+    if (rep[0] == 2) {
+      const std::string& name = layout.tensors().at(static_cast<std::size_t>(rep[1])).name;
+      throw_non_finite(step, r, name, str("gradient (", name, " element ", rep[2], ")"), last_good_checkpoint);
+    }
+  }
+}
+
+// Sums the rank's gradients over ranks, bucket by bucket (the plan's bucket size): ZeRO-0 all-reduces
+// the whole vector into every rank's `grads`; ZeRO-1 reduce-scatters so that this rank's shard of
+// `grads` holds the sums (the rest of `grads` keeps the rank's own partial sums, never read again).
+void reduce_gradients(Communicator& comm, const FlatLayout& layout, DrafterParameters<double>& grads,
+                      Tensor<double>& bucket) {
+  const int R = comm.size();
+  if (R == 1) return;  // one rank: its sums are the sums
+  if (layout.zero_stage() == 0) {
+    const std::int64_t c = bucket.numel();
+    for (std::int64_t begin = 0; begin < layout.count(); begin += c) {
+      const std::int64_t n = std::min(c, layout.count() - begin);
+      const std::span<double> piece(bucket.data(), static_cast<std::size_t>(n));
+      read_flat(layout, grads, begin, piece);
+      comm.all_reduce(piece.data(), piece.data(), piece.size(), CommType::f64, CommOp::sum);
+      write_flat(layout, grads, begin, piece);
+    }
+    return;
+  }
+  const std::int64_t s = layout.shard_size(), c = bucket.numel() / R;
+  for (std::int64_t at = 0; at < s; at += c) {
+    const std::int64_t n = std::min(c, s - at);
+    for (int r = 0; r < R; ++r) {
+      read_flat(layout, grads, r * s + at, {bucket.data() + r * n, static_cast<std::size_t>(n)});
+    }
+    double* own = bucket.data() + comm.rank() * n;
+    comm.reduce_scatter(bucket.data(), own, static_cast<std::size_t>(n), CommType::f64, CommOp::sum);
+    write_flat(layout, grads, layout.shard_offset(comm.rank()) + at, {own, static_cast<std::size_t>(n)});
+  }
+}
+
+// The updated parameters into every rank's working copy: ZeRO-0 copies the (whole) master
+// weights; ZeRO-1 all-gathers every rank's shard, bucket by bucket.
+void publish_parameters(Communicator& comm, const FlatLayout& layout, const OptimizerState& opt,
+                        DrafterParameters<double>& params, Tensor<double>* bucket) {
+  const int R = comm.size();
+  if (layout.zero_stage() == 0 || R == 1) {
+    write_flat(layout, params, opt.offset, opt.master.span());
+    return;
+  }
+  const std::int64_t s = layout.shard_size(), c = bucket->numel() / R;
+  for (std::int64_t at = 0; at < s; at += c) {
+    const std::int64_t n = std::min(c, s - at);
+    double* own = bucket->data() + comm.rank() * n;
+    std::copy_n(opt.master.data() + at, n, own);
+    comm.all_gather(own, bucket->data(), static_cast<std::size_t>(n), CommType::f64);
+    for (int r = 0; r < R; ++r) {
+      write_flat(layout, params, r * s + at, {bucket->data() + r * n, static_cast<std::size_t>(n)});
+    }
+  }
+}
+
+// Calls visit(tensor index, element within the tensor, position within the part) for every element
+// of this rank's part of the flat vector that is a real parameter (padding skipped).
+template <class Visit>
+void for_each_owned(const FlatLayout& layout, const OptimizerState& opt, Visit visit) {
+  const std::int64_t end = std::min(opt.offset + opt.master.numel(), layout.count());
+  for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
+    const FlatTensor& ft = layout.tensors()[t];
+    const std::int64_t lo = std::max(ft.offset, opt.offset), hi = std::min(ft.offset + ft.numel, end);
+    for (std::int64_t e = lo; e < hi; ++e) visit(t, e - ft.offset, e - opt.offset);
+  }
+}
+
+}  // namespace
+
+StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const DrafterConfig& config,
+                       const TrainingConfig& training, const FrozenWeights<double>& frozen, TrainingState& state,
+                       std::span<const RankSequences> sequences, const TrainStepOptions& options) {
+  validate_training_config(training);
+  const GlobalBatchLayout batch_layout = GlobalBatchLayout::of(training, comm.size());
+  const FlatLayout layout(config, comm.size(), training.zero_stage);
+  OptimizerState& opt = state.optimizer;
+  if (opt.master.numel() != layout.shard_size() || opt.offset != layout.shard_offset(comm.rank())) {
+    throw_input_error("optimizer state", str("holds ", opt.master.numel(), " elements from ", opt.offset,
+                                             "; rank ", comm.rank(), " of ", comm.size(), " under ZeRO-",
+                                             training.zero_stage, " owns ", layout.shard_size(), " from ",
+                                             layout.shard_offset(comm.rank())));
+  }
+  check_rank_sequences(batch_layout, comm.rank(), training, sequences);
+  const std::int64_t t = opt.step;
+  if (t >= (std::int64_t(1) << 32)) throw_input_error("optimizer step", str(t, " exceeds the 32-bit RNG counter word"));
+  auto step_options = [&](const RankSequences& s) {
+    DrafterStepOptions o = drafter_step_options(config, static_cast<std::uint32_t>(t),
+                                                static_cast<std::uint32_t>(s.first_global_index));
+    o.dropout_observer = options.dropout_observer;
+    return o;
+  };
+
+  // W over the whole global batch, before any backward (§11: w depends only on data and anchors).
+  double W = 0;
+  for (const RankSequences& s : sequences) W += drafter_weight_sum(config, *s.batch, step_options(s));
+  all_reduce_sum(comm, std::span<double>(&W, 1));
+
+  // Forward and backward of every sequence, gradients summed into one accumulator.
+  DrafterParameters<double> grads = make_drafter_parameters<double>(tracker, config, MemoryCategory::gradients);
+  double sums[3] = {0, 0, 0};          // loss, ce, kl
+  std::int64_t counts[2] = {0, 0};     // correct, labelled rows
+  for (const RankSequences& s : sequences) {
+    const DrafterOutputs<double> out =
+        drafter_step_accumulate(tracker, config, state.params, frozen, *s.batch, step_options(s), std::optional<double>(W), grads);
+    sums[0] += out.stats.loss;
+    sums[1] += out.stats.ce;
+    sums[2] += out.stats.kl;
+    counts[0] += out.stats.correct;
+    counts[1] += out.stats.valid_rows;
+  }
+
+  // §12: nothing is applied anywhere if any rank saw a non-finite loss or gradient.
+  require_finite_everywhere(comm, layout, t, find_non_finite(sums[0], grads), options.last_good_checkpoint);
+  all_reduce_sum(comm, std::span<double>(sums, 3));
+  all_reduce_sum(comm, std::span<std::int64_t>(counts, 2));
+
+  const ParallelLayout plan_layout = layout.parallel_layout(options.bucket_bytes, 1);
+  Tensor<double> bucket;
+  if (comm.size() > 1) {
+    bucket = Tensor<double>(tracker, MemoryCategory::communication,
+                            {bucket_elements(layout.count(), plan_layout, sizeof(double))});
+  }
+  reduce_gradients(comm, layout, grads, bucket);
+
+  // The global norm over the whole flat gradient: ZeRO-0 ranks all hold it; ZeRO-1 ranks add their shards'.
+  const std::vector<const Tensor<double>*> g = flat_tensors(std::as_const(grads));
+  double norm_squared = 0;
+  for_each_owned(layout, opt, [&](std::size_t ti, std::int64_t i, std::int64_t) {
+    const double x = (*g[ti])[i];
+    norm_squared += x * x;
+  });
+  if (layout.zero_stage() == 1) all_reduce_sum(comm, std::span<double>(&norm_squared, 1));
+  const double norm = std::sqrt(norm_squared);
+  if (!std::isfinite(norm) || !std::isfinite(sums[0])) {
+    throw_non_finite(t, -1, std::isfinite(sums[0]) ? "gradient norm" : "loss", "value", options.last_good_checkpoint);
+  }
+
+  // Clipping and AdamW on this rank's part (§12).
+  const double coefficient = clip_coefficient(norm, training.max_grad_norm);
+  const double lr = learning_rate_at(t, training.learning_rate, training.min_learning_rate, training.warmup_steps,
+                                     training.total_steps);
+  const AdamWScalars decayed = adamw_scalars(lr, training.weight_decay, true, training.adam_beta1, training.adam_beta2,
+                                             training.adam_epsilon, t);
+  const AdamWScalars plain = adamw_scalars(lr, training.weight_decay, false, training.adam_beta1, training.adam_beta2,
+                                           training.adam_epsilon, t);
+  for_each_owned(layout, opt, [&](std::size_t ti, std::int64_t i, std::int64_t at) {
+    const double gradient = (*g[ti])[i] * coefficient;
+    adamw_update(opt.master[at], opt.exp_avg[at], opt.exp_avg_sq[at], gradient,
+                 layout.tensors()[ti].decay ? decayed : plain);
+  });
+  grads = DrafterParameters<double>{};  // the gradients are spent before the parameters are published
+  publish_parameters(comm, layout, opt, state.params, &bucket);
+  ++opt.step;
+
+  StepMetrics m;
+  m.step = t;
+  m.loss = sums[0];
+  m.ce = sums[1];
+  m.kl = sums[2];
+  m.tokens = counts[1];
+  m.accuracy = counts[1] == 0 ? 0.0 : double(counts[0]) / double(counts[1]);
+  m.weight_sum = W;
+  m.lr = lr;
+  m.grad_norm = norm;
+  m.clipped = coefficient < 1.0;
+  return m;
+}
+
+}  // namespace dflash
