@@ -20,13 +20,13 @@ std::vector<std::filesystem::path> FeatureDataset::shard_files(const std::filesy
   return files;
 }
 
-FeatureDataset FeatureDataset::open(const std::filesystem::path& dir, const FeatureSetShape& shape) {
+FeatureDataset FeatureDataset::open(const std::filesystem::path& dir, const FeatureSetShape& shape, bool read_every_value) {
   FeatureDataset d;
   d.source_ = dir.string();
   d.shape_ = shape;
   d.first_sequence_.push_back(0);
   for (const auto& file : shard_files(dir)) {
-    d.shards_.push_back(FeatureShard::open(file, shape));
+    d.shards_.push_back(FeatureShard::open(file, shape, read_every_value));
     d.first_sequence_.push_back(d.first_sequence_.back() + d.shards_.back().num_sequences());
   }
   return d;

@@ -32,8 +32,8 @@ class FeatureDataset {
   // dflash::InputError naming the directory when it is missing or holds none.
   static std::vector<std::filesystem::path> shard_files(const std::filesystem::path& dir);
 
-  // Opens and validates every shard (feature_shard.hpp).
-  static FeatureDataset open(const std::filesystem::path& dir, const FeatureSetShape& shape);
+  // Opens and validates every shard (feature_shard.hpp; read_every_value as there).
+  static FeatureDataset open(const std::filesystem::path& dir, const FeatureSetShape& shape, bool read_every_value = true);
 
   const std::string& source() const { return source_; }
   std::int64_t num_sequences() const { return first_sequence_.back(); }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -59,7 +60,23 @@ const safetensors::TensorInfo& required_tensor(const safetensors::Layout& layout
 
 }  // namespace
 
-FeatureShard FeatureShard::open(const std::filesystem::path& path, const FeatureSetShape& shape) {
+FeatureSetShape FeatureSetShape::declared_by(const std::filesystem::path& shard) {
+  const safetensors::Reader r = safetensors::Reader::open_file(shard);
+  const std::string file = shard.string();
+  FeatureSetShape shape;
+  shape.hidden_size = metadata_integer(r.layout(), file, "hidden_size");
+  const std::string ids_text = metadata_value(r.layout(), file, "target_layer_ids");
+  const nlohmann::json ids = nlohmann::json::parse(ids_text, nullptr, false);
+  if (!ids.is_array() || ids.empty()) shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a non-empty list"));
+  for (const nlohmann::json& id : ids) {
+    if (!id.is_number_integer()) shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a list of integers"));
+    shape.target_layer_ids.push_back(id.get<std::int64_t>());
+  }
+  shape.vocab_size = std::numeric_limits<std::int64_t>::max();
+  return shape;
+}
+
+FeatureShard FeatureShard::open(const std::filesystem::path& path, const FeatureSetShape& shape, bool read_every_value) {
   FeatureShard s;
   s.source_ = path.string();
   const std::string& file = s.source_;
@@ -116,7 +133,7 @@ FeatureShard FeatureShard::open(const std::filesystem::path& path, const Feature
   s.loss_mask_ = {mask.dtype, base + mask.begin, 1};
   s.features_ = {features.dtype, base + features.begin, KH};
   s.teacher_ = {teacher.dtype, base + teacher.begin, H};
-  s.validate_values(shape);
+  if (read_every_value) s.validate_values(shape);
   return s;
 }
 

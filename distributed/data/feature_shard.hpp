@@ -38,14 +38,19 @@ struct FeatureSetShape {
   std::int64_t vocab_size = 0;                 // tokens lie in [0, V)
 
   static FeatureSetShape of(const DrafterConfig& config);
+  // H and the layer ids a shard's metadata declares, any token id accepted (no config to check
+  // against: `dflash data check` without --config).
+  static FeatureSetShape declared_by(const std::filesystem::path& shard);
   std::int64_t feature_width() const { return std::int64_t(target_layer_ids.size()) * hidden_size; }  // K H
 };
 
 class FeatureShard {
  public:
   // Maps `path` and validates everything listed above; throws dflash::InputError
-  // "invalid <path>: <tensor or key>[index]: <problem>" at the first problem.
-  static FeatureShard open(const std::filesystem::path& path, const FeatureSetShape& shape);
+  // "invalid <path>: <tensor or key>[index]: <problem>" at the first problem. With
+  // read_every_value false only the header, metadata, shapes and offsets are checked (the ranks
+  // other than the one that validates the values).
+  static FeatureShard open(const std::filesystem::path& path, const FeatureSetShape& shape, bool read_every_value = true);
 
   const std::string& source() const { return source_; }
   const std::string& target_model() const { return target_model_; }  // empty when not given
