@@ -85,14 +85,15 @@ struct NonFiniteReport {
   std::int64_t kind = 0, tensor = 0, element = 0;
 };
 
+// The gradients in canonical order first (the tensors §12 asks to name), then the loss.
 NonFiniteReport find_non_finite(double local_loss, const DrafterParameters<double>& grads) {
-  if (!std::isfinite(local_loss)) return {1, 0, 0};
   const std::vector<const Tensor<double>*> tensors = flat_tensors(grads);
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     for (std::int64_t i = 0; i < tensors[t]->numel(); ++i) {
       if (!std::isfinite((*tensors[t])[i])) return {2, static_cast<std::int64_t>(t), i};
     }
   }
+  if (!std::isfinite(local_loss)) return {1, 0, 0};
   return {};
 }
 
@@ -184,7 +185,39 @@ void for_each_owned(const FlatLayout& layout, const OptimizerState& opt, Visit v
   }
 }
 
+
 }  // namespace
+
+OptimizerStepResult apply_optimizer_step(Communicator& comm, const FlatLayout& layout, const TrainingConfig& training,
+                                         OptimizerState& opt, const DrafterParameters<double>& grads,
+                                         const std::string& last_good_checkpoint) {
+  const std::int64_t t = opt.step;
+  // The global norm over the whole flat gradient: ZeRO-0 ranks all hold it; ZeRO-1 ranks add their shards'.
+  const std::vector<const Tensor<double>*> g = flat_tensors(grads);
+  double norm_squared = 0;
+  for_each_owned(layout, opt, [&](std::size_t ti, std::int64_t i, std::int64_t) {
+    const double x = (*g[ti])[i];
+    norm_squared += x * x;
+  });
+  if (layout.zero_stage() == 1) all_reduce_sum(comm, std::span<double>(&norm_squared, 1));
+  const double norm = std::sqrt(norm_squared);
+  if (!std::isfinite(norm)) throw_non_finite(t, -1, "gradient norm", "gradient norm", last_good_checkpoint);
+
+  const double coefficient = clip_coefficient(norm, training.max_grad_norm);
+  const double lr = learning_rate_at(t, training.learning_rate, training.min_learning_rate, training.warmup_steps,
+                                     training.total_steps);
+  const AdamWScalars decayed = adamw_scalars(lr, training.weight_decay, true, training.adam_beta1, training.adam_beta2,
+                                             training.adam_epsilon, t);
+  const AdamWScalars plain = adamw_scalars(lr, training.weight_decay, false, training.adam_beta1, training.adam_beta2,
+                                           training.adam_epsilon, t);
+  for_each_owned(layout, opt, [&](std::size_t ti, std::int64_t i, std::int64_t at) {
+    const double gradient = (*g[ti])[i] * coefficient;
+    adamw_update(opt.master[at], opt.exp_avg[at], opt.exp_avg_sq[at], gradient,
+                 layout.tensors()[ti].decay ? decayed : plain);
+  });
+  ++opt.step;
+  return {lr, norm, coefficient < 1.0};
+}
 
 StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const DrafterConfig& config,
                        const TrainingConfig& training, const FrozenWeights<double>& frozen, TrainingState& state,
@@ -241,35 +274,11 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   }
   reduce_gradients(comm, layout, grads, bucket);
 
-  // The global norm over the whole flat gradient: ZeRO-0 ranks all hold it; ZeRO-1 ranks add their shards'.
-  const std::vector<const Tensor<double>*> g = flat_tensors(std::as_const(grads));
-  double norm_squared = 0;
-  for_each_owned(layout, opt, [&](std::size_t ti, std::int64_t i, std::int64_t) {
-    const double x = (*g[ti])[i];
-    norm_squared += x * x;
-  });
-  if (layout.zero_stage() == 1) all_reduce_sum(comm, std::span<double>(&norm_squared, 1));
-  const double norm = std::sqrt(norm_squared);
-  if (!std::isfinite(norm) || !std::isfinite(sums[0])) {
-    throw_non_finite(t, -1, std::isfinite(sums[0]) ? "gradient norm" : "loss", "value", options.last_good_checkpoint);
-  }
-
-  // Clipping and AdamW on this rank's part (§12).
-  const double coefficient = clip_coefficient(norm, training.max_grad_norm);
-  const double lr = learning_rate_at(t, training.learning_rate, training.min_learning_rate, training.warmup_steps,
-                                     training.total_steps);
-  const AdamWScalars decayed = adamw_scalars(lr, training.weight_decay, true, training.adam_beta1, training.adam_beta2,
-                                             training.adam_epsilon, t);
-  const AdamWScalars plain = adamw_scalars(lr, training.weight_decay, false, training.adam_beta1, training.adam_beta2,
-                                           training.adam_epsilon, t);
-  for_each_owned(layout, opt, [&](std::size_t ti, std::int64_t i, std::int64_t at) {
-    const double gradient = (*g[ti])[i] * coefficient;
-    adamw_update(opt.master[at], opt.exp_avg[at], opt.exp_avg_sq[at], gradient,
-                 layout.tensors()[ti].decay ? decayed : plain);
-  });
+  if (!std::isfinite(sums[0])) throw_non_finite(t, -1, "loss", "loss", options.last_good_checkpoint);
+  const OptimizerStepResult applied =
+      apply_optimizer_step(comm, layout, training, opt, grads, options.last_good_checkpoint);
   grads = DrafterParameters<double>{};  // the gradients are spent before the parameters are published
   publish_parameters(comm, layout, opt, state.params, &bucket);
-  ++opt.step;
 
   StepMetrics m;
   m.step = t;
@@ -279,9 +288,9 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   m.tokens = counts[1];
   m.accuracy = counts[1] == 0 ? 0.0 : double(counts[0]) / double(counts[1]);
   m.weight_sum = W;
-  m.lr = lr;
-  m.grad_norm = norm;
-  m.clipped = coefficient < 1.0;
+  m.lr = applied.lr;
+  m.grad_norm = applied.grad_norm;
+  m.clipped = applied.clipped;
   return m;
 }
 

@@ -78,6 +78,19 @@ class NonFiniteStepError : public std::runtime_error {
   std::string tensor_;
 };
 
+// The optimizer half of a step (§12), from gradients already summed over ranks (this rank's part of
+// `grads` is read; under ZeRO-1 only the shard holds sums): the global norm n (ZeRO-1 all-reduces
+// the shards' squares), the clipping coefficient, lr_t and AdamW on the rank's master weights and
+// moments; step + 1. A non-finite n throws NonFiniteStepError before anything is changed.
+struct OptimizerStepResult {
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  bool clipped = false;
+};
+OptimizerStepResult apply_optimizer_step(Communicator& comm, const FlatLayout& layout, const TrainingConfig& training,
+                                         OptimizerState& state, const DrafterParameters<double>& grads,
+                                         const std::string& last_good_checkpoint);
+
 // Refuses (InputError on every rank, naming the ranks that differ) unless every rank of `comm`
 // holds the same drafter and training config. Call once at start, before the first step.
 void require_same_config(Communicator& comm, const DrafterConfig& config, const TrainingConfig& training);
