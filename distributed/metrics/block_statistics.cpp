@@ -28,6 +28,31 @@ std::vector<double> BlockStatistics::accuracy_by_position() const {
 
 double BlockStatistics::acceptance_length() const { return kept_blocks > 0 ? accepted / kept_blocks : 0.0; }
 
+void add_block_rows(BlockStatistics& into, std::int64_t B, std::span<const std::uint8_t> keep,
+                    std::span<const std::uint8_t> valid, std::span<const std::int64_t> labels,
+                    std::span<const std::int64_t> argmax) {
+  for (std::size_t n = 0; n < keep.size(); ++n) {
+    bool accepting = keep[n] == 1;
+    double accepted = 1;
+    for (std::int64_t k = 1; k < B; ++k) {
+      const std::size_t i = n * std::size_t(B) + std::size_t(k);
+      if (valid[i] == 0) {
+        accepting = false;  // acceptance stops at the first row without a label
+        continue;
+      }
+      const bool hit = argmax[i] == labels[i];
+      into.labelled[std::size_t(k)] += 1;
+      into.correct[std::size_t(k)] += hit ? 1 : 0;
+      accepting = accepting && hit;
+      accepted += accepting ? 1 : 0;
+    }
+    if (keep[n] == 1) {
+      into.accepted += accepted;
+      into.kept_blocks += 1;
+    }
+  }
+}
+
 void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const DrafterParameters<double>& params,
                           const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch, std::uint32_t step,
                           std::uint32_t first_global_index) {
@@ -35,46 +60,25 @@ void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, co
   const DrafterStepOptions options = drafter_step_options(config, step, first_global_index);
   const DrafterOutputs<double> out = drafter_forward(scratch, config, params, frozen, batch, options);
   const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
-  const std::int64_t B = config.block_size, H = config.hidden_size, V = config.vocab_size;
-  const std::int64_t T = out.hidden.dim(1);
+  const std::int64_t H = config.hidden_size, V = config.vocab_size, T = out.hidden.dim(1);
   for (std::size_t b = 0; b < seqs.size(); ++b) {
     const SequenceBlocks<double>& blocks = seqs[b].blocks;
-    for (std::int64_t n = 0; n * B < T; ++n) {
-      const bool kept = seqs[b].slots.keep[std::size_t(n)] == 1;
-      bool accepting = kept;
-      double accepted = 1;
-      for (std::int64_t k = 1; k < B; ++k) {
-        const std::int64_t i = n * B + k;
-        if (blocks.valid[std::size_t(i)] == 0) {
-          accepting = false;
-          continue;
+    // argmax of z = Y W_lm^T per labelled row, lowest index on ties.
+    std::vector<std::int64_t> argmax(std::size_t(T), -1);
+    for (std::int64_t i = 0; i < T; ++i) {
+      if (blocks.valid[std::size_t(i)] == 0) continue;
+      const double* y = out.hidden.data() + (std::int64_t(b) * T + i) * H;
+      double best_z = 0;
+      for (std::int64_t v = 0; v < V; ++v) {
+        double z = 0;
+        for (std::int64_t h = 0; h < H; ++h) z += y[h] * frozen.lm_head[v * H + h];
+        if (v == 0 || z > best_z) {
+          argmax[std::size_t(i)] = v;
+          best_z = z;
         }
-        // argmax of z = Y W_lm^T, lowest index on ties.
-        const double* y = out.hidden.data() + (std::int64_t(b) * T + i) * H;
-        std::int64_t best = 0;
-        double best_z = 0;
-        for (std::int64_t v = 0; v < V; ++v) {
-          double z = 0;
-          for (std::int64_t h = 0; h < H; ++h) z += y[h] * frozen.lm_head[v * H + h];
-          if (v == 0 || z > best_z) {
-            best = v;
-            best_z = z;
-          }
-        }
-        const bool hit = best == blocks.labels[std::size_t(i)];
-        into.labelled[std::size_t(k)] += 1;
-        into.correct[std::size_t(k)] += hit ? 1 : 0;
-        if (accepting && hit) {
-          accepted += 1;
-        } else {
-          accepting = false;
-        }
-      }
-      if (kept) {
-        into.accepted += accepted;
-        into.kept_blocks += 1;
       }
     }
+    add_block_rows(into, config.block_size, seqs[b].slots.keep, blocks.valid, blocks.labels, argmax);
   }
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "reference/drafter.hpp"
@@ -32,6 +33,12 @@ struct BlockStatistics {
   std::vector<double> accuracy_by_position() const;  // k = 1 .. B-1 (0 where nothing is labelled)
   double acceptance_length() const;                  // 0 when no block is kept
 };
+
+// Adds the blocks of one sequence from its rows (i = n B + k): keep flags [N], w01, labels and the
+// drafter's argmax [N B].
+void add_block_rows(BlockStatistics& into, std::int64_t block_size, std::span<const std::uint8_t> keep,
+                    std::span<const std::uint8_t> valid, std::span<const std::int64_t> labels,
+                    std::span<const std::int64_t> argmax);
 
 // Adds the blocks of every sequence of `batch` (global indices first_global_index + b) at step `step`.
 void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const DrafterParameters<double>& params,
