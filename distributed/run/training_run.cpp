@@ -175,7 +175,6 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   DataOrder order(dataset.num_sequences(), config.seed);
   const std::vector<std::int64_t> mine = layout.sequences_of_rank(rank);
   RunSummary summary;
-  std::int64_t saved_at = resume_from ? state.optimizer.step : -1;
   bool stopped = false;
   for (std::int64_t t = state.optimizer.step; t < training.total_steps && !stopped; ++t) {
     const auto start = std::chrono::steady_clock::now();
@@ -237,11 +236,10 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     const bool last = t + 1 == training.total_steps;
     if (stopped || last || (o.save_every > 0 && (t + 1) % o.save_every == 0)) {
       save(cursor);
-      saved_at = state.optimizer.step;
     }
   }
   if (lead && terminal && summary.last_step >= summary.first_step) std::cerr << "\n";
-  if (saved_at < 0) {  // resumed at the end, or total_steps reached before: nothing to do
+  if (summary.last_step < summary.first_step) {  // resumed at the end: nothing to do
     if (lead) log << "dflash train: the run is already at total_steps = " << training.total_steps << "\n";
   }
   if (lead) {

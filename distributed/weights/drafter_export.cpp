@@ -75,10 +75,12 @@ void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& im
   }
 }
 
-ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir) {
+ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir, const DrafterConfig* run) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw_input_error("--init", str("'", dir.string(), "' is not a directory"));
   ImportedDrafter d{load_drafter_config(dir / "config.json"), {}};
+  // The config first: weights of another shape are explained by the field, not the tensor.
+  if (run != nullptr) require_same_model_fields(*run, d.config, (dir / "config.json").string());
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
   d.params = make_drafter_parameters<double>(tracker, d.config, MemoryCategory::parameters);
   d.params.for_each([&](const std::string& name, Tensor<double>& t) {
@@ -103,9 +105,7 @@ ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::pa
 
 DrafterParameters<double> import_drafter_for_run(MemoryTracker& tracker, const std::filesystem::path& dir,
                                                  const DrafterConfig& run) {
-  ImportedDrafter d = import_drafter(tracker, dir);
-  require_same_model_fields(run, d.config, (dir / "config.json").string());
-  return std::move(d.params);
+  return std::move(import_drafter(tracker, dir, &run).params);
 }
 
 }  // namespace dflash

@@ -40,10 +40,11 @@ struct ImportedDrafter {
   DrafterParameters<double> params;  // exact values of the stored dtype
 };
 
-// Reads `dir` (config.json + weights). Throws dflash::InputError naming the file, tensor or key.
-ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir);
+// Reads `dir` (config.json + weights); with `run`, refuses model fields that differ from it before
+// reading any weight. Throws dflash::InputError naming the file, tensor or key.
+ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir, const DrafterConfig* run = nullptr);
 
-// import_drafter, then require_same_model_fields against the run's config.
+// import_drafter against the run's config.
 DrafterParameters<double> import_drafter_for_run(MemoryTracker& tracker, const std::filesystem::path& dir,
                                                  const DrafterConfig& run);
 
