@@ -2,6 +2,7 @@
 // writes one golden file per case (SPEC §9).
 // `dflash golden check [--impl NAME] [--dir DIR]`: recomputes every golden in DIR from its stored
 // inputs with an implementation and prints a table; exits 1 if any tensor fails.
+// `generate-training` / `check-training`: the same for training goldens (golden/training_golden.hpp).
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "app/commands.hpp"
 #include "golden/golden_cases.hpp"
 #include "golden/golden_check.hpp"
+#include "golden/training_golden.hpp"
 #if DFLASH_WITH_CUDA
 #include "cuda/loss_head_golden.hpp"
 #endif
@@ -84,6 +86,58 @@ void add_check(CLI::App& golden, int& exit_code) {
   });
 }
 
+// What check-training --impl can select (one entry per training backend).
+std::vector<TrainingGoldenImplementation> training_golden_implementations() {
+  return {reference_training_golden_implementation()};
+}
+
+void add_generate_training(CLI::App& golden) {
+  auto* cmd = golden.add_subcommand("generate-training", "Run the reference training core on the training golden "
+                                                         "cases and write one file per case");
+  auto out = std::make_shared<std::string>();
+  cmd->add_option("--out", *out, "Directory to write <case>.safetensors into (created if missing)")->required();
+  cmd->callback([out] {
+    std::filesystem::create_directories(*out);
+    for (const TrainingGoldenCase& c : training_golden_cases()) {
+      const std::filesystem::path path = std::filesystem::path(*out) / golden_file_name(c.name);
+      write_training_golden(generate_training_golden(c), path);
+      std::cout << "wrote " << path.string() << " (" << std::filesystem::file_size(path) << " bytes)\n";
+    }
+  });
+}
+
+void add_check_training(CLI::App& golden, int& exit_code) {
+  auto* cmd = golden.add_subcommand("check-training", "Recompute every training golden in a directory (optimizer "
+                                                      "steps, TRAINING §11-§13) and compare, tensor by tensor");
+  auto impl = std::make_shared<std::string>("reference");
+  auto dir = std::make_shared<std::string>(default_training_golden_dir().string());
+  std::vector<std::string> names;
+  std::string help = "Implementation to check:";
+  for (const TrainingGoldenImplementation& i : training_golden_implementations()) {
+    names.push_back(i.name);
+    help += "\n  " + i.name + ": " + i.description;
+  }
+  cmd->add_option("--impl", *impl, help)->check(CLI::IsMember(names))->capture_default_str();
+  cmd->add_option("--dir", *dir, "Directory of training goldens (default: golden/data/training)")->capture_default_str();
+  cmd->callback([impl, dir, &exit_code] {
+    const std::vector<std::filesystem::path> files = golden_files_in(*dir);
+    TrainingGoldenImplementation chosen;
+    for (TrainingGoldenImplementation& i : training_golden_implementations()) {
+      if (i.name == *impl) chosen = std::move(i);
+    }
+    std::cout << "dflash golden check-training: " << files.size() << " training goldens in " << *dir
+              << ", implementation " << chosen.name << " (" << chosen.description << ")\n";
+    std::vector<GoldenCheckRow> rows;
+    for (const std::filesystem::path& f : files) {
+      for (GoldenCheckRow& r : check_training_golden_file(f, chosen)) {
+        if (r.tensor == "(file)") std::cerr << "dflash golden check-training: " << f.string() << ": " << r.note << "\n";
+        rows.push_back(std::move(r));
+      }
+    }
+    exit_code = print_golden_check_table(std::cout, rows) > 0 ? 1 : 0;
+  });
+}
+
 }  // namespace
 
 void add_golden_command(CLI::App& app, int& exit_code) {
@@ -92,6 +146,8 @@ void add_golden_command(CLI::App& app, int& exit_code) {
   cmd->require_subcommand(1);
   add_generate(*cmd);
   add_check(*cmd, exit_code);
+  add_generate_training(*cmd);
+  add_check_training(*cmd, exit_code);
 }
 
 }  // namespace dflash::app

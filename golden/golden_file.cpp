@@ -60,29 +60,6 @@ DrafterConfig config_from_metadata(const std::string& text, std::string_view sou
   return drafter_config_from_json(json, where);
 }
 
-// The file's tensor table against the SPEC list: the same names, dtypes and shapes.
-void check_tensor_table(const safetensors::Reader& reader, const std::vector<GoldenTensorSpec>& specs) {
-  std::set<std::string, std::less<>> expected;
-  for (const GoldenTensorSpec& s : specs) {
-    expected.insert(s.name);
-    if (!reader.contains(s.name)) golden_error(reader.source(), str("tensor '", s.name, "' is missing"));
-    const safetensors::TensorInfo& info = reader.info(s.name);
-    if (info.dtype != s.dtype) {
-      golden_error(reader.source(), str("tensor '", s.name, "' has dtype ", safetensors::dtype_name(info.dtype),
-                                        ", expected ", safetensors::dtype_name(s.dtype)));
-    }
-    if (info.shape != s.shape) {
-      golden_error(reader.source(), str("tensor '", s.name, "' has shape ", safetensors::format_shape(info.shape),
-                                        ", expected ", safetensors::format_shape(s.shape)));
-    }
-  }
-  for (const std::string& name : reader.names()) {
-    if (!expected.contains(name)) {
-      golden_error(reader.source(), str("tensor ", safetensors::clipped_quote(name), " is not a SPEC §9 golden tensor"));
-    }
-  }
-}
-
 // The dimensions every other tensor is checked against: nseq and S from input/tokens, N from
 // input/anchors.
 const safetensors::TensorInfo& rank2_info(const safetensors::Reader& reader, std::string_view name) {
@@ -119,6 +96,28 @@ Tensor<T> read_tensor(const safetensors::Reader& reader, std::string_view name, 
 std::vector<std::int64_t> widened(const Tensor<std::uint8_t>& t) { return {t.values().begin(), t.values().end()}; }
 
 }  // namespace
+
+void check_golden_tensor_table(const safetensors::Reader& reader, const std::vector<GoldenTensorSpec>& specs) {
+  std::set<std::string, std::less<>> expected;
+  for (const GoldenTensorSpec& s : specs) {
+    expected.insert(s.name);
+    if (!reader.contains(s.name)) golden_error(reader.source(), str("tensor '", s.name, "' is missing"));
+    const safetensors::TensorInfo& info = reader.info(s.name);
+    if (info.dtype != s.dtype) {
+      golden_error(reader.source(), str("tensor '", s.name, "' has dtype ", safetensors::dtype_name(info.dtype),
+                                        ", expected ", safetensors::dtype_name(s.dtype)));
+    }
+    if (info.shape != s.shape) {
+      golden_error(reader.source(), str("tensor '", s.name, "' has shape ", safetensors::format_shape(info.shape),
+                                        ", expected ", safetensors::format_shape(s.shape)));
+    }
+  }
+  for (const std::string& name : reader.names()) {
+    if (!expected.contains(name)) {
+      golden_error(reader.source(), str("tensor ", safetensors::clipped_quote(name), " is not a SPEC §9 golden tensor"));
+    }
+  }
+}
 
 std::vector<GoldenTensorSpec> golden_tensor_specs(const DrafterConfig& c, std::int64_t nseq, std::int64_t S,
                                                   std::int64_t N) {
@@ -262,7 +261,7 @@ Golden golden_from_reader(const safetensors::Reader& reader) {
   const std::int64_t nseq = rank2_info(reader, "input/tokens").shape[0];
   const std::int64_t S = rank2_info(reader, "input/tokens").shape[1];
   const std::int64_t N = rank2_info(reader, "input/anchors").shape[1];
-  check_tensor_table(reader, golden_tensor_specs(g.config, nseq, S, N));
+  check_golden_tensor_table(reader, golden_tensor_specs(g.config, nseq, S, N));
 
   MemoryTracker& tracker = *g.tracker;
   g.batch.tokens = read_tensor<std::int64_t>(reader, "input/tokens", tracker, MemoryCategory::inputs);

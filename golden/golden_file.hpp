@@ -74,6 +74,10 @@ struct GoldenTensorSpec {
 std::vector<GoldenTensorSpec> golden_tensor_specs(const DrafterConfig& config, std::int64_t nseq, std::int64_t S,
                                                   std::int64_t N);
 
+// The file's tensor table against a list: exactly these names, dtypes and shapes; InputError
+// naming the file and the first tensor that is missing, extra or off.
+void check_golden_tensor_table(const safetensors::Reader& reader, const std::vector<GoldenTensorSpec>& specs);
+
 // The output/ and grad/ tensors of a drafter step, by SPEC §9 name.
 GoldenResults golden_results_of(const DrafterStepResult<double>& step);
 

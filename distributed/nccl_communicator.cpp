@@ -1,0 +1,121 @@
+#include "distributed/nccl_communicator.hpp"
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+namespace {
+
+void check_cuda(cudaError_t code, std::string_view call) {
+  if (code != cudaSuccess) throw CommunicationError(str("CUDA ", call, " failed: ", cudaGetErrorString(code)));
+}
+
+void check_nccl(ncclResult_t code, std::string_view call, ncclComm_t comm = nullptr) {
+  if (code == ncclSuccess) return;
+  std::string detail = ncclGetErrorString(code);
+  if (comm != nullptr) {
+    const char* last = ncclGetLastError(comm);
+    if (last != nullptr && *last != '\0') detail += str(" (", last, ")");
+  }
+  throw CommunicationError(str("NCCL ", call, " failed: ", detail));
+}
+
+void check_mpi(int code, std::string_view call) {
+  if (code != MPI_SUCCESS) throw CommunicationError(str("MPI ", call, " failed during the NCCL bootstrap (code ", code, ")"));
+}
+
+ncclDataType_t nccl_type(CommType type) {
+  switch (type) {
+    case CommType::f32: return ncclFloat32;
+    case CommType::f64: return ncclFloat64;
+    case CommType::i64: return ncclInt64;
+  }
+  throw CommunicationError("NCCL: unknown element type");
+}
+
+ncclRedOp_t nccl_op(CommOp op) {
+  switch (op) {
+    case CommOp::sum: return ncclSum;
+    case CommOp::max: return ncclMax;
+    case CommOp::min: return ncclMin;
+  }
+  throw CommunicationError("NCCL: unknown reduction");
+}
+
+// The rank among the ranks that share this node (OpenMPI, Slurm and MPICH alike).
+int node_local_rank(const MPI_Comm& comm) {
+  MPI_Comm local = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+  int rank = 0;
+  const int code = MPI_Comm_rank(local, &rank);
+  MPI_Comm_free(&local);
+  check_mpi(code, "MPI_Comm_rank");
+  return rank;
+}
+
+}  // namespace
+
+struct NcclCommunicator::State {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
+    : state_(std::make_unique<State>()), bootstrap_(bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
+  const MPI_Comm& mpi = *static_cast<const MPI_Comm*>(bootstrap.native_handle());
+  device_ = node_local_rank(mpi);
+  int devices = 0;
+  check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (device_ >= devices) {
+    throw CommunicationError(str("rank ", rank_, " is node-local rank ", device_, " but this node has ", devices,
+                                 " GPU(s): launch at most one rank per GPU"));
+  }
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  ncclUniqueId id{};
+  if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  static_assert(sizeof(id) % 8 == 0, "the unique id travels as 64-bit words");
+  bootstrap.broadcast(&id, sizeof(id) / 8, CommType::i64, 0);  // MPI moves the bytes unchanged
+  check_cuda(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check_nccl(ncclCommInitRank(&state_->comm, size_, id, rank_), "ncclCommInitRank");
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
+  if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);
+}
+
+void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
+  check_nccl(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),
+             "ncclAllReduce", state_->comm);
+  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclAllReduce");
+}
+
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
+  check_nccl(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),
+             "ncclReduceScatter", state_->comm);
+  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclReduceScatter");
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, CommType type) {
+  check_nccl(ncclAllGather(send, recv, count, nccl_type(type), state_->comm, state_->stream), "ncclAllGather",
+             state_->comm);
+  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclAllGather");
+}
+
+void NcclCommunicator::broadcast(void* buffer, std::size_t count, CommType type, int root) {
+  if (root < 0 || root >= size_) throw CommunicationError(str("ncclBroadcast: root ", root, " is not a rank of ", size_));
+  check_nccl(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, state_->comm, state_->stream),
+             "ncclBroadcast", state_->comm);
+  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclBroadcast");
+}
+
+void NcclCommunicator::end_job(int exit_code) {
+  if (state_->comm != nullptr) ncclCommAbort(state_->comm);  // unblocks this rank's pending NCCL work
+  bootstrap_.abort(exit_code);
+}
+
+}  // namespace dflash
