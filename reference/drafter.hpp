@@ -179,6 +179,24 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
   const DrafterDims dims = DrafterDims::of(config, S, N);
   const std::int64_t T = dims.T;
 
+  // The anchor slots the step runs on, [nseq, N] in MemoryCategory::inputs: the batch's own when
+  // explicit; when sampled (SPEC §4), held here, so the tracker sees them either way (the memory
+  // plan counts 8 + 1 B per slot).
+  std::optional<Tensor<std::int64_t>> sampled_anchors;
+  std::optional<Tensor<std::uint8_t>> sampled_keep;
+  if (!batch.anchors) {
+    sampled_anchors.emplace(tracker, MemoryCategory::inputs, Shape{nseq, N});
+    sampled_keep.emplace(tracker, MemoryCategory::inputs, Shape{nseq, N});
+    for (std::int64_t b = 0; b < nseq; ++b) {
+      std::copy(seqs[b].slots.anchors.begin(), seqs[b].slots.anchors.end(), sampled_anchors->row(b));
+      std::copy(seqs[b].slots.keep.begin(), seqs[b].slots.keep.end(), sampled_keep->row(b));
+    }
+  }
+  const Tensor<std::int64_t>& anchors = batch.anchors ? *batch.anchors : *sampled_anchors;
+  const Tensor<std::uint8_t>& keep = batch.keep ? *batch.keep : *sampled_keep;
+  auto anchors_of = [&](std::int64_t b) { return std::span<const std::int64_t>(anchors.row(b), std::size_t(N)); };
+  auto keep_of = [&](std::int64_t b) { return std::span<const std::uint8_t>(keep.row(b), std::size_t(N)); };
+
   DrafterOutputs<Real> out{{},
                            Real(0),
                            Tensor<std::int64_t>(tracker, MemoryCategory::outputs, {nseq, N}),
@@ -189,8 +207,8 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
                            Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T})};
   for (std::int64_t b = 0; b < nseq; ++b) {
     const PreparedSequence<Real>& s = seqs[b];
-    std::copy(s.slots.anchors.begin(), s.slots.anchors.end(), out.anchors.row(b));
-    std::copy(s.slots.keep.begin(), s.slots.keep.end(), out.keep.row(b));
+    std::copy(anchors_of(b).begin(), anchors_of(b).end(), out.anchors.row(b));
+    std::copy(keep_of(b).begin(), keep_of(b).end(), out.keep.row(b));
     std::copy(s.blocks.weights.begin(), s.blocks.weights.end(), out.weights.row(b));
   }
   out.weight_sum = global_weight_sum ? *global_weight_sum : total_weight(seqs);
@@ -199,8 +217,8 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
     const PreparedSequence<Real>& s = seqs[b];
     const TrunkInputs<Real> in{dims,
                                batch.target_features.data() + b * S * dims.feature_width(),
-                               s.slots.anchors,
-                               s.slots.keep,
+                               anchors_of(b),
+                               keep_of(b),
                                s.blocks.input_tokens,
                                s.blocks.positions,
                                DropoutCoordinates{config.seed, options.step,

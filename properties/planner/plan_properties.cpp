@@ -2,10 +2,11 @@
 // ones"). For random small configs and every policy combination, the reference runs and its
 // MemoryTracker records the peak of every category; the plan, computed from the config alone with
 // the reference's element sizes (double: 8 B everything, no optimizer), must never be below a
-// measured peak, and may exceed it only by the slack stated here:
-//   every category: 0 B, except inputs, which count the anchor slots and keep flags (9 B per slot)
-//   also when the step samples them (the reference keeps sampled anchors in untracked vectors);
-//   the total (the sum of category peaks) against the tracker's total peak: at most the sum of the
+// measured peak, and must equal it:
+//   every category, inputs included (sampled anchor slots are tracked inputs like explicit ones):
+//   planned == measured peak, so the plan's total, the sum of category peaks, equals the sum of the
+//   measured category peaks exactly;
+//   the tracker's true peak (the largest sum at one moment) is below that sum by at most the
 //   phase-bound categories (loss_saved + transient + the non-parameter gradients), which no single
 //   phase holds at once: the loss head's state is freed before the trunk backward's scratch is made.
 #include <algorithm>
@@ -27,27 +28,18 @@
 namespace dflash {
 namespace {
 
-void require_within(const std::vector<CategoryComparison>& comparisons, MemoryCategory category, std::int64_t slack,
-                    const std::string& context) {
+// Every category planned exactly as measured, and so the plan's total the sum of the measured peaks.
+void require_exact(const CategoryBytes& plan, const MemoryTracker& tracker, const std::string& context) {
+  const std::vector<CategoryComparison> comparisons = compare_plan_with_tracker(plan, tracker);
+  std::int64_t measured_sum = 0;
   for (const CategoryComparison& c : comparisons) {
-    if (c.category != category) continue;
-    RC_ASSERT(c.planned >= c.measured);
-    if (c.excess() > slack) {
-      RC_FAIL(str(context, "\n", category_name(category), " exceeds its slack ", slack, " B\n",
+    if (c.planned != c.measured) {
+      RC_FAIL(str(context, "\n", category_name(c.category), " planned ", c.planned, " B, measured ", c.measured, " B\n",
                   comparison_report(comparisons)));
     }
+    measured_sum += c.measured;
   }
-}
-
-void require_all_within(const std::vector<CategoryComparison>& comparisons, std::int64_t inputs_slack,
-                        const std::string& context) {
-  for (const CategoryComparison& c : comparisons) {
-    if (c.planned < c.measured) {
-      RC_FAIL(str(context, "\n", category_name(c.category), " planned below the measurement\n",
-                  comparison_report(comparisons)));
-    }
-    require_within(comparisons, c.category, c.category == MemoryCategory::inputs ? inputs_slack : 0, context);
-  }
+  RC_ASSERT(plan.total() == measured_sum);
 }
 
 // ---- the loss head alone (run_loss_head): exact per category --------------------------------
@@ -71,12 +63,11 @@ RC_GTEST_PROP(PlanAgainstReference, LossHeadEveryPolicyExactPerCategory, ()) {
   plan[PlanCategory::frozen] = spec.vocab * spec.hidden * 8;     // lm_head
   const std::string context = str(loss_policy_name(policy), " T=", spec.rows, " H=", spec.hidden, " V=", spec.vocab,
                                   " c=", o.chunk_rows, " dW=", o.lm_head_grad);
-  require_all_within(compare_plan_with_tracker(plan, tracker), 0, context);
+  require_exact(plan, tracker, context);
   // The total: chunk_grad_in_forward builds dL/dY in forward (loss_saved) and hands it back as a
-  // gradient; the plan counts it in both, and that is its whole slack. Every other policy: none.
-  const std::int64_t slack = policy == LossPolicy::chunk_grad_in_forward ? spec.rows * spec.hidden * 8 : 0;
-  RC_ASSERT(plan.total() >= static_cast<std::int64_t>(tracker.peak_total()));
-  RC_ASSERT(plan.total() - static_cast<std::int64_t>(tracker.peak_total()) <= slack);
+  // gradient; the plan counts it in both, and that is exactly the difference. Every other policy: none.
+  const std::int64_t counted_twice = policy == LossPolicy::chunk_grad_in_forward ? spec.rows * spec.hidden * 8 : 0;
+  RC_ASSERT(plan.total() - static_cast<std::int64_t>(tracker.peak_total()) == counted_twice);
 }
 
 // ---- the whole drafter step (drafter_step) ----------------------------------------------------
@@ -160,14 +151,13 @@ RC_GTEST_PROP(PlanAgainstReference, DrafterStepEveryPolicyCombination, ()) {
 
       std::ostringstream context;
       showValue(s, context);
-      const std::int64_t anchor_slack = s.batch.explicit_anchors ? 0 : s.batch.sequences * batch.anchor_slots(c) * 9;
-      require_all_within(compare_plan_with_tracker(plan.categories, tracker), anchor_slack, context.str());
+      require_exact(plan.categories, tracker, context.str());
       const CategoryBytes& k = plan.categories;
       const std::int64_t phase_bound = k[PlanCategory::loss_saved] + k[PlanCategory::transient] +
                                        k[PlanCategory::gradients] - plan.parameters.trainable * 8;
       const auto measured_total = static_cast<std::int64_t>(tracker.peak_total());
       RC_ASSERT(k.total() >= measured_total);
-      RC_ASSERT(k.total() - measured_total <= anchor_slack + phase_bound);
+      RC_ASSERT(k.total() - measured_total <= phase_bound);
     }
   }
 }

@@ -1,4 +1,9 @@
 // Loss-head behaviour that is not a random property: determinism, W = 0, the backward contract.
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <utility>
+
 #include <gtest/gtest.h>
 
 #include "reference/loss_head.hpp"
@@ -89,6 +94,27 @@ TEST(LossHead, EmptyBatchIsValid) {
     EXPECT_EQ(r.stats.loss, 0.0);
     EXPECT_EQ(r.hidden_grad.numel(), 0);
   }
+}
+
+// The dL/dY floor bounds rounding, not the gradient: it must not grow with V. A floor made of a
+// sum over v of |W_lm[v,c]| is ~10^3 times max |dL/dY| at V = 4096 (and would turn the FD checks'
+// 1e-9 into ~1e-6); this one is (1 + |lse|) ~ 10 times it, and that ratio grows only like log V.
+TEST(GradientFloors, HiddenFloorDoesNotGrowWithTheVocabulary) {
+  LossHeadOptions o = options_for(LossPolicy::chunk_recompute, 4);
+  auto floor_over_gradient = [&](std::int64_t vocab) {
+    MemoryTracker data, tracker;
+    const auto p = make_loss_head_problem<double>(data, {.rows = 8, .hidden = 16, .vocab = vocab, .seed = 41});
+    const auto r = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
+    double max_grad = 0;
+    for (double g : r.hidden_grad.values()) max_grad = std::max(max_grad, std::abs(g));
+    const double floor = gradient_floors(o, p.hidden, p.targets(), p.weight_sum).hidden;
+    std::cout << "V = " << vocab << ": dL/dY floor " << floor << ", max |dL/dY| " << max_grad << "\n";
+    return floor / max_grad;
+  };
+  const double small = floor_over_gradient(256), large = floor_over_gradient(4096);
+  EXPECT_LT(large, 50.0);
+  EXPECT_GT(large, 1.0);        // still above the gradient's scale: saturated rows stay covered
+  EXPECT_LT(large / small, 2.0);  // 16 times the vocabulary; a sum over v would grow ~16 times
 }
 
 }  // namespace
