@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,8 @@ struct MalformedShardCase {
   std::function<void(RawShard&)> damage;
   std::vector<std::string> named;  // substrings the error must contain (besides the file)
 };
+
+inline void PrintTo(const MalformedShardCase& c, std::ostream* os) { *os << c.name; }
 
 // The shard damaged is valid_shard(config, 4 sequences): rows 3 + 4 + 5 + 6 = 18, vocab 64, H 16, K 2.
 inline std::vector<MalformedShardCase> malformed_shard_cases() {
