@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "planner/communication_time.hpp"
 #include "planner/memory_size.hpp"
 
 namespace dflash {
@@ -67,6 +68,14 @@ json plan_json(const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdict
                        {"gradients", full[PlanCategory::gradients]},
                        {"outputs", full[PlanCategory::outputs]}};
   }
+  json collectives = json::array();
+  double nvlink_seconds = 0, inter_node_seconds = 0;
+  for (const CollectiveTime& t : step_communication(plan.parameters.trainable, r.precision, r.layout)) {
+    collectives.push_back({{"collective", t.collective}, {"bytes", t.bytes}, {"bus_bytes", t.bus_bytes},
+                           {"nvlink_seconds", t.nvlink_seconds}, {"inter_node_seconds", t.inter_node_seconds}});
+    nvlink_seconds += t.nvlink_seconds;
+    inter_node_seconds += t.inter_node_seconds;
+  }
   json categories = json::object();
   for (PlanCategory c : kAllPlanCategories) categories[std::string(plan_category_name(c))] = plan.categories[c];
   json verdict_rows = json::array();
@@ -105,6 +114,12 @@ json plan_json(const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdict
         {"transient_bytes", plan.trunk.transient_bytes},
         {"feature_grad_bytes", plan.trunk.feature_grad_bytes}}},
       {"categories", categories},
+      {"communication",
+       {{"nvlink_bus_bytes_per_second", kNvlinkBusBytesPerSecond},
+        {"inter_node_bus_bytes_per_second", kInterNodeBusBytesPerSecond},
+        {"collectives", collectives},
+        {"nvlink_seconds", nvlink_seconds},
+        {"inter_node_seconds", inter_node_seconds}}},
       {"total_bytes", plan.fit.total_bytes},
       {"device_bytes", plan.fit.device_bytes},
       {"headroom_bytes", plan.fit.headroom_bytes},

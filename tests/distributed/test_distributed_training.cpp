@@ -68,14 +68,13 @@ TEST(DistributedTraining, DefaultBucketsGiveTheSameRunAsSmallOnes) {
 // Teacher rows of 1e308 (finite, so accepted as input) overflow the teacher logits W_lm G: the
 // teacher distribution, the loss and every gradient of that rank become NaN.
 TEST(DistributedTraining, NonFiniteGradientOnOneRankStopsEveryRankWithNothingApplied) {
-  const DrafterConfig config = tiny_drafter_config();
   const TrainingConfig training = tiny_training_config(8, 1, 1);
-  MemoryTracker tracker;
-  const FrozenWeights<double> frozen = init_frozen_weights<double>(tracker, config, 5);
-  TrainingState state =
-      make_training_state(tracker, config, training, world(), init_drafter_parameters<double>(tracker, config, 3, 0.2));
+  TinyTrainer tiny(world(), training);
+  const DrafterConfig& config = tiny.config;
+  TrainingState& state = tiny.state;
   const GlobalBatchLayout layout = GlobalBatchLayout::of(training, world().size());
-  std::vector<SequenceData> data = load_sequences(tracker, config, 0, layout.sequences_of_rank(world().rank()), all_labelled);
+  std::vector<SequenceData> data =
+      load_sequences(tiny.tracker, config, 0, layout.sequences_of_rank(world().rank()), all_labelled);
   if (world().rank() == 1) {
     Tensor<double>& G = data.front().batch.teacher_hidden;
     std::fill(G.data(), G.data() + G.numel(), 1e308);
@@ -85,7 +84,7 @@ TEST(DistributedTraining, NonFiniteGradientOnOneRankStopsEveryRankWithNothingApp
   read_flat(flat, state.params, 0, before);
   const std::vector<double> master = state.optimizer.master.values(), m = state.optimizer.exp_avg.values();
   try {
-    train_step(tracker, world(), config, training, frozen, state, as_rank_sequences(data),
+    train_step(tiny.tracker, world(), config, training, tiny.frozen, state, as_rank_sequences(data),
                {.last_good_checkpoint = "run/step-00000041"});
     ADD_FAILURE() << "the step was applied";
   } catch (const NonFiniteStepError& e) {
@@ -121,15 +120,12 @@ TEST(DistributedTraining, MismatchedConfigsAreRefusedOnEveryRank) {
 }
 
 TEST(DistributedTraining, SequencesThatAreNotTheRanksShareAreRefused) {
-  const DrafterConfig config = tiny_drafter_config();
   const TrainingConfig training = tiny_training_config(8, 1, 0);
-  MemoryTracker tracker;
-  const FrozenWeights<double> frozen = init_frozen_weights<double>(tracker, config, 5);
-  TrainingState state =
-      make_training_state(tracker, config, training, world(), init_drafter_parameters<double>(tracker, config, 3, 0.2));
-  const std::vector<SequenceData> data = load_sequences(tracker, config, 0, {0, 1}, all_labelled);  // rank 0's share
+  TinyTrainer tiny(world(), training);
+  const std::vector<SequenceData> data = load_sequences(tiny.tracker, tiny.config, 0, {0, 1}, all_labelled);  // rank 0's share
   if (world().rank() == 0) return;  // the others pass rank 0's: refused before any collective
-  EXPECT_THROW(train_step(tracker, world(), config, training, frozen, state, as_rank_sequences(data)), InputError);
+  EXPECT_THROW(train_step(tiny.tracker, world(), tiny.config, training, tiny.frozen, tiny.state, as_rank_sequences(data)),
+               InputError);
 }
 
 // The tracker's peak per category against `dflash plan`'s numbers for the same step (SPEC §8):
@@ -138,13 +134,11 @@ TEST(DistributedTraining, SequencesThatAreNotTheRanksShareAreRefused) {
 void expect_plan_equals_measured(int R, std::int64_t U, int zero) {
   const auto sub = MpiCommunicator::split(world().rank() < R ? 0 : 1);
   if (world().rank() >= R) return;
-  const DrafterConfig config = tiny_drafter_config();
   const TrainingConfig training = tiny_training_config(R * U * 2, U, zero);
   const std::int64_t S = 12, b = 2;
-  MemoryTracker tracker;
-  const FrozenWeights<double> frozen = init_frozen_weights<double>(tracker, config, 5);
-  TrainingState state =
-      make_training_state(tracker, config, training, *sub, init_drafter_parameters<double>(tracker, config, 3, 0.2));
+  TinyTrainer tiny(*sub, training);
+  const DrafterConfig& config = tiny.config;
+  MemoryTracker& tracker = tiny.tracker;
   const GlobalBatchLayout layout = GlobalBatchLayout::of(training, R);
   for (std::int64_t t = 0; t < 2; ++t) {
     std::vector<DrafterBatch<double>> batches;  // one batch of b equal-length sequences per micro-step
@@ -155,7 +149,7 @@ void expect_plan_equals_measured(int R, std::int64_t U, int zero) {
           tracker, config, {.sequences = b, .context_length = S, .seed = std::uint64_t(50 + 10 * t + gs[u * b])}));
     }
     for (std::int64_t u = 0; u < U; ++u) mine.push_back({gs[u * b], &batches[u]});
-    train_step(tracker, *sub, config, training, frozen, state, mine, {.bucket_bytes = kSmallBucket});
+    train_step(tracker, *sub, config, training, tiny.frozen, tiny.state, mine, {.bucket_bytes = kSmallBucket});
   }
   PlanRequest q = PlanRequest::from_config(config);
   q.context = S;

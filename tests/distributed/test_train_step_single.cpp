@@ -73,12 +73,13 @@ void expect_tensors_close(const std::vector<std::vector<double>>& want, const Te
 }
 
 void check_against_hand(int zero) {
-  const DrafterConfig config = tiny_drafter_config();
   const TrainingConfig tc = tiny_training_config(4, 2, zero);
   SingleProcessCommunicator comm;
-  MemoryTracker tracker;
-  const FrozenWeights<double> frozen = init_frozen_weights<double>(tracker, config, 5);
-  TrainingState state = make_training_state(tracker, config, tc, comm, init_drafter_parameters<double>(tracker, config, 3, 0.2));
+  TinyTrainer tiny(comm, tc);
+  const DrafterConfig& config = tiny.config;
+  MemoryTracker& tracker = tiny.tracker;
+  const FrozenWeights<double>& frozen = tiny.frozen;
+  TrainingState& state = tiny.state;
   HandState hand;
   state.params.for_each([&](const std::string&, const Tensor<double>& x) {
     hand.theta.push_back(x.values());

@@ -23,18 +23,17 @@ using Unlabelled = std::function<bool(std::int64_t)>;
 
 inline TrainingRun run_training(Communicator& comm, const TrainingConfig& training, std::int64_t steps,
                                 std::int64_t bucket_bytes, const Unlabelled& unlabelled = all_labelled) {
-  const DrafterConfig config = tiny_drafter_config();
-  MemoryTracker tracker;
-  const FrozenWeights<double> frozen = init_frozen_weights<double>(tracker, config, 5);
-  require_same_config(comm, config, training);
-  TrainingState state =
-      make_training_state(tracker, config, training, comm, init_drafter_parameters<double>(tracker, config, 3, 0.2));
+  require_same_config(comm, tiny_drafter_config(), training);
+  TinyTrainer tiny(comm, training);
+  const DrafterConfig& config = tiny.config;
+  MemoryTracker& tracker = tiny.tracker;
+  TrainingState& state = tiny.state;
   const GlobalBatchLayout layout = GlobalBatchLayout::of(training, comm.size());
   TrainingRun run;
   for (std::int64_t t = 0; t < steps; ++t) {
     const std::vector<SequenceData> data =
         load_sequences(tracker, config, t, layout.sequences_of_rank(comm.rank()), unlabelled);
-    run.metrics.push_back(train_step(tracker, comm, config, training, frozen, state, as_rank_sequences(data),
+    run.metrics.push_back(train_step(tracker, comm, config, training, tiny.frozen, state, as_rank_sequences(data),
                                      {.bucket_bytes = bucket_bytes}));
   }
   const FlatLayout flat(config, comm.size(), training.zero_stage);

@@ -77,6 +77,11 @@ TEST(PlanCli, JsonHasTheDocumentedSchema) {
   EXPECT_EQ(j.at("device_bytes").get<std::int64_t>(), 95'000'000'000);
   EXPECT_TRUE(j.at("fits").is_boolean());
   EXPECT_EQ(j.at("verdicts").size(), 24u);
+  // TRAINING §13's collectives at the stated bandwidths: 8 GPUs under ZeRO-1 reduce-scatter and all-gather.
+  const json& comm = j.at("communication");
+  EXPECT_EQ(comm.at("collectives").size(), 2u);
+  EXPECT_GT(comm.at("nvlink_seconds").get<double>(), 0);
+  EXPECT_GT(comm.at("inter_node_seconds").get<double>(), comm.at("nvlink_seconds").get<double>());
 }
 
 TEST(PlanCli, JsonIsTheLibrarysPlan) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/communication_time.hpp"
 #include "planner/policy_verdicts.hpp"
 #include "planner/training_plan.hpp"
 #include "reference/drafter_parameters.hpp"
@@ -172,6 +173,35 @@ TEST(TrainingPlan, BadRequestsNameTheField) {
     c.spoil(r);
     expect_input_error([&] { plan_training_memory(r); }, {c.field});
   }
+}
+
+}  // namespace
+}  // namespace dflash
+
+namespace dflash {
+namespace {
+
+// TRAINING §13's collectives per GPU and step at full scale, and their time at the stated bus
+// bandwidths (planner/communication_time.hpp): bytes exact, times = bus bytes / bandwidth.
+TEST(CommunicationTime, FullScaleCollectivesPerStep) {
+  const std::int64_t P = drafter_parameter_count(full_scale().config);
+  const std::int64_t padded = (P + 1023) / 1024 * 1024;  // to a multiple of 8 x 128
+  const TrainingPrecision p = TrainingPrecision::production();
+  const std::vector<CollectiveTime> zero1 = step_communication(P, p, {.gpus = 8, .zero_stage = 1});
+  ASSERT_EQ(zero1.size(), 2u);
+  EXPECT_EQ(zero1[0].collective, "reduce_scatter gradients");
+  EXPECT_EQ(zero1[0].bytes, 4 * padded);      // fp32 gradients
+  EXPECT_EQ(zero1[0].bus_bytes, 4 * padded / 8 * 7);
+  EXPECT_EQ(zero1[1].collective, "all_gather parameters");
+  EXPECT_EQ(zero1[1].bytes, 2 * padded);      // bf16 working copy
+  EXPECT_EQ(zero1[1].bus_bytes, 2 * padded / 8 * 7);
+  EXPECT_DOUBLE_EQ(zero1[0].nvlink_seconds, double(4 * padded / 8 * 7) / 360e9);
+  EXPECT_DOUBLE_EQ(zero1[0].inter_node_seconds, double(4 * padded / 8 * 7) / 50e9);
+  const std::vector<CollectiveTime> zero0 = step_communication(P, p, {.gpus = 8, .zero_stage = 0});
+  ASSERT_EQ(zero0.size(), 1u);
+  EXPECT_EQ(zero0[0].bytes, 4 * P);
+  EXPECT_EQ(zero0[0].bus_bytes, 2 * 7 * 4 * P / 8);  // all-reduce: twice the ring
+  EXPECT_TRUE(step_communication(P, p, {.gpus = 1, .zero_stage = 1}).empty());
 }
 
 }  // namespace
