@@ -13,9 +13,9 @@ namespace dflash::app {
 namespace {
 
 struct TrainFlags {
-  std::string config, data, target, out, init, backend = "cpu";
+  std::string config, data, target, out, init, eval_data, backend = "cpu";
   bool resume = false, force = false;
-  std::int64_t save_every = 0, keep = 0, progress_every = 10;
+  std::int64_t save_every = 0, keep = 0, progress_every = 10, eval_every = 0;
 };
 
 }  // namespace
@@ -33,6 +33,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--force", f->force, "Train even when the plan says the step does not fit");
   cmd->add_option("--save-every", f->save_every, "Also save a checkpoint every N steps (default: at the end and on a signal)");
   cmd->add_option("--keep", f->keep, "Keep only the K most recent checkpoints (default: all)");
+  cmd->add_option("--eval-data", f->eval_data, "Held-out feature shards: statistics without gradients or dropout to eval.jsonl");
+  cmd->add_option("--eval-every", f->eval_every, "Evaluate on --eval-data after every N-th step");
   cmd->add_option("--progress-every", f->progress_every, "Progress line every N steps when stderr is not a terminal (default 10)");
   cmd->callback([f, &exit_code] {
     TrainingRunOptions o;
@@ -47,6 +49,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
     o.save_every = f->save_every;
     o.keep = f->keep;
     o.progress_every = f->progress_every;
+    if (!f->eval_data.empty()) o.eval_data = f->eval_data;
+    o.eval_every = f->eval_every;
     std::unique_ptr<MpiSession> mpi;
     const std::unique_ptr<Communicator> comm = make_world_communicator(nullptr, nullptr, mpi);
     // One rank: errors reach main (message, exit 2). Several: a failing rank ends the whole job.

@@ -53,17 +53,13 @@ void add_block_rows(BlockStatistics& into, std::int64_t B, std::span<const std::
   }
 }
 
-void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const DrafterParameters<double>& params,
-                          const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch, std::uint32_t step,
-                          std::uint32_t first_global_index) {
-  MemoryTracker scratch;  // not the step's: peak_bytes report the step alone
-  const DrafterStepOptions options = drafter_step_options(config, step, first_global_index);
-  const DrafterOutputs<double> out = drafter_forward(scratch, config, params, frozen, batch, options);
+void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const FrozenWeights<double>& frozen,
+                          const DrafterBatch<double>& batch, const DrafterOutputs<double>& out,
+                          const DrafterStepOptions& options) {
   const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
   const std::int64_t H = config.hidden_size, V = config.vocab_size, T = out.hidden.dim(1);
   for (std::size_t b = 0; b < seqs.size(); ++b) {
     const SequenceBlocks<double>& blocks = seqs[b].blocks;
-    // argmax of z = Y W_lm^T per labelled row, lowest index on ties.
     std::vector<std::int64_t> argmax(std::size_t(T), -1);
     for (std::int64_t i = 0; i < T; ++i) {
       if (blocks.valid[std::size_t(i)] == 0) continue;
@@ -80,6 +76,15 @@ void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, co
     }
     add_block_rows(into, config.block_size, seqs[b].slots.keep, blocks.valid, blocks.labels, argmax);
   }
+}
+
+void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const DrafterParameters<double>& params,
+                          const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch, std::uint32_t step,
+                          std::uint32_t first_global_index) {
+  MemoryTracker scratch;  // not the step's: peak_bytes report the step alone
+  const DrafterStepOptions options = drafter_step_options(config, step, first_global_index);
+  const DrafterOutputs<double> out = drafter_forward(scratch, config, params, frozen, batch, options);
+  add_block_statistics(into, config, frozen, batch, out, options);
 }
 
 }  // namespace dflash

@@ -40,7 +40,13 @@ void add_block_rows(BlockStatistics& into, std::int64_t block_size, std::span<co
                     std::span<const std::uint8_t> valid, std::span<const std::int64_t> labels,
                     std::span<const std::int64_t> argmax);
 
-// Adds the blocks of every sequence of `batch` (global indices first_global_index + b) at step `step`.
+// Adds the blocks of every sequence of `batch` from a forward already run with `options` (argmax of
+// z = Y W_lm^T per labelled row, lowest index on ties).
+void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const FrozenWeights<double>& frozen,
+                          const DrafterBatch<double>& batch, const DrafterOutputs<double>& outputs,
+                          const DrafterStepOptions& options);
+
+// Runs that forward (global indices first_global_index + b, step `step`) and adds its blocks.
 void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const DrafterParameters<double>& params,
                           const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch,
                           std::uint32_t step, std::uint32_t first_global_index);

@@ -17,6 +17,7 @@
 #include "distributed/metrics/metrics_report.hpp"
 #include "distributed/metrics/step_record.hpp"
 #include "distributed/optimizer_state.hpp"
+#include "distributed/run/evaluation.hpp"
 #include "distributed/run/stop_signal.hpp"
 #include "distributed/train_step.hpp"
 #include "distributed/weights/drafter_export.hpp"
@@ -93,6 +94,10 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const bool lead = rank == 0;
   if (o.save_every < 0) throw_input_error("--save-every", str(o.save_every, " must be >= 0"));
   if (o.keep < 0) throw_input_error("--keep", str(o.keep, " must be >= 0"));
+  if (o.eval_data.has_value() != (o.eval_every > 0)) {
+    throw_input_error(o.eval_data ? "--eval-every" : "--eval-data",
+                      str("give both --eval-data DIR and --eval-every N >= 1 (got --eval-every ", o.eval_every, ")"));
+  }
 
   // 1. Config.
   const DrafterConfig config = load_drafter_config(o.config);
@@ -125,6 +130,12 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
         << dataset.num_sequences() << " sequences, " << dataset.num_rows() << " rows, validated\n";
   }
 
+  std::optional<FeatureDataset> eval_set;
+  if (o.eval_data) {
+    eval_set.emplace(FeatureDataset::open(*o.eval_data, shape, /*read_every_value=*/lead));
+    validate_eval_set(*eval_set);
+  }
+
   // 5. Weights.
   MemoryTracker tracker;
   const FrozenWeights<double> frozen = load_target_weights(tracker, o.target, config);
@@ -153,12 +164,14 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   }
 
   // Everything is valid: from here on the run writes.
-  const fs::path metrics_path = o.out / "metrics.jsonl";
-  std::ofstream metrics;
+  const fs::path metrics_path = o.out / "metrics.jsonl", eval_path = o.out / "eval.jsonl";
+  std::ofstream metrics, eval_log;
   if (lead) {
     fs::create_directories(o.out);
     truncate_metrics_file(metrics_path, state.optimizer.step);  // steps after the checkpoint are re-run
+    truncate_metrics_file(eval_path, state.optimizer.step);
     metrics.open(metrics_path, std::ios::app);
+    if (eval_set) eval_log.open(eval_path, std::ios::app);
   }
   const StopSignal stop_signal;
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
@@ -227,6 +240,10 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       } else if ((t + 1) % std::max<std::int64_t>(1, o.progress_every) == 0 || t + 1 == training.total_steps) {
         std::cerr << progress_line(r, training.total_steps, left) << "\n";
       }
+    }
+    if (eval_set && (t + 1) % o.eval_every == 0) {
+      const EvalRecord e = evaluate(comm, config, training, state.params, frozen, *eval_set, t);
+      if (lead) eval_log << eval_record_json(e).dump() << "\n" << std::flush;
     }
     if (o.after_step) o.after_step(t);
 
