@@ -9,5 +9,9 @@ namespace dflash::app {
 void add_verify_command(CLI::App& app, int& exit_code);
 void add_golden_command(CLI::App& app, int& exit_code);
 void add_plan_command(CLI::App& app, int& exit_code);
+void add_train_command(CLI::App& app, int& exit_code);
+void add_data_command(CLI::App& app, int& exit_code);
+void add_export_command(CLI::App& app, int& exit_code);
+void add_report_command(CLI::App& app, int& exit_code);
 
 }  // namespace dflash::app

@@ -13,6 +13,10 @@ int main(int argc, char** argv) {
   dflash::app::add_verify_command(app, exit_code);
   dflash::app::add_golden_command(app, exit_code);
   dflash::app::add_plan_command(app, exit_code);
+  dflash::app::add_train_command(app, exit_code);
+  dflash::app::add_data_command(app, exit_code);
+  dflash::app::add_export_command(app, exit_code);
+  dflash::app::add_report_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

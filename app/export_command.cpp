@@ -1,0 +1,39 @@
+// `dflash export --checkpoint DIR --out DIR`: a run's checkpoint as the Hugging Face drafter
+// directory DFlash inference code loads (TRAINING §16). DIR is a checkpoint (step-XXXXXXXX) or a
+// run directory (its `latest`).
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "app/commands.hpp"
+#include "distributed/checkpoint/run_checkpoint.hpp"
+#include "distributed/flat_parameters.hpp"
+#include "distributed/weights/drafter_export.hpp"
+#include "reference/errors.hpp"
+
+namespace dflash::app {
+
+void add_export_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("export", "Write a checkpoint as a Hugging Face DFlash drafter (config.json, bf16 model.safetensors)");
+  auto checkpoint = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  cmd->add_option("--checkpoint", *checkpoint, "Checkpoint directory, or a run directory (its latest)")->required();
+  cmd->add_option("--out", *out, "New (or empty) output directory")->required();
+  cmd->callback([checkpoint, out, &exit_code] {
+    std::filesystem::path dir = *checkpoint;
+    std::error_code ec;
+    if (std::filesystem::exists(dir / kLatestFileName, ec)) dir = *latest_checkpoint(dir);
+    if (std::filesystem::exists(*out, ec) && !(std::filesystem::is_directory(*out, ec) && std::filesystem::is_empty(*out, ec))) {
+      throw_input_error("--out", str("'", *out, "' exists and is not an empty directory"));
+    }
+    const DrafterConfig config = drafter_config_from_json(checkpoint_config_json(dir), (dir / kTrainerStateFileName).string());
+    const RunCheckpoint ck = read_run_checkpoint(dir, config);
+    MemoryTracker tracker;
+    DrafterParameters<double> params = make_drafter_parameters<double>(tracker, config, MemoryCategory::parameters);
+    write_flat(FlatLayout(config, 1, 0), params, 0, ck.master);
+    export_drafter(*out, config, params);
+    std::cout << "dflash export: " << dir.string() << " (step " << ck.step << ") -> " << *out << "\n";
+    exit_code = 0;
+  });
+}
+
+}  // namespace dflash::app

@@ -1,0 +1,95 @@
+"""Writing dflash feature shards (TRAINING §14) with numpy alone.
+
+A shard is a safetensors file: an 8-byte little-endian header length, a JSON header (tensor
+dtypes, shapes and byte ranges, plus "__metadata__"), then the raw little-endian C-order data.
+Sequences are packed one after another; `offsets` says where each starts.
+
+    from dflash_features import ShardWriter, features_from_hidden_states
+    writer = ShardWriter(hidden_size=H, target_layer_ids=[1, 16, 31, 46, 61], target_model="Qwen/...")
+    out = model(input_ids, output_hidden_states=True)          # a Hugging Face causal LM
+    hs = [h[0].float().cpu().numpy() for h in out.hidden_states]  # L+1 arrays [S, H]
+    features, teacher = features_from_hidden_states(hs, writer.target_layer_ids)
+    writer.add(tokens, loss_mask, features, teacher)
+    writer.write("features/shard-00000.safetensors")          # dtype="bfloat16" by default
+"""
+
+import json
+import os
+import struct
+
+import numpy as np
+
+_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+
+def features_from_hidden_states(hidden_states, target_layer_ids):
+    """SPEC §2's F and G from Hugging Face `output_hidden_states` of one sequence.
+
+    hidden_states[0] is the embedding output and hidden_states[i + 1] the output of layer i, so
+    F concatenates hidden_states[id + 1] over target_layer_ids (in that order) and G is the last
+    entry, which Hugging Face decoders return after the final norm.
+    """
+    features = np.concatenate([np.asarray(hidden_states[i + 1], dtype=np.float32) for i in target_layer_ids], axis=-1)
+    teacher = np.asarray(hidden_states[-1], dtype=np.float32)
+    return features, teacher
+
+
+def _bfloat16_bits(values):
+    """float32 -> bfloat16 bits, rounded to nearest, ties to even (NaN kept NaN)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+class ShardWriter:
+    def __init__(self, hidden_size, target_layer_ids, target_model=None):
+        self.hidden_size = int(hidden_size)
+        self.target_layer_ids = [int(i) for i in target_layer_ids]
+        self.target_model = target_model
+        self.tokens, self.loss_mask, self.features, self.teacher = [], [], [], []
+
+    def add(self, tokens, loss_mask, features, teacher):
+        """One sequence: tokens [S] ints, loss_mask [S] 0/1, features [S, K H], teacher [S, H]."""
+        S = len(tokens)
+        KH = len(self.target_layer_ids) * self.hidden_size
+        assert S >= 1 and np.shape(loss_mask) == (S,), "loss_mask must be [S]"
+        assert np.shape(features) == (S, KH), f"features must be [S, K H] = [{S}, {KH}]"
+        assert np.shape(teacher) == (S, self.hidden_size), f"teacher must be [S, H] = [{S}, {self.hidden_size}]"
+        self.tokens.append(np.asarray(tokens, dtype=np.int64))
+        self.loss_mask.append(np.asarray(loss_mask, dtype=np.uint8))
+        self.features.append(np.asarray(features, dtype=np.float32))
+        self.teacher.append(np.asarray(teacher, dtype=np.float32))
+
+    def write(self, path, dtype="bfloat16"):
+        lengths = [len(t) for t in self.tokens]
+        floats = {"target_features": np.concatenate(self.features), "teacher_hidden": np.concatenate(self.teacher)}
+        tensors = [
+            ("offsets", "I64", np.concatenate([[0], np.cumsum(lengths)]).astype("<i8")),
+            ("tokens", "I32", np.concatenate(self.tokens).astype("<i4")),
+            ("loss_mask", "U8", np.concatenate(self.loss_mask).astype(np.uint8)),
+        ]
+        for name, values in floats.items():
+            if dtype == "bfloat16":
+                tensors.append((name, "BF16", _bfloat16_bits(values).astype("<u2")))
+            else:
+                tensors.append((name, _DTYPES[dtype], values.astype(np.dtype(dtype).newbyteorder("<"))))
+        metadata = {"format": "dflash-features", "version": "1", "hidden_size": str(self.hidden_size),
+                    "target_layer_ids": json.dumps(self.target_layer_ids), "num_sequences": str(len(lengths))}
+        if self.target_model:
+            metadata["target_model"] = self.target_model
+        header, offset = {"__metadata__": metadata}, 0
+        for name, dt, values in tensors:
+            shape = list(floats[name].shape) if name in floats else [len(values)]
+            header[name] = {"dtype": dt, "shape": shape, "data_offsets": [offset, offset + values.nbytes]}
+            offset += values.nbytes
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for _, _, values in tensors:
+                f.write(values.tobytes())
+        os.replace(tmp, path)  # never a half-written shard under the final name

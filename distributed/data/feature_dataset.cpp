@@ -1,0 +1,88 @@
+#include "distributed/data/feature_dataset.hpp"
+
+#include <algorithm>
+
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+std::vector<std::filesystem::path> FeatureDataset::shard_files(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw_input_error("--data", str("'", dir.string(), "' is not a directory"));
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".safetensors") files.push_back(entry.path());
+  }
+  // Sorted by the bytes of the name (std::string compares chars as unsigned via char_traits).
+  std::sort(files.begin(), files.end(),
+            [](const auto& a, const auto& b) { return a.filename().string() < b.filename().string(); });
+  if (files.empty()) throw_input_error("--data", str("'", dir.string(), "' holds no *.safetensors feature shards"));
+  return files;
+}
+
+FeatureDataset FeatureDataset::open(const std::filesystem::path& dir, const FeatureSetShape& shape, bool read_every_value) {
+  FeatureDataset d;
+  d.source_ = dir.string();
+  d.shape_ = shape;
+  d.first_sequence_.push_back(0);
+  for (const auto& file : shard_files(dir)) {
+    d.shards_.push_back(FeatureShard::open(file, shape, read_every_value));
+    d.first_sequence_.push_back(d.first_sequence_.back() + d.shards_.back().num_sequences());
+  }
+  return d;
+}
+
+std::int64_t FeatureDataset::num_rows() const {
+  std::int64_t rows = 0;
+  for (const FeatureShard& s : shards_) rows += s.num_rows();
+  return rows;
+}
+
+std::pair<const FeatureShard*, std::int64_t> FeatureDataset::locate(std::int64_t i) const {
+  if (i < 0 || i >= num_sequences()) {
+    throw std::out_of_range(str("sequence ", i, " is outside the set of ", num_sequences()));
+  }
+  const auto it = std::upper_bound(first_sequence_.begin(), first_sequence_.end(), i) - 1;
+  const auto s = std::size_t(it - first_sequence_.begin());
+  return {&shards_[s], i - *it};
+}
+
+std::int64_t FeatureDataset::sequence_length(std::int64_t i) const {
+  const auto [shard, local] = locate(i);
+  return shard->sequence_length(local);
+}
+
+FeatureSequence FeatureDataset::sequence(std::int64_t i, std::int64_t max_context) const {
+  const auto [shard, local] = locate(i);
+  FeatureSequence q;
+  q.index = i;
+  q.original_length = shard->sequence_length(local);
+  q.truncated = q.original_length > max_context;
+  const std::int64_t S = std::min(q.original_length, max_context), begin = shard->sequence_begin(local);
+  const std::int64_t KH = shape_.feature_width(), H = shape_.hidden_size;
+  q.tokens.resize(std::size_t(S));
+  q.loss_mask.resize(std::size_t(S));
+  q.target_features.resize(std::size_t(S * KH));
+  q.teacher_hidden.resize(std::size_t(S * H));
+  for (std::int64_t p = 0; p < S; ++p) {
+    q.tokens[std::size_t(p)] = shard->token(begin + p);
+    q.loss_mask[std::size_t(p)] = shard->loss_mask(begin + p);
+    shard->feature_row(begin + p, q.target_features.data() + p * KH);
+    shard->teacher_row(begin + p, q.teacher_hidden.data() + p * H);
+  }
+  return q;
+}
+
+DrafterBatch<double> drafter_batch_of(MemoryTracker& tracker, const FeatureSequence& q, std::int64_t feature_width,
+                                      std::int64_t hidden_size) {
+  const std::int64_t S = q.length();
+  DrafterBatch<double> b{Tensor<std::int64_t>(tracker, MemoryCategory::inputs, {1, S}, q.tokens),
+                         Tensor<std::uint8_t>(tracker, MemoryCategory::inputs, {1, S}, q.loss_mask),
+                         Tensor<double>(tracker, MemoryCategory::inputs, {1, S, feature_width}, q.target_features),
+                         Tensor<double>(tracker, MemoryCategory::inputs, {1, S, hidden_size}, q.teacher_hidden),
+                         std::nullopt,
+                         std::nullopt};
+  return b;
+}
+
+}  // namespace dflash

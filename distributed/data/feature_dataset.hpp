@@ -1,0 +1,60 @@
+// A feature set (TRAINING §14): a directory of shards read in file-name order (names sorted by
+// their bytes), sequence i being the i-th of the set. Every shard is mapped and validated when
+// the set is opened, so a malformed file is refused before training starts; rows are read
+// through the maps as the data order visits them.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "distributed/data/feature_shard.hpp"
+#include "reference/drafter_batch.hpp"
+
+namespace dflash {
+
+// One sequence, cut to max_context rows (its first ones) when longer.
+struct FeatureSequence {
+  std::int64_t index = 0;            // i in the set
+  std::int64_t original_length = 0;  // rows in the shard
+  bool truncated = false;            // original_length > max_context
+  std::vector<std::int64_t> tokens;  // [S]
+  std::vector<std::uint8_t> loss_mask;
+  std::vector<double> target_features;  // [S, K H]
+  std::vector<double> teacher_hidden;   // [S, H]
+  std::int64_t length() const { return std::int64_t(tokens.size()); }
+};
+
+class FeatureDataset {
+ public:
+  // The shard files of `dir`: regular files named *.safetensors, sorted by their bytes. Throws
+  // dflash::InputError naming the directory when it is missing or holds none.
+  static std::vector<std::filesystem::path> shard_files(const std::filesystem::path& dir);
+
+  // Opens and validates every shard (feature_shard.hpp; read_every_value as there).
+  static FeatureDataset open(const std::filesystem::path& dir, const FeatureSetShape& shape, bool read_every_value = true);
+
+  const std::string& source() const { return source_; }
+  std::int64_t num_sequences() const { return first_sequence_.back(); }
+  std::int64_t num_rows() const;
+  std::int64_t num_shards() const { return std::int64_t(shards_.size()); }
+  const FeatureShard& shard(std::int64_t s) const { return shards_[std::size_t(s)]; }
+  std::int64_t sequence_length(std::int64_t i) const;
+
+  // Sequence i with its first min(length, max_context) rows.
+  FeatureSequence sequence(std::int64_t i, std::int64_t max_context) const;
+
+ private:
+  std::string source_;
+  FeatureSetShape shape_;
+  std::vector<FeatureShard> shards_;
+  std::vector<std::int64_t> first_sequence_;  // [shards + 1]: index of each shard's sequence 0
+  std::pair<const FeatureShard*, std::int64_t> locate(std::int64_t i) const;
+};
+
+// A one-sequence batch of the reference drafter (SPEC §2 layout, anchors sampled in the step).
+DrafterBatch<double> drafter_batch_of(MemoryTracker& tracker, const FeatureSequence& sequence, std::int64_t feature_width,
+                                      std::int64_t hidden_size);
+
+}  // namespace dflash

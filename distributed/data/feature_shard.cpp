@@ -1,0 +1,183 @@
+#include "distributed/data/feature_shard.hpp"
+
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+using safetensors::Dtype;
+
+FeatureSetShape FeatureSetShape::of(const DrafterConfig& config) {
+  return FeatureSetShape{config.hidden_size, config.target_layer_ids, config.vocab_size};
+}
+
+namespace {
+
+// "invalid <file>: <what>: <problem>"
+[[noreturn]] void shard_error(std::string_view file, std::string_view what, const std::string& problem) {
+  throw_input_error(file, str(what, ": ", problem));
+}
+
+std::string metadata_value(const safetensors::Layout& layout, std::string_view file, const std::string& key) {
+  const auto it = layout.metadata.find(key);
+  if (it == layout.metadata.end()) shard_error(file, str("__metadata__.", key), "missing");
+  return it->second;
+}
+
+// A metadata value that must be a non-negative decimal integer.
+std::int64_t metadata_integer(const safetensors::Layout& layout, std::string_view file, const std::string& key) {
+  const std::string text = metadata_value(layout, file, key);
+  nlohmann::json v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!v.is_number_unsigned()) shard_error(file, str("__metadata__.", key), str("'", text, "' is not a non-negative integer"));
+  return v.get<std::int64_t>();
+}
+
+const safetensors::TensorInfo& required_tensor(const safetensors::Layout& layout, std::string_view file,
+                                               std::string_view name, std::initializer_list<Dtype> dtypes,
+                                               const safetensors::Shape& shape) {
+  const auto it = layout.tensors.find(name);
+  if (it == layout.tensors.end()) shard_error(file, str("tensor '", name, "'"), "missing");
+  const safetensors::TensorInfo& t = it->second;
+  bool allowed = false;
+  std::string names;
+  for (Dtype d : dtypes) {
+    allowed = allowed || d == t.dtype;
+    names += (names.empty() ? "" : " or ") + std::string(safetensors::dtype_name(d));
+  }
+  if (!allowed) shard_error(file, str("tensor '", name, "'"), str("dtype ", safetensors::dtype_name(t.dtype), " is not ", names));
+  if (t.shape != shape) {
+    shard_error(file, str("tensor '", name, "'"),
+                str("shape ", safetensors::format_shape(t.shape), " is not ", safetensors::format_shape(shape)));
+  }
+  return t;
+}
+
+}  // namespace
+
+FeatureSetShape FeatureSetShape::declared_by(const std::filesystem::path& shard) {
+  const safetensors::Reader r = safetensors::Reader::open_file(shard);
+  const std::string file = shard.string();
+  FeatureSetShape shape;
+  shape.hidden_size = metadata_integer(r.layout(), file, "hidden_size");
+  const std::string ids_text = metadata_value(r.layout(), file, "target_layer_ids");
+  const nlohmann::json ids = nlohmann::json::parse(ids_text, nullptr, false);
+  if (!ids.is_array() || ids.empty()) shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a non-empty list"));
+  for (const nlohmann::json& id : ids) {
+    if (!id.is_number_integer()) shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a list of integers"));
+    shape.target_layer_ids.push_back(id.get<std::int64_t>());
+  }
+  shape.vocab_size = std::numeric_limits<std::int64_t>::max();
+  return shape;
+}
+
+FeatureShard FeatureShard::open(const std::filesystem::path& path, const FeatureSetShape& shape, bool read_every_value) {
+  FeatureShard s;
+  s.source_ = path.string();
+  const std::string& file = s.source_;
+  s.file_ = MappedFile::open(path);
+  const std::span<const std::byte> bytes = s.file_.bytes();
+  const std::uint64_t header_length =
+      safetensors::checked_header_length(file, bytes.first(std::min<std::size_t>(bytes.size(), 8)), bytes.size());
+  const std::string_view header_text(reinterpret_cast<const char*>(bytes.data()) + 8, header_length);
+  const safetensors::Layout layout = safetensors::parse_layout(file, header_text, bytes.size());
+
+  // Metadata: format, version, and the shape the config expects.
+  const std::string format = metadata_value(layout, file, "format");
+  if (format != kFeatureShardFormat) {
+    shard_error(file, "__metadata__.format", str("'", format, "' is not '", kFeatureShardFormat, "'"));
+  }
+  const std::string version = metadata_value(layout, file, "version");
+  if (version != kFeatureShardVersion) {
+    shard_error(file, "__metadata__.version", str("'", version, "' is not '", kFeatureShardVersion, "'"));
+  }
+  const std::int64_t H = metadata_integer(layout, file, "hidden_size");
+  if (H != shape.hidden_size) {
+    shard_error(file, "__metadata__.hidden_size", str(H, " does not match the config's hidden_size = ", shape.hidden_size));
+  }
+  const std::string ids_text = metadata_value(layout, file, "target_layer_ids");
+  const nlohmann::json ids = nlohmann::json::parse(ids_text, nullptr, false);
+  if (ids != nlohmann::json(shape.target_layer_ids)) {
+    shard_error(file, "__metadata__.target_layer_ids",
+                str(ids_text, " does not match the config's ", nlohmann::json(shape.target_layer_ids).dump()));
+  }
+  const std::int64_t n = metadata_integer(layout, file, "num_sequences");
+  if (const auto it = layout.metadata.find("target_model"); it != layout.metadata.end()) s.target_model_ = it->second;
+
+  // Offsets first: they give the row count every other tensor is checked against.
+  const auto& offsets = required_tensor(layout, file, "offsets", {Dtype::I64}, {n + 1});
+  const std::byte* base = bytes.data() + layout.data_start;
+  s.offsets_.resize(std::size_t(n + 1));
+  for (std::int64_t i = 0; i <= n; ++i) {
+    s.offsets_[std::size_t(i)] = safetensors::load_integer_element(Dtype::I64, base + offsets.begin + 8 * i);
+  }
+  if (s.offsets_[0] != 0) shard_error(file, "tensor 'offsets'[0]", str(s.offsets_[0], " is not 0"));
+  for (std::int64_t i = 1; i <= n; ++i) {
+    if (s.offsets_[std::size_t(i)] <= s.offsets_[std::size_t(i) - 1]) {
+      shard_error(file, str("tensor 'offsets'[", i, "]"),
+                  str(s.offsets_[std::size_t(i)], " is not greater than offsets[", i - 1, "] = ",
+                      s.offsets_[std::size_t(i) - 1], " (every sequence has at least one row)"));
+    }
+  }
+  const std::int64_t rows = s.offsets_.back(), KH = shape.feature_width();
+  const auto& tokens = required_tensor(layout, file, "tokens", {Dtype::I32, Dtype::I64}, {rows});
+  const auto& mask = required_tensor(layout, file, "loss_mask", {Dtype::U8, Dtype::BOOL}, {rows});
+  const auto& features = required_tensor(layout, file, "target_features", {Dtype::BF16, Dtype::F16, Dtype::F32}, {rows, KH});
+  const auto& teacher = required_tensor(layout, file, "teacher_hidden", {Dtype::BF16, Dtype::F16, Dtype::F32}, {rows, H});
+  s.tokens_ = {tokens.dtype, base + tokens.begin, 1};
+  s.loss_mask_ = {mask.dtype, base + mask.begin, 1};
+  s.features_ = {features.dtype, base + features.begin, KH};
+  s.teacher_ = {teacher.dtype, base + teacher.begin, H};
+  if (read_every_value) s.validate_values(shape);
+  return s;
+}
+
+void FeatureShard::validate_values(const FeatureSetShape& shape) const {
+  const std::int64_t rows = num_rows();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t t = token(r);
+    if (t < 0 || t >= shape.vocab_size) {
+      shard_error(source_, str("tensor 'tokens'[", r, "]"), str(t, " is outside [0, vocab_size = ", shape.vocab_size, ")"));
+    }
+    const std::int64_t m = safetensors::load_integer_element(loss_mask_.dtype, loss_mask_.data + r);
+    if (m != 0 && m != 1) shard_error(source_, str("tensor 'loss_mask'[", r, "]"), str(m, " is not 0 or 1"));
+  }
+  std::vector<double> row;
+  for (const auto& [name, view] : {std::pair<const char*, const View*>{"target_features", &features_},
+                                   std::pair<const char*, const View*>{"teacher_hidden", &teacher_}}) {
+    row.resize(std::size_t(view->width));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      load_row(*view, r, row.data());
+      for (std::int64_t c = 0; c < view->width; ++c) {
+        if (!std::isfinite(row[std::size_t(c)])) {
+          shard_error(source_, str("tensor '", name, "'[", r, "][", c, "]"),
+                      str(row[std::size_t(c)], " is not finite (every row of a shard must be)"));
+        }
+      }
+    }
+  }
+}
+
+std::int64_t FeatureShard::token(std::int64_t row) const {
+  return safetensors::load_integer_element(tokens_.dtype, tokens_.data + row * std::int64_t(safetensors::dtype_size(tokens_.dtype)));
+}
+
+std::uint8_t FeatureShard::loss_mask(std::int64_t row) const {
+  return static_cast<std::uint8_t>(safetensors::load_integer_element(loss_mask_.dtype, loss_mask_.data + row));
+}
+
+void FeatureShard::load_row(const View& v, std::int64_t row, double* out) const {
+  const auto size = std::int64_t(safetensors::dtype_size(v.dtype));
+  const std::byte* p = v.data + row * v.width * size;
+  for (std::int64_t c = 0; c < v.width; ++c) out[c] = safetensors::load_float_element(v.dtype, p + c * size);
+}
+
+void FeatureShard::feature_row(std::int64_t row, double* out) const { load_row(features_, row, out); }
+void FeatureShard::teacher_row(std::int64_t row, double* out) const { load_row(teacher_, row, out); }
+
+}  // namespace dflash

@@ -1,0 +1,90 @@
+#include "distributed/metrics/block_statistics.hpp"
+
+namespace dflash {
+
+std::vector<double> BlockStatistics::packed() const {
+  std::vector<double> v = correct;
+  v.insert(v.end(), labelled.begin(), labelled.end());
+  v.push_back(accepted);
+  v.push_back(kept_blocks);
+  return v;
+}
+
+BlockStatistics BlockStatistics::unpacked(const std::vector<double>& v, std::int64_t block_size) {
+  BlockStatistics s(block_size);
+  const auto B = std::size_t(block_size);
+  std::copy(v.begin(), v.begin() + B, s.correct.begin());
+  std::copy(v.begin() + B, v.begin() + 2 * B, s.labelled.begin());
+  s.accepted = v[2 * B];
+  s.kept_blocks = v[2 * B + 1];
+  return s;
+}
+
+std::vector<double> BlockStatistics::accuracy_by_position() const {
+  std::vector<double> out;
+  for (std::size_t k = 1; k < correct.size(); ++k) out.push_back(labelled[k] > 0 ? correct[k] / labelled[k] : 0.0);
+  return out;
+}
+
+double BlockStatistics::acceptance_length() const { return kept_blocks > 0 ? accepted / kept_blocks : 0.0; }
+
+void add_block_rows(BlockStatistics& into, std::int64_t B, std::span<const std::uint8_t> keep,
+                    std::span<const std::uint8_t> valid, std::span<const std::int64_t> labels,
+                    std::span<const std::int64_t> argmax) {
+  for (std::size_t n = 0; n < keep.size(); ++n) {
+    bool accepting = keep[n] == 1;
+    double accepted = 1;
+    for (std::int64_t k = 1; k < B; ++k) {
+      const std::size_t i = n * std::size_t(B) + std::size_t(k);
+      if (valid[i] == 0) {
+        accepting = false;  // acceptance stops at the first row without a label
+        continue;
+      }
+      const bool hit = argmax[i] == labels[i];
+      into.labelled[std::size_t(k)] += 1;
+      into.correct[std::size_t(k)] += hit ? 1 : 0;
+      accepting = accepting && hit;
+      accepted += accepting ? 1 : 0;
+    }
+    if (keep[n] == 1) {
+      into.accepted += accepted;
+      into.kept_blocks += 1;
+    }
+  }
+}
+
+void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const FrozenWeights<double>& frozen,
+                          const DrafterBatch<double>& batch, const DrafterOutputs<double>& out,
+                          const DrafterStepOptions& options) {
+  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
+  const std::int64_t H = config.hidden_size, V = config.vocab_size, T = out.hidden.dim(1);
+  for (std::size_t b = 0; b < seqs.size(); ++b) {
+    const SequenceBlocks<double>& blocks = seqs[b].blocks;
+    std::vector<std::int64_t> argmax(std::size_t(T), -1);
+    for (std::int64_t i = 0; i < T; ++i) {
+      if (blocks.valid[std::size_t(i)] == 0) continue;
+      const double* y = out.hidden.data() + (std::int64_t(b) * T + i) * H;
+      double best_z = 0;
+      for (std::int64_t v = 0; v < V; ++v) {
+        double z = 0;
+        for (std::int64_t h = 0; h < H; ++h) z += y[h] * frozen.lm_head[v * H + h];
+        if (v == 0 || z > best_z) {
+          argmax[std::size_t(i)] = v;
+          best_z = z;
+        }
+      }
+    }
+    add_block_rows(into, config.block_size, seqs[b].slots.keep, blocks.valid, blocks.labels, argmax);
+  }
+}
+
+void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const DrafterParameters<double>& params,
+                          const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch, std::uint32_t step,
+                          std::uint32_t first_global_index) {
+  MemoryTracker scratch;  // not the step's: peak_bytes report the step alone
+  const DrafterStepOptions options = drafter_step_options(config, step, first_global_index);
+  const DrafterOutputs<double> out = drafter_forward(scratch, config, params, frozen, batch, options);
+  add_block_statistics(into, config, frozen, batch, out, options);
+}
+
+}  // namespace dflash

@@ -1,0 +1,54 @@
+// What speculative decoding would get from the drafter (TRAINING §17), per block position:
+//   accuracy_by_position[k-1] = sum w01 [argmax z = y] / sum w01 at block position k = 1 .. B-1
+//   acceptance_length = mean over kept blocks (kappa = 1) of 1 + the number of leading positions
+//                       k = 1, 2, ... whose argmax equals the label, stopping at the first miss or
+//                       the first row with w01 = 0.
+// argmax ties go to the lowest index, as in the loss head's accuracy (SPEC §5).
+//
+// The reference step reports only the batch accuracy, so these come from a forward of the step's
+// sequences with the parameters the step started from (same anchors and dropout masks: the same
+// coordinates), kept out of the step's memory accounting.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "reference/drafter.hpp"
+
+namespace dflash {
+
+struct BlockStatistics {
+  std::vector<double> correct;   // [B] by position k (k = 0 unused)
+  std::vector<double> labelled;  // [B] sum w01 by k
+  double accepted = 0;           // sum over kept blocks of the acceptance length
+  double kept_blocks = 0;
+
+  explicit BlockStatistics(std::int64_t block_size = 0)
+      : correct(std::size_t(block_size), 0.0), labelled(std::size_t(block_size), 0.0) {}
+  // The flat form a communicator sums: correct, labelled, accepted, kept_blocks.
+  std::vector<double> packed() const;
+  static BlockStatistics unpacked(const std::vector<double>& values, std::int64_t block_size);
+
+  std::vector<double> accuracy_by_position() const;  // k = 1 .. B-1 (0 where nothing is labelled)
+  double acceptance_length() const;                  // 0 when no block is kept
+};
+
+// Adds the blocks of one sequence from its rows (i = n B + k): keep flags [N], w01, labels and the
+// drafter's argmax [N B].
+void add_block_rows(BlockStatistics& into, std::int64_t block_size, std::span<const std::uint8_t> keep,
+                    std::span<const std::uint8_t> valid, std::span<const std::int64_t> labels,
+                    std::span<const std::int64_t> argmax);
+
+// Adds the blocks of every sequence of `batch` from a forward already run with `options` (argmax of
+// z = Y W_lm^T per labelled row, lowest index on ties).
+void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const FrozenWeights<double>& frozen,
+                          const DrafterBatch<double>& batch, const DrafterOutputs<double>& outputs,
+                          const DrafterStepOptions& options);
+
+// Runs that forward (global indices first_global_index + b, step `step`) and adds its blocks.
+void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const DrafterParameters<double>& params,
+                          const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch,
+                          std::uint32_t step, std::uint32_t first_global_index);
+
+}  // namespace dflash

@@ -1,0 +1,101 @@
+#include "distributed/metrics/step_record.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+using nlohmann::json;
+
+json step_record_json(const StepRecord& r) {
+  return {{"step", r.step},
+          {"loss", r.loss},
+          {"ce", r.ce},
+          {"kl", r.kl},
+          {"accuracy", r.accuracy},
+          {"weight_sum", r.weight_sum},
+          {"lr", r.lr},
+          {"grad_norm", r.grad_norm},
+          {"clipped", r.clipped},
+          {"tokens", r.tokens},
+          {"tokens_per_s", r.tokens_per_s},
+          {"step_s", r.step_s},
+          {"peak_bytes", r.peak_bytes},
+          {"truncated_sequences", r.truncated_sequences},
+          {"accuracy_by_position", r.accuracy_by_position},
+          {"acceptance_length", r.acceptance_length}};
+}
+
+StepRecord step_record_from_json(const json& j) {
+  StepRecord r;
+  try {
+    r.step = j.at("step").get<std::int64_t>();
+    r.loss = j.at("loss").get<double>();
+    r.ce = j.at("ce").get<double>();
+    r.kl = j.at("kl").get<double>();
+    r.accuracy = j.at("accuracy").get<double>();
+    r.weight_sum = j.at("weight_sum").get<double>();
+    r.lr = j.at("lr").get<double>();
+    r.grad_norm = j.at("grad_norm").get<double>();
+    r.clipped = j.at("clipped").get<bool>();
+    r.tokens = j.at("tokens").get<std::int64_t>();
+    r.tokens_per_s = j.at("tokens_per_s").get<double>();
+    r.step_s = j.at("step_s").get<double>();
+    r.peak_bytes = j.at("peak_bytes").get<std::map<std::string, std::int64_t>>();
+    r.truncated_sequences = j.at("truncated_sequences").get<std::int64_t>();
+    r.accuracy_by_position = j.at("accuracy_by_position").get<std::vector<double>>();
+    r.acceptance_length = j.at("acceptance_length").get<double>();
+  } catch (const json::exception& e) {
+    throw_input_error("metrics record", e.what());
+  }
+  return r;
+}
+
+namespace {
+
+std::string clock_text(double seconds) {
+  const auto s = static_cast<long long>(std::max(0.0, std::round(seconds)));
+  char text[32];
+  std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
+  return text;
+}
+
+}  // namespace
+
+std::string progress_line(const StepRecord& r, std::int64_t total_steps, double seconds_left) {
+  char text[160];
+  std::snprintf(text, sizeof text, "step %lld/%lld  loss %.4f  acc %.3f  %.0f tok/s  eta %s",
+                static_cast<long long>(r.step + 1), static_cast<long long>(total_steps), r.loss, r.accuracy,
+                r.tokens_per_s, clock_text(seconds_left).c_str());
+  return text;
+}
+
+void RunSummary::add(const StepRecord& r) {
+  if (last_step < first_step) {
+    first_step = r.step;
+    first_loss = r.loss;
+  }
+  last_step = r.step;
+  last_loss = r.loss;
+  last_accuracy = r.accuracy;
+  last_acceptance = r.acceptance_length;
+  tokens += r.tokens;
+  seconds += r.step_s;
+  truncated_sequences += r.truncated_sequences;
+}
+
+void print_run_summary(std::ostream& out, const RunSummary& s, const std::string& last_checkpoint) {
+  if (s.last_step < s.first_step) {
+    out << "dflash train: no step run; last checkpoint " << last_checkpoint << "\n";
+    return;
+  }
+  out << "dflash train: steps " << s.first_step << ".." << s.last_step << ", loss " << s.first_loss << " -> "
+      << s.last_loss << ", accuracy " << s.last_accuracy << ", acceptance length " << s.last_acceptance << ", "
+      << s.tokens << " tokens in " << s.seconds << " s ("
+      << (s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0) << " tok/s), " << s.truncated_sequences
+      << " sequences truncated; last checkpoint " << last_checkpoint << "\n";
+}
+
+}  // namespace dflash

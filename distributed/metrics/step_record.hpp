@@ -1,0 +1,45 @@
+// Metrics and progress of a training run (TRAINING §17): one JSON object per optimizer step in
+// <run>/metrics.jsonl, a progress line on stderr (rewritten in place on a terminal, one line every
+// N steps otherwise), and a summary at the end.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dflash {
+
+struct StepRecord {
+  std::int64_t step = 0;  // t, 0-based
+  double loss = 0, ce = 0, kl = 0, accuracy = 0, weight_sum = 0, lr = 0, grad_norm = 0;
+  bool clipped = false;
+  std::int64_t tokens = 0;  // block tokens with w01 = 1 in the step
+  double tokens_per_s = 0, step_s = 0;
+  std::map<std::string, std::int64_t> peak_bytes;  // per category, SPEC §8 names
+  std::int64_t truncated_sequences = 0;
+  std::vector<double> accuracy_by_position;  // k = 1 .. B-1
+  double acceptance_length = 0;
+};
+
+nlohmann::json step_record_json(const StepRecord& r);
+StepRecord step_record_from_json(const nlohmann::json& j);  // throws dflash::InputError naming the key
+
+// "step 12/100  loss 3.1416  acc 0.250  1234 tok/s  eta 0:01:23"
+std::string progress_line(const StepRecord& r, std::int64_t total_steps, double seconds_left);
+
+struct RunSummary {
+  std::int64_t first_step = 0, last_step = -1;  // steps run by this invocation
+  double first_loss = 0, last_loss = 0, last_accuracy = 0, last_acceptance = 0;
+  std::int64_t tokens = 0;
+  double seconds = 0;
+  std::int64_t truncated_sequences = 0;
+  void add(const StepRecord& r);
+};
+
+void print_run_summary(std::ostream& out, const RunSummary& s, const std::string& last_checkpoint);
+
+}  // namespace dflash

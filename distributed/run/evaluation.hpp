@@ -1,0 +1,38 @@
+// Held-out statistics (TRAINING §17, `--eval-data DIR --eval-every N`): after every N-th optimizer
+// step, the step's statistics on a held-out feature set with no gradients and no dropout, one JSON
+// object per evaluation in <run>/eval.jsonl. Every sequence of the set is evaluated, rank r taking
+// sequences i = r, r + R, ...; anchors are sampled for (step, seq = i), so the result does not
+// depend on R. Loss, ce and kl are over the whole set's W, as in SPEC §5.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "distributed/communicator.hpp"
+#include "distributed/data/feature_dataset.hpp"
+#include "distributed/training_config.hpp"
+#include "reference/drafter_parameters.hpp"
+
+namespace dflash {
+
+struct EvalRecord {
+  std::int64_t step = 0;  // after optimizer step t
+  double loss = 0, ce = 0, kl = 0, accuracy = 0, weight_sum = 0;
+  std::int64_t tokens = 0, sequences = 0, truncated_sequences = 0;
+  std::vector<double> accuracy_by_position;
+  double acceptance_length = 0;
+};
+
+nlohmann::json eval_record_json(const EvalRecord& r);
+
+// Refuses (InputError naming --eval-data) a set of more than 2^20 sequences: seq indexes the RNG
+// streams (SPEC §6).
+void validate_eval_set(const FeatureDataset& eval);
+
+EvalRecord evaluate(Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                    const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
+                    const FeatureDataset& eval, std::int64_t step);
+
+}  // namespace dflash

@@ -1,0 +1,59 @@
+#include "distributed/run/plan_gate.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "distributed/global_batch.hpp"
+#include "planner/plan_report.hpp"
+#include "reference/errors.hpp"
+
+namespace dflash {
+
+TrainingBackend parse_training_backend(const std::string& name) {
+  if (name == "cpu") return TrainingBackend::cpu;
+  if (name == "cuda") return TrainingBackend::cuda;
+  throw_input_error("--backend", str("'", name, "' is not cpu or cuda"));
+}
+
+std::string_view training_backend_name(TrainingBackend backend) { return backend == TrainingBackend::cpu ? "cpu" : "cuda"; }
+
+std::int64_t host_memory_bytes_per_rank() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  std::int64_t ranks_here = 1;
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) ranks_here = std::max(1L, std::atol(local));
+  return std::int64_t(pages) * std::int64_t(page) / ranks_here;
+}
+
+PlanRequest training_plan_request(const DrafterConfig& config, const TrainingConfig& training, int world_size,
+                                  TrainingBackend backend) {
+  const GlobalBatchLayout layout = GlobalBatchLayout::of(training, world_size);  // refuses a global batch R U does not divide
+  PlanRequest r = PlanRequest::from_config(config);
+  r.context = training.max_context;
+  r.sequences = layout.per_rank_micro_step();
+  r.micro_steps = training.micro_steps;
+  r.layout.gpus = world_size;
+  r.layout.zero_stage = training.zero_stage;
+  if (backend == TrainingBackend::cpu) {
+    r.precision = TrainingPrecision::reference_training();
+    r.device_bytes = host_memory_bytes_per_rank();
+  } else {
+    r.precision = TrainingPrecision::production();
+    r.device_bytes = kDefaultDeviceBytes;
+  }
+  return r;
+}
+
+PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size, TrainingBackend backend) {
+  const PlanRequest r = training_plan_request(config, training, world_size, backend);
+  return PlanVerdict{plan_training_memory(r), policy_verdicts(r)};
+}
+
+void print_plan_verdict(std::ostream& out, const PlanVerdict& v, const std::string& config_path, int world_size,
+                        TrainingBackend backend) {
+  out << "dflash train: plan for " << config_path << " on " << world_size << " rank(s), backend "
+      << training_backend_name(backend) << ": " << (v.fits() ? "fits" : "DOES NOT FIT") << "\n";
+  print_plan(out, v.plan, v.verdicts);
+}
+
+}  // namespace dflash

@@ -1,0 +1,45 @@
+// `dflash train`: the full-scale training entry point (TRAINING §11–§17, SPEC §1), one process per
+// rank. In order, before anything is written:
+//   1. the config (drafter model + SPEC §1 training fields + TRAINING §12 fields, one file);
+//   2. the plan gate (plan_gate.hpp): printed, and a refusal with the table unless --force;
+//   3. the output directory: one holding another run's checkpoints needs --resume;
+//   4. the feature set, every shard validated (rank 0 reads every value; the others map headers);
+//   5. the frozen weights from the target checkpoint; the initial weights (--init, or the seeded
+//      initialisation, or the latest checkpoint with --resume, its hashes verified).
+// Then each optimizer step takes the next global batch from the data cursor, runs train_step on
+// this rank's share, appends its metrics (rank 0), and saves a checkpoint every --save-every steps,
+// at the end, and after SIGINT/SIGTERM (then exits 0).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "distributed/communicator.hpp"
+#include "distributed/run/plan_gate.hpp"
+
+namespace dflash {
+
+struct TrainingRunOptions {
+  std::filesystem::path config, data, target, out;
+  std::optional<std::filesystem::path> init;
+  TrainingBackend backend = TrainingBackend::cpu;
+  bool resume = false;
+  bool force = false;               // train even when the plan says it does not fit
+  std::int64_t save_every = 0;      // also every N steps (0: only at the end and on a signal)
+  std::int64_t keep = 0;            // keep the K most recent checkpoints (0: all)
+  std::int64_t progress_every = 10; // progress lines when stderr is not a terminal
+  std::optional<std::filesystem::path> eval_data;  // held-out shards (evaluation.hpp)
+  std::int64_t eval_every = 0;                     // evaluate after every N-th step (with eval_data)
+  // Called on every rank after step t's metrics are known (tests: raise a signal mid-run).
+  std::function<void(std::int64_t step)> after_step;
+};
+
+// Runs the whole thing on this rank; returns the exit code (0: finished, or stopped by a signal
+// after saving). Bad input throws dflash::InputError before anything is written.
+int run_training(const TrainingRunOptions& options, Communicator& comm, std::ostream& log);
+
+}  // namespace dflash

@@ -1,0 +1,61 @@
+"""The numpy shard writer of distributed/data/dflash_features.py (the README's example) against
+`dflash data check`: shards written from fake Hugging Face hidden states pass, and the values read
+back are the writer's (bf16 rounding checked bit for bit); a broken shard is refused naming it.
+Exit 77 (skip) without numpy."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    print("skipped: numpy is not installed (Debian: python3-numpy)")
+    sys.exit(77)
+
+dflash, root = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.join(root, "distributed", "data"))
+from dflash_features import ShardWriter, _bfloat16_bits, features_from_hidden_states  # noqa: E402
+
+config = json.load(open(os.path.join(root, "configs", "tiny-train.json")))
+H, ids, V = config["hidden_size"], config["target_layer_ids"], config["vocab_size"]
+rng = np.random.default_rng(5)
+
+# bf16 rounding: ties to even, and a value exactly representable stays.
+assert _bfloat16_bits(np.array([1.0], np.float32))[0] == 0x3F80
+assert _bfloat16_bits(np.array([1.0 + 2**-8], np.float32))[0] == 0x3F80      # tie -> even
+assert _bfloat16_bits(np.array([1.0 + 3 * 2**-8], np.float32))[0] == 0x3F82  # tie -> even (up)
+
+with tempfile.TemporaryDirectory() as tmp:
+    shards = os.path.join(tmp, "features")
+    os.makedirs(shards)
+    for s, dtype in enumerate(["bfloat16", "float16", "float32"]):
+        writer = ShardWriter(H, ids, target_model="fake/target")
+        for q in range(3):
+            S = 5 + q
+            # What model(input_ids, output_hidden_states=True) returns: L + 1 = 5 arrays [S, H].
+            hidden_states = [rng.standard_normal((S, H)).astype(np.float32) for _ in range(5)]
+            features, teacher = features_from_hidden_states(hidden_states, ids)
+            assert features.shape == (S, len(ids) * H)
+            assert np.array_equal(features[:, H:2 * H], hidden_states[ids[1] + 1])
+            writer.add(rng.integers(0, V - 1, S), (rng.random(S) > 0.3).astype(np.uint8), features, teacher)
+        writer.write(os.path.join(shards, f"shard-{s:05d}.safetensors"), dtype=dtype)
+    run = subprocess.run([dflash, "data", "check", shards, "--config", os.path.join(root, "configs", "tiny-train.json")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "3 shard(s), 9 sequences" in run.stdout, run.stdout
+
+    # A token at vocab_size is refused, naming the file, tensor and index.
+    writer = ShardWriter(H, ids)
+    tokens = np.zeros(4, np.int64)
+    tokens[2] = V
+    writer.add(tokens, np.ones(4, np.uint8), np.zeros((4, len(ids) * H)), np.zeros((4, H)))
+    bad = os.path.join(shards, "shard-99999.safetensors")
+    writer.write(bad)
+    run = subprocess.run([dflash, "data", "check", shards, "--config", os.path.join(root, "configs", "tiny-train.json")],
+                         capture_output=True, text=True)
+    assert run.returncode != 0
+    assert bad in run.stderr and "'tokens'[2]" in run.stderr, run.stderr
+print("feature_shards_numpy: OK")

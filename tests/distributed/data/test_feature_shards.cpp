@@ -1,0 +1,102 @@
+// Feature shards (TRAINING §14): a valid set reads back exactly through the maps, in file-name
+// order, cut to max_context and counted; every malformed case is refused naming file, tensor and
+// index.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "distributed/data/feature_dataset.hpp"
+#include "tests/distributed/malformed_shards.hpp"
+#include "tests/distributed/train_test_support.hpp"
+
+namespace dflash {
+namespace {
+
+using namespace train_testing;
+using ::testing::HasSubstr;
+
+TEST(FeatureShards, SetReadsBackExactlyInFileNameOrder) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  const FeatureShardContents a = valid_shard(c, 3, 1), b = valid_shard(c, 2, 2);
+  // "b" sorts before "c" by bytes; written in the other order to show order comes from names.
+  write_feature_shard(dir / "c.safetensors", a, safetensors::Dtype::F32);
+  write_feature_shard(dir / "b.safetensors", b, safetensors::Dtype::F32);
+  write_whole_file(dir / "notes.txt", "not a shard");
+  const FeatureDataset d = FeatureDataset::open(dir.path(), FeatureSetShape::of(c));
+  ASSERT_EQ(d.num_shards(), 2);
+  ASSERT_EQ(d.num_sequences(), 5);
+  EXPECT_EQ(d.num_rows(), (3 + 4) + (3 + 4 + 5));
+  // Sequence 2 is a's sequence 0 (3 rows); values are F32, and the writer's doubles round to F32.
+  const FeatureSequence q = d.sequence(2, 100);
+  EXPECT_FALSE(q.truncated);
+  ASSERT_EQ(q.length(), 3);
+  for (std::int64_t p = 0; p < 3; ++p) {
+    EXPECT_EQ(q.tokens[std::size_t(p)], a.tokens[std::size_t(p)]);
+    EXPECT_EQ(q.loss_mask[std::size_t(p)], a.loss_mask[std::size_t(p)]);
+  }
+  for (std::size_t e = 0; e < q.target_features.size(); ++e) EXPECT_EQ(q.target_features[e], double(float(a.target_features[e])));
+  for (std::size_t e = 0; e < q.teacher_hidden.size(); ++e) EXPECT_EQ(q.teacher_hidden[e], double(float(a.teacher_hidden[e])));
+  // Sequence 1 is b's sequence 1 (4 rows).
+  EXPECT_EQ(d.sequence_length(1), 4);
+  EXPECT_EQ(d.sequence(1, 100).tokens, std::vector<std::int64_t>(b.tokens.begin() + 3, b.tokens.begin() + 7));
+}
+
+TEST(FeatureShards, LongSequenceKeepsItsFirstMaxContextRowsAndIsCounted) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  const FeatureShardContents a = valid_shard(c, 3, 4);  // lengths 3, 4, 5
+  write_feature_shard(dir / "a.safetensors", a, safetensors::Dtype::BF16);
+  const FeatureDataset d = FeatureDataset::open(dir.path(), FeatureSetShape::of(c));
+  const FeatureSequence q = d.sequence(2, 4);
+  EXPECT_TRUE(q.truncated);
+  EXPECT_EQ(q.original_length, 5);
+  ASSERT_EQ(q.length(), 4);
+  EXPECT_EQ(q.tokens, std::vector<std::int64_t>(a.tokens.begin() + 7, a.tokens.begin() + 11));
+  EXPECT_EQ(q.target_features.size(), std::size_t(4 * c.feature_width()));
+  EXPECT_FALSE(d.sequence(1, 4).truncated);  // exactly max_context rows
+}
+
+TEST(FeatureShards, DirectoryWithoutShardsIsRefused) {
+  ScratchDirectory dir;
+  EXPECT_THAT(input_error_message([&] { FeatureDataset::open(dir.path(), FeatureSetShape::of(tiny_config())); }),
+              HasSubstr("holds no *.safetensors"));
+  EXPECT_THAT(input_error_message([&] { FeatureDataset::open(dir / "absent", FeatureSetShape::of(tiny_config())); }),
+              HasSubstr("is not a directory"));
+}
+
+TEST(FeatureShards, ShapeDeclaredByMetadataChecksWithoutAConfig) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  write_feature_shard(dir / "a.safetensors", valid_shard(c, 2, 5), safetensors::Dtype::F16);
+  const FeatureSetShape s = FeatureSetShape::declared_by(dir / "a.safetensors");
+  EXPECT_EQ(s.hidden_size, c.hidden_size);
+  EXPECT_EQ(s.target_layer_ids, c.target_layer_ids);
+  EXPECT_EQ(FeatureDataset::open(dir.path(), s).num_sequences(), 2);
+}
+
+class MalformedShard : public ::testing::TestWithParam<MalformedShardCase> {};
+
+TEST_P(MalformedShard, IsRefusedNamingFileTensorAndIndex) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  write_feature_shard(dir / "a-good.safetensors", valid_shard(c, 2, 8), safetensors::Dtype::BF16);
+  RawShard raw(valid_shard(c, 4, 9));
+  GetParam().damage(raw);
+  raw.write(dir / "b-bad.safetensors");
+  const std::string message = input_error_message([&] { FeatureDataset::open(dir.path(), FeatureSetShape::of(c)); });
+  EXPECT_THAT(message, HasSubstr((dir / "b-bad.safetensors").string()));
+  for (const std::string& s : GetParam().named) EXPECT_THAT(message, HasSubstr(s));
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryCase, MalformedShard, ::testing::ValuesIn(malformed_shard_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(RawShard, ValidRawShardIsAccepted) {  // the cases above break exactly one thing
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  RawShard(valid_shard(c, 4, 9)).write(dir / "a.safetensors");
+  EXPECT_EQ(FeatureDataset::open(dir.path(), FeatureSetShape::of(c)).num_rows(), 18);
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,182 @@
+// `dflash train` as a user runs it: under mpirun on 2 and 3 ranks the checkpoints agree with one
+// rank within 1e-12; a run resumed on another number of ranks too; a real SIGTERM ends the run with
+// a checkpoint and exit 0; the plan gate prints its table; data check, export and report. Every
+// mpirun runs under `timeout` (a hang fails the test instead of stalling CI).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "distributed/metrics/metrics_report.hpp"
+#include "distributed/weights/drafter_export.hpp"
+#include "tests/distributed/run_test_support.hpp"
+#include "tests/support/cli_run.hpp"
+
+namespace dflash {
+namespace {
+
+using namespace train_testing;
+using testing_support::run_dflash;
+using ::testing::HasSubstr;
+
+std::string run_args(const std::filesystem::path& out, const std::string& extra = "") {
+  return "train --config '" + tiny_train_config_path().string() + "' --data '" + (synthetic_run_data() / "features").string() +
+         "' --target '" + (synthetic_run_data() / "target").string() + "' --out '" + out.string() + "' " + extra;
+}
+
+// `timeout 60 mpirun -np R dflash <args>`, as root if need be, oversubscribed (CI has 2 cores).
+testing_support::CliRun mpirun_dflash(int ranks, const std::string& args) {
+  const char* env = std::getenv("DFLASH_BIN");
+  const std::string bin = env != nullptr ? env : DFLASH_BIN_DEFAULT;
+  ScratchDirectory wrapper;
+  const auto script = wrapper / "dflash";
+  {
+    std::ofstream s(script);
+    s << "#!/bin/sh\nexec timeout 60 " << DFLASH_MPIEXEC << " --allow-run-as-root --oversubscribe -np " << ranks << " '" << bin
+      << "' \"$@\"\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  ::setenv("DFLASH_BIN", script.c_str(), 1);
+  testing_support::CliRun r = run_dflash(args);
+  if (env != nullptr) ::setenv("DFLASH_BIN", env, 1); else ::unsetenv("DFLASH_BIN");
+  return r;
+}
+
+const std::filesystem::path& one_rank_run() {
+  static const ScratchDirectory dir;
+  static const std::filesystem::path out = [] {
+    const auto r = run_dflash(run_args(dir / "run", "--save-every 10"));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return dir / "run";
+  }();
+  return out;
+}
+
+RunCheckpoint checkpoint_at(const std::filesystem::path& run, std::int64_t step) {
+  return read_run_checkpoint(run / checkpoint_name(step), tiny_config());
+}
+
+TEST(TrainingCli, OneRankRunPrintsThePlanProgressAndSummary) {
+  ScratchDirectory dir;
+  const auto r = run_dflash(run_args(dir / "run", "--progress-every 5"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("plan for"));
+  EXPECT_THAT(r.out, HasSubstr(": fits"));
+  EXPECT_THAT(r.out, HasSubstr("policy combinations"));
+  EXPECT_THAT(r.err, HasSubstr("step 5/20"));
+  EXPECT_THAT(r.err, HasSubstr("step 20/20"));
+  EXPECT_THAT(r.out, HasSubstr("last checkpoint"));
+}
+
+TEST(TrainingCli, TwoAndThreeRanksAgreeWithOneRankWithin1e12) {
+  const RunCheckpoint one = checkpoint_at(one_rank_run(), 20);
+  for (int ranks : {2, 3}) {
+    ScratchDirectory dir;
+    const auto r = mpirun_dflash(ranks, run_args(dir / "run"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const RunCheckpoint many = checkpoint_at(dir / "run", 20);
+    EXPECT_EQ(many.world_size, ranks);
+    expect_same_state_within(many, one, kRankOrderTolerance);
+    EXPECT_NE(many.master, checkpoint_at(one_rank_run(), 10).master);  // it did train
+  }
+}
+
+TEST(TrainingCli, ResumeOnAnotherNumberOfRanksWithin1e12) {
+  ScratchDirectory dir;
+  std::filesystem::create_directories(dir / "run");
+  std::filesystem::copy(one_rank_run() / "step-00000010", dir / "run" / "step-00000010", std::filesystem::copy_options::recursive);
+  write_whole_file(dir / "run" / "latest", "step-00000010\n");
+  const auto r = mpirun_dflash(3, run_args(dir / "run", "--resume"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("written on 1 rank(s)"));
+  expect_same_state_within(checkpoint_at(dir / "run", 20), checkpoint_at(one_rank_run(), 20), kRankOrderTolerance);
+}
+
+TEST(TrainingCli, RealSigtermEndsTheStepSavesAndExitsZero) {
+  ScratchDirectory dir;
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(tiny_train_config_path()));
+  j["total_steps"] = 100000;  // far more than runs before the signal
+  write_whole_file(dir / "long.json", j.dump());
+  const char* env = std::getenv("DFLASH_BIN");
+  const std::string bin = env != nullptr ? env : DFLASH_BIN_DEFAULT;
+  const std::string command = "'" + bin + "' train --config '" + (dir / "long.json").string() + "' --data '" +
+                              (synthetic_run_data() / "features").string() + "' --target '" +
+                              (synthetic_run_data() / "target").string() + "' --out '" + (dir / "run").string() + "'";
+  // Background shell: the pid of dflash, then its exit code once it ends.
+  const std::string shell = "(" + command + " >/dev/null 2>&1 & echo $! > '" + (dir / "pid").string() + "'; wait $!; echo $? > '" +
+                            (dir / "rc").string() + "') &";
+  ASSERT_EQ(std::system(shell.c_str()), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto metric_lines = [&] {
+    std::ifstream in(dir / "run" / "metrics.jsonl");
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  while (metric_lines() < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(metric_lines(), 3) << "the run did not start within 30 s";
+  std::ifstream pid_file(dir / "pid");
+  pid_t pid = 0;
+  pid_file >> pid;
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  while (!std::filesystem::exists(dir / "rc") && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the shell finishes writing rc
+  std::ifstream rc_file(dir / "rc");
+  int rc = -1;
+  rc_file >> rc;
+  EXPECT_EQ(rc, 0);
+  const auto latest = latest_checkpoint(dir / "run");
+  ASSERT_TRUE(latest.has_value());
+  const RunCheckpoint ck = read_run_checkpoint(*latest, tiny_config());
+  EXPECT_GE(ck.step, 3);
+  EXPECT_LT(ck.step, 100000);
+  EXPECT_EQ(std::int64_t(read_metrics_file(dir / "run" / "metrics.jsonl").size()), ck.step);
+}
+
+TEST(TrainingCli, PlanGateRefusesWithTheTableUnlessForced) {
+  ScratchDirectory dir;
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "qwen3.6-27b.json"));
+  j.update({{"total_steps", 10}, {"global_batch_sequences", 8}, {"max_context", 4096}});
+  write_whole_file(dir / "big.json", j.dump());
+  const auto r = run_dflash("train --config '" + (dir / "big.json").string() + "' --data x --target y --out '" +
+                            (dir / "run").string() + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("DOES NOT FIT"));
+  EXPECT_THAT(r.out, HasSubstr("policy combinations"));
+  EXPECT_THAT(r.err, HasSubstr("--force"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+}
+
+TEST(TrainingCli, DataCheckExportAndReport) {
+  const auto check = run_dflash("data check '" + (synthetic_run_data() / "features").string() + "' --config '" +
+                                tiny_train_config_path().string() + "'");
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_THAT(check.out, HasSubstr("OK: 2 shard(s), 24 sequences"));
+
+  ScratchDirectory dir;
+  const auto exported = run_dflash("export --checkpoint '" + one_rank_run().string() + "' --out '" + (dir / "drafter").string() + "'");
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_THAT(exported.out, HasSubstr("step-00000020"));
+  MemoryTracker tracker;
+  const ImportedDrafter d = import_drafter(tracker, dir / "drafter");
+  const RunCheckpoint ck = checkpoint_at(one_rank_run(), 20);
+  std::vector<double> flat;
+  d.params.for_each([&](const std::string&, const Tensor<double>& t) { flat.insert(flat.end(), t.span().begin(), t.span().end()); });
+  ASSERT_EQ(flat.size(), ck.master.size());
+  // bf16 keeps 8 significant bits: rounding moves a weight by at most half an ulp, 2^-8 of its size.
+  for (std::size_t i = 0; i < flat.size(); ++i) ASSERT_LE(std::abs(flat[i] - ck.master[i]), std::abs(ck.master[i]) * 0x1p-8) << i;
+
+  const auto again = run_dflash("export --checkpoint '" + one_rank_run().string() + "' --out '" + (dir / "drafter").string() + "'");
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_THAT(again.err, HasSubstr("not an empty directory"));
+
+  const auto report = run_dflash("report '" + one_rank_run().string() + "' --out '" + (dir / "r.svg").string() + "'");
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_TRUE(std::filesystem::file_size(dir / "r.svg") > 1000);
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,64 @@
+// A synthetic run for the tests of `dflash train`: data made once per test binary, runs compared
+// tensor by tensor.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "distributed/checkpoint/run_checkpoint.hpp"
+#include "distributed/data/synthetic_data.hpp"
+#include "tests/distributed/train_test_support.hpp"
+
+namespace dflash::train_testing {
+
+// SPEC §10: the reference against itself on another number of ranks (or a resume on another R)
+// differs only by the order of floating-point sums: relative error <= 1e-12, measured per state
+// vector as max |a - b| / max |b| (elementwise relative error is meaningless for moments near 0).
+inline constexpr double kRankOrderTolerance = 1e-12;
+
+// configs/tiny-train.json's synthetic set (24 sequences of 16..32 rows; max_context 24 truncates
+// some), written once under the system temp directory.
+inline const std::filesystem::path& synthetic_run_data() {
+  static const ScratchDirectory dir;  // removed at exit
+  static const std::filesystem::path path = [] {
+    SyntheticDataSpec spec;
+    spec.sequences = 24;
+    spec.shards = 2;
+    write_synthetic_data(tiny_config(), spec, dir / "syn");
+    return dir / "syn";
+  }();
+  return path;
+}
+
+inline double relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+inline void expect_same_state_within(const RunCheckpoint& a, const RunCheckpoint& b, double tolerance) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.data_cursor, b.data_cursor);
+  EXPECT_EQ(a.tokens_seen, b.tokens_seen);
+  ASSERT_EQ(a.master.size(), b.master.size());
+  EXPECT_LE(relative_difference(a.master, b.master), tolerance);
+  EXPECT_LE(relative_difference(a.exp_avg, b.exp_avg), tolerance);
+  EXPECT_LE(relative_difference(a.exp_avg_sq, b.exp_avg_sq), tolerance);
+}
+
+inline std::vector<std::string> directory_listing(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) names.push_back(e.path().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace dflash::train_testing

@@ -1,0 +1,160 @@
+// Export and --init import (TRAINING §16): the Hugging Face layout and config.json, the round trip
+// (bf16 rounding exactly), BF16/F16/F32/F64 import, and every refused config key named.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "distributed/weights/drafter_export.hpp"
+#include "distributed/weights/drafter_init.hpp"
+#include "golden/hf_checkpoint.hpp"
+#include "tests/distributed/train_test_support.hpp"
+
+namespace dflash {
+namespace {
+
+using namespace train_testing;
+using nlohmann::json;
+using safetensors::Dtype;
+using ::testing::HasSubstr;
+
+double bf16_rounded(double v) {
+  std::byte b[2];
+  safetensors::store_float_element(Dtype::BF16, v, b);
+  return safetensors::load_float_element(Dtype::BF16, b);
+}
+
+json read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+TEST(DrafterExport, ConfigJsonIsTheHuggingFaceDrafterLayout) {
+  const DrafterConfig c = tiny_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  export_drafter(dir / "out", c, seeded_drafter_parameters(tracker, c, 3));
+  const json j = read_json(dir / "out" / "config.json");
+  EXPECT_EQ(j.at("architectures"), json({"DFlashDraftModel"}));
+  EXPECT_EQ(j.at("dflash_config"), json({{"mask_token_id", c.mask_token_id}, {"target_layer_ids", c.target_layer_ids}}));
+  EXPECT_EQ(j.at("block_size"), c.block_size);
+  EXPECT_FALSE(j.contains("is_causal"));
+  EXPECT_FALSE(j.at("dflash_config").contains("causal"));
+  for (const char* field : {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                            "num_hidden_layers", "rms_norm_eps", "rope_theta", "vocab_size", "layer_types", "sliding_window"}) {
+    EXPECT_EQ(j.at(field), drafter_config_to_json(c).at(field)) << field;
+  }
+  // Weights: every SPEC §3 name, BF16, nothing else.
+  const HfCheckpoint w = HfCheckpoint::open(dir / "out");
+  std::vector<std::string> names;
+  for (const ParameterShape& s : drafter_parameter_shapes(c)) {
+    names.push_back(s.name);
+    EXPECT_EQ(w.info(s.name).dtype, Dtype::BF16) << s.name;
+    EXPECT_EQ(w.info(s.name).shape, s.shape) << s.name;
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(w.names(), names);
+}
+
+TEST(DrafterExport, ImportOfTheExportGivesTheWeightsRoundedToBf16) {
+  const DrafterConfig c = tiny_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  const DrafterParameters<double> p = seeded_drafter_parameters(tracker, c, 11);
+  export_drafter(dir / "out", c, p);
+  const DrafterParameters<double> q = import_drafter_for_run(tracker, dir / "out", c);
+  std::vector<const Tensor<double>*> original;
+  p.for_each([&](const std::string&, const Tensor<double>& t) { original.push_back(&t); });
+  std::size_t index = 0;
+  std::int64_t changed = 0;
+  q.for_each([&](const std::string& name, const Tensor<double>& t) {
+    const Tensor<double>& o = *original[index++];
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      ASSERT_EQ(t[i], bf16_rounded(o[i])) << name << " element " << i;
+      changed += t[i] != o[i];
+    }
+  });
+  EXPECT_GT(changed, 0);  // the rounding did happen: the check above is not vacuous
+}
+
+TEST(DrafterExport, ImportReadsF64AndF16WeightsExactly) {
+  const DrafterConfig c = tiny_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 1));
+  for (Dtype dtype : {Dtype::F64, Dtype::F16, Dtype::F32}) {
+    safetensors::Writer w;
+    for (const ParameterShape& s : drafter_parameter_shapes(c)) {
+      std::vector<double> v(static_cast<std::size_t>(shape_numel(s.shape)));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = double(i % 7) / 8.0 - 0.25;
+      w.add_floats(s.name, dtype, s.shape, v);
+    }
+    w.write_file(dir / "d" / "model.safetensors");
+    const DrafterParameters<double> q = import_drafter_for_run(tracker, dir / "d", c);
+    EXPECT_EQ(q.layers[1].gate_proj[9], double(9 % 7) / 8.0 - 0.25);
+  }
+}
+
+TEST(DrafterExport, ImportWithoutATensorIsRefusedNamingIt) {
+  const DrafterConfig c = tiny_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 1));
+  safetensors::Writer w;
+  w.add_floats("fc.weight", Dtype::BF16, {c.hidden_size, c.feature_width()}, std::vector<double>(std::size_t(c.hidden_size * c.feature_width())));
+  w.write_file(dir / "d" / "model.safetensors");
+  EXPECT_THAT(input_error_message([&] { import_drafter_for_run(tracker, dir / "d", c); }),
+              HasSubstr("'hidden_norm.weight' is missing"));
+}
+
+struct RefusedInit {
+  std::string name;
+  std::function<void(json&)> change;
+  std::string named;
+};
+
+class InitConfigRefusal : public ::testing::TestWithParam<RefusedInit> {};
+
+TEST_P(InitConfigRefusal, IsRefusedNamingTheKey) {
+  const DrafterConfig c = tiny_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 1));
+  json j = read_json(dir / "d" / "config.json");
+  GetParam().change(j);
+  write_whole_file(dir / "d" / "config.json", j.dump());
+  EXPECT_THAT(input_error_message([&] { import_drafter_for_run(tracker, dir / "d", c); }), HasSubstr(GetParam().named));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryRefusedKey, InitConfigRefusal,
+    ::testing::Values(
+        RefusedInit{"rope_scaling", [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }, "rope_scaling"},
+        RefusedInit{"attention_bias", [](json& j) { j["attention_bias"] = true; }, "attention_bias"},
+        RefusedInit{"hidden_act", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},
+        RefusedInit{"is_causal", [](json& j) { j["is_causal"] = false; }, "is_causal"},
+        RefusedInit{"dflash_config_causal", [](json& j) { j["dflash_config"]["causal"] = true; }, "causal"},
+        RefusedInit{"use_sliding_window_false", [](json& j) { j["use_sliding_window"] = false; }, "use_sliding_window"},
+        RefusedInit{"loss_decay_gamma_zero", [](json& j) { j["loss_decay_gamma"] = 0.0; }, "loss_decay_gamma"},
+        RefusedInit{"loss_decay_gamma_negative", [](json& j) { j["dflash_config"]["loss_decay_gamma"] = -2.0; }, "loss_decay_gamma"},
+        RefusedInit{"nested_disagrees", [](json& j) { j["dflash_config"]["block_size"] = 8; }, "block_size"},
+        RefusedInit{"model_field_differs_from_config", [](json& j) { j["rope_theta"] = 1e6; }, "rope_theta"},
+        RefusedInit{"target_layers_differ_from_config", [](json& j) { j["dflash_config"]["target_layer_ids"] = {2, 3}; },
+                    "target_layer_ids"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(InitModelFields, MismatchNamesBothValues) {
+  const DrafterConfig c = tiny_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  DrafterConfig other = c;
+  other.sliding_window = 3;
+  export_drafter(dir / "d", other, seeded_drafter_parameters(tracker, other, 1));
+  const std::string message = input_error_message([&] { import_drafter_for_run(tracker, dir / "d", c); });
+  EXPECT_THAT(message, HasSubstr("sliding_window"));
+  EXPECT_THAT(message, HasSubstr("--config has 6"));
+  EXPECT_THAT(message, HasSubstr("has 3"));
+}
+
+}  // namespace
+}  // namespace dflash
