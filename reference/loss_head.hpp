@@ -25,6 +25,7 @@
 #include "reference/hybrid_loss.hpp"
 #include "reference/loss_head_types.hpp"
 #include "reference/scalar.hpp"
+#include "reference/threads.hpp"
 
 namespace dflash {
 
@@ -113,17 +114,34 @@ void push_through_head(const Tensor<Real>& dz, const Tensor<Real>& lm_head, cons
   if (dw) matmul_atb_accumulate(dz.data(), y, dw->data(), V, H, rows);
 }
 
-// Rows without a teacher get dz = 0 before their chunk is pushed through the head.
-template <class Real>
-void zero_rows_without_teacher(const LossHeadTargets<Real>& in, std::int64_t r0, Tensor<Real>& dz) {
-  for (std::int64_t r = 0; r < dz.dim(0); ++r) {
-    if (in.valid[r0 + r] == 0) std::fill(dz.row(r), dz.row(r) + dz.dim(1), Real(0));
-  }
-}
-
 template <class Real>
 Real row_scale(const Real& w, const Real& weight_sum) {
   return weight_sum > 0 ? Real(w / weight_sum) : Real(0);
+}
+
+// Turns a chunk's logits z into dz in place, from log q and the saved row statistics; rows without
+// a teacher get dz = 0 (push_through_head). Rows are independent: in double they are split across
+// the reference's threads (the 50-digit judge stays on one).
+template <class Real>
+void chunk_logits_to_grad(const LossHeadTargets<Real>& in, const Tensor<Real>& row_stats, std::int64_t r0,
+                          const Hyper<Real>& hp, const Real& weight_sum, Tensor<Real>& z, const Tensor<Real>& log_q) {
+  const std::int64_t V = z.dim(1);
+  auto rows = [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::int64_t i = r0 + r;
+      if (in.valid[i] == 0) {
+        std::fill(z.row(r), z.row(r) + V, Real(0));
+        continue;
+      }
+      logits_to_grad_row(z.row(r), log_q.row(r), V, in.labels[i], row_result_from_saved(row_stats, i), hp,
+                         row_scale(in.weights[i], weight_sum));
+    }
+  };
+  if constexpr (std::is_same_v<Real, double>) {
+    run_row_ranges(z.dim(0), rows);
+  } else {
+    rows(0, z.dim(0));
+  }
 }
 
 }  // namespace loss_head_detail
@@ -188,10 +206,9 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
       f.stats.correct += stats.argmax == y ? 1 : 0;
       f.stats.valid_rows += 1;
 
-      if (grad_in_forward) logits_to_grad_row(z.row(r), log_q.row(r), V, y, row, hp, row_scale(w, weight_sum));
     }
     if (grad_in_forward) {
-      zero_rows_without_teacher(in, r0, z);
+      chunk_logits_to_grad(in, row_stats, r0, hp, weight_sum, z, log_q);
       push_through_head(z, *in.lm_head, hidden.row(r0), saved.hidden_grad->row(r0),
                         saved.lm_head_grad ? &*saved.lm_head_grad : nullptr);
     }
@@ -249,13 +266,7 @@ LossHeadGradients<Real> loss_head_backward(MemoryTracker& tracker, const LossHea
       z = std::move(saved.logits[chunk]);
       log_q = std::move(saved.teacher_log_probs[chunk]);
     }
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t i = r0 + r;
-      if (in.valid[i] == 0) continue;
-      const HybridRowResult<Real> row = row_result_from_saved(row_stats, i);
-      logits_to_grad_row(z.row(r), log_q.row(r), V, in.labels[i], row, hp, row_scale(in.weights[i], saved.weight_sum));
-    }
-    zero_rows_without_teacher(in, r0, z);
+    chunk_logits_to_grad(in, row_stats, r0, hp, saved.weight_sum, z, log_q);
     push_through_head(z, *in.lm_head, saved.hidden ? saved.hidden->row(r0) : nullptr, g.hidden_grad.row(r0), dw);
   }
   return g;

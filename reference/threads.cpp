@@ -53,4 +53,14 @@ void run_parts(int parts, const std::function<void(int part)>& work) {
   }
 }
 
+void run_row_ranges(std::int64_t rows, const std::function<void(std::int64_t begin, std::int64_t end)>& work) {
+  if (rows <= 0) return;
+  const std::int64_t parts = std::min<std::int64_t>(reference_threads(), rows);
+  const std::int64_t per_part = (rows + parts - 1) / parts;
+  run_parts(static_cast<int>(parts), [&](int part) {
+    const std::int64_t begin = part * per_part, end = std::min(rows, begin + per_part);
+    if (begin < end) work(begin, end);
+  });
+}
+
 }  // namespace dflash

@@ -9,6 +9,7 @@
 // depend on the choice, only speed does.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string_view>
 
@@ -26,5 +27,9 @@ int parse_thread_count(std::string_view text);
 // threads, and returns when all are done. A part runs on exactly one thread; which thread does
 // not matter to the caller. Nested calls (from inside a part) run their parts one after another.
 void run_parts(int parts, const std::function<void(int part)>& work);
+
+// Runs work(begin, end) over [0, rows) cut into one contiguous range per thread (for work whose
+// rows are independent outputs).
+void run_row_ranges(std::int64_t rows, const std::function<void(std::int64_t begin, std::int64_t end)>& work);
 
 }  // namespace dflash
