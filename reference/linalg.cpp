@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "reference/errors.hpp"
 #include "reference/threads.hpp"
 
 namespace dflash {
@@ -255,6 +256,11 @@ void matrix_product(StridedMatrix a, StridedMatrix b, double* c, std::int64_t ld
 
 void matrix_product(ProductIsa isa, StridedMatrix a, StridedMatrix b, double* c, std::int64_t ldc, std::int64_t m,
                     std::int64_t n, std::int64_t k, bool accumulate) {
+  // Every x86-64 with AVX-512F has AVX2: the sets are nested, in the enum's order.
+  if (isa > best_product_isa()) {
+    throw_input_error("isa", str(product_isa_name(isa), " is not supported by this CPU (it runs up to ",
+                                 product_isa_name(best_product_isa()), ")"));
+  }
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     if (!accumulate) {

@@ -83,7 +83,8 @@ ProductIsa best_product_isa();                          // what matrix_product u
 // row-major with row stride ldc; accumulate = false starts from 0, true from C.
 void matrix_product(StridedMatrix a, StridedMatrix b, double* c, std::int64_t ldc, std::int64_t m, std::int64_t n,
                     std::int64_t k, bool accumulate);
-// The same with a given instruction set (tests run each one the CPU supports).
+// The same with a given instruction set (tests run each one the CPU supports); throws InputError
+// naming `isa` for one the CPU lacks.
 void matrix_product(ProductIsa isa, StridedMatrix a, StridedMatrix b, double* c, std::int64_t ldc, std::int64_t m,
                     std::int64_t n, std::int64_t k, bool accumulate);
 
