@@ -121,10 +121,17 @@ inline std::uint64_t attention_dropout_element(const DrafterDims& dims, std::int
 }
 
 namespace attention_detail {
-template <class Real>
-Real score(const DrafterDims& dims, const AttentionInputs<Real>& in, const Real* q, std::int64_t key, std::int64_t g,
-           const Real& sqrt_d) {
-  return dot(q, in.key(dims, key, g), dims.d) / sqrt_d;
+// out[j] = x . row(j) for every visible key j: one dot_rows per contiguous range (context, block),
+// each dot in the plain order (linalg.hpp), so the bits are those of one dot per key.
+template <class Real, class Row>
+void dot_visible(const DrafterDims& dims, const VisibleKeys& v, const Real* x, Row row, Real* out) {
+  const std::int64_t stride = dims.kv_width();
+  if (v.context_end > v.context_begin) {
+    dot_rows(x, row(v.context_begin), stride, v.context_end - v.context_begin, dims.d, out + v.context_begin);
+  }
+  if (v.block_end > v.block_begin) {
+    dot_rows(x, row(dims.S + v.block_begin), stride, v.block_end - v.block_begin, dims.d, out + dims.S + v.block_begin);
+  }
 }
 template <class Real>
 Real sqrt_head_dim(std::int64_t d) {
@@ -145,10 +152,11 @@ void dflash_attention_forward(MemoryTracker& tracker, const DrafterDims& dims, c
   Tensor<Real> scores(tracker, MemoryCategory::transient, {dims.keys()});
   for_each_attending_row(dims, mask, [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
     const Real* q = in.q + i * dims.q_width() + h * d;
+    dot_visible(dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, scores.data());
     Real max_score(0);
     bool first = true;
     for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-      scores[j] = score(dims, in, q, j, g, sqrt_d);
+      scores[j] = scores[j] / sqrt_d;
       if (first || scores[j] > max_score) max_score = scores[j];
       first = false;
     });
@@ -159,8 +167,7 @@ void dflash_attention_forward(MemoryTracker& tracker, const DrafterDims& dims, c
     Real* o = out + i * dims.q_width() + h * d;
     for_each_visible_key(v, dims.S, [&](std::int64_t j) {
       const Real p = exp_of(Real(scores[j] - row_lse)) * dropout.factor(attention_dropout_element(dims, h, i, j));
-      const Real* value = in.value(dims, j, g);
-      for (std::int64_t c = 0; c < d; ++c) o[c] += p * value[c];
+      add_scaled(d, p, in.value(dims, j, g), o);
     });
   });
 }
@@ -182,25 +189,22 @@ void dflash_attention_backward(MemoryTracker& tracker, const DrafterDims& dims, 
     const Real* q = in.q + i * dims.q_width() + h * d;
     const Real* d_o = d_out + i * dims.q_width() + h * d;
     const Real row_lse = lse[i * dims.nh + h];
+    dot_visible(dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, probs.data());      // q . K_j
+    dot_visible(dims, v, d_o, [&](std::int64_t j) { return in.value(dims, j, g); }, d_probs.data());  // dO . V_j
     Real p_dot_dp(0);
     for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-      probs[j] = exp_of(Real(score(dims, in, q, j, g, sqrt_d) - row_lse));
+      probs[j] = exp_of(Real(probs[j] / sqrt_d - row_lse));
       factors[j] = dropout.factor(attention_dropout_element(dims, h, i, j));
-      d_probs[j] = dot(d_o, in.value(dims, j, g), d) * factors[j];
+      d_probs[j] = d_probs[j] * factors[j];
       p_dot_dp += probs[j] * d_probs[j];
     });
     Real* dq = grads.dq + i * dims.q_width() + h * d;
     for_each_visible_key(v, dims.S, [&](std::int64_t j) {
       const Real d_score = probs[j] * (d_probs[j] - p_dot_dp) / sqrt_d;
       const Real p = probs[j] * factors[j];
-      const Real* key = in.key(dims, j, g);
-      Real* dk = grads.key(dims, j, g);
-      Real* dv = grads.value(dims, j, g);
-      for (std::int64_t c = 0; c < d; ++c) {
-        dq[c] += d_score * key[c];
-        dk[c] += d_score * q[c];
-        dv[c] += p * d_o[c];
-      }
+      add_scaled(d, d_score, in.key(dims, j, g), dq);  // distinct tensors: three loops are one loop's bits
+      add_scaled(d, d_score, q, grads.key(dims, j, g));
+      add_scaled(d, p, d_o, grads.value(dims, j, g));
     });
   });
 }

@@ -25,6 +25,7 @@
 #include "reference/hybrid_loss.hpp"
 #include "reference/loss_head_types.hpp"
 #include "reference/scalar.hpp"
+#include "reference/threads.hpp"
 
 namespace dflash {
 
@@ -59,15 +60,17 @@ struct LossHeadGradients {
 namespace loss_head_detail {
 
 // z[r,:] = W y_r for rows [r0, r0 + rows), and teacher logits t[r,:] = W_t g_r for the valid ones
-// (rows without a teacher are left at 0: nothing may depend on them).
+// (rows without a teacher are set to 0: nothing may depend on them). Both are one product over the
+// chunk (a row's logits do not depend on the rows computed with it, linalg.hpp); a row without a
+// teacher may hold anything, even NaN, so its logits are overwritten, not read.
 template <class Real>
 void chunk_logits(const Tensor<Real>& hidden, const LossHeadTargets<Real>& in, std::int64_t r0, std::int64_t rows,
                   Tensor<Real>& z, Tensor<Real>& t) {
   const std::int64_t H = hidden.dim(1), V = in.lm_head->dim(0);
   matmul_abt(hidden.row(r0), in.lm_head->data(), z.data(), rows, V, H);
+  matmul_abt(in.teacher_hidden->row(r0), in.teacher_head().data(), t.data(), rows, V, H);
   for (std::int64_t r = 0; r < rows; ++r) {
-    if (in.valid[r0 + r] == 0) continue;
-    matmul_abt(in.teacher_hidden->row(r0 + r), in.teacher_head().data(), t.row(r), 1, V, H);
+    if (in.valid[r0 + r] == 0) std::fill(t.row(r), t.row(r) + V, Real(0));
   }
 }
 
@@ -80,12 +83,41 @@ void logits_to_grad_row(Real* z, const Real* log_q, std::int64_t V, std::int64_t
   }
 }
 
-// dY[i,:] = dz_i W (sequential over v), and dW += dz_i^T y_i when wanted.
+// For the chunk's rows: dY[i,:] += dz_i W (sequential over v), and dW += dz_i^T y_i when wanted (rows
+// ascending). One product per chunk gives the bits of one product per row (linalg.hpp); the rows
+// without a teacher have dz = 0, which adds exact zeros (Y is finite, and a sum that starts at +0
+// never becomes -0), so they leave dY and dW as a row-by-row loop that skips them would.
 template <class Real>
-void push_through_head(const Real* dz, const Tensor<Real>& lm_head, const Real* y, Real* dy_row, Tensor<Real>* dw) {
-  const std::int64_t V = lm_head.dim(0), H = lm_head.dim(1);
-  matmul_ab_accumulate(dz, lm_head.data(), dy_row, 1, H, V);
-  if (dw) matmul_atb_accumulate(dz, y, dw->data(), V, H, 1);
+void push_through_head(const Tensor<Real>& dz, const Tensor<Real>& lm_head, const Real* y, Real* dy_rows,
+                       Tensor<Real>* dw) {
+  const std::int64_t rows = dz.dim(0), V = lm_head.dim(0), H = lm_head.dim(1);
+  matmul_ab_accumulate(dz.data(), lm_head.data(), dy_rows, rows, H, V);
+  if (dw) matmul_atb_accumulate(dz.data(), y, dw->data(), V, H, rows);
+}
+
+// Turns a chunk's logits z into dz in place, from log q and the saved row statistics; rows without
+// a teacher get dz = 0 (push_through_head). Rows are independent: in double they are split across
+// the reference's threads (the 50-digit judge stays on one).
+template <class Real>
+void chunk_logits_to_grad(const LossHeadTargets<Real>& in, const Tensor<Real>& row_stats, std::int64_t r0,
+                          const HybridHyper<Real>& hp, const Real& weight_sum, Tensor<Real>& z, const Tensor<Real>& log_q) {
+  const std::int64_t V = z.dim(1);
+  auto rows = [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::int64_t i = r0 + r;
+      if (in.valid[i] == 0) {
+        std::fill(z.row(r), z.row(r) + V, Real(0));
+        continue;
+      }
+      logits_to_grad_row(z.row(r), log_q.row(r), V, in.labels[i], load_row_stats(row_stats.data(), i), hp,
+                         row_grad_scale(in.weights[i], weight_sum));
+    }
+  };
+  if constexpr (std::is_same_v<Real, double>) {
+    run_row_ranges(z.dim(0), rows);
+  } else {
+    rows(0, z.dim(0));
+  }
 }
 
 }  // namespace loss_head_detail
@@ -142,12 +174,11 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
       f.token_loss[i] = loss_i;
       const Real& w = in.weights[i];
       f.stats.add_row(w, loss_i, row, stats.argmax == y);
-
-      if (grad_in_forward) {
-        logits_to_grad_row(z.row(r), log_q.row(r), V, y, row, hp, row_grad_scale(w, weight_sum));
-        push_through_head(z.row(r), *in.lm_head, hidden.row(i), saved.hidden_grad->row(i),
-                          saved.lm_head_grad ? &*saved.lm_head_grad : nullptr);
-      }
+    }
+    if (grad_in_forward) {
+      chunk_logits_to_grad(in, row_stats, r0, hp, weight_sum, z, log_q);
+      push_through_head(z, *in.lm_head, hidden.row(r0), saved.hidden_grad->row(r0),
+                        saved.lm_head_grad ? &*saved.lm_head_grad : nullptr);
     }
     if (retain) {
       saved.logits.push_back(std::move(z));
@@ -199,13 +230,8 @@ LossHeadGradients<Real> loss_head_backward(MemoryTracker& tracker, const LossHea
       z = std::move(saved.logits[chunk]);
       log_q = std::move(saved.teacher_log_probs[chunk]);
     }
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t i = r0 + r;
-      if (in.valid[i] == 0) continue;
-      const HybridRowResult<Real> row = load_row_stats(row_stats.data(), i);
-      logits_to_grad_row(z.row(r), log_q.row(r), V, in.labels[i], row, hp, row_grad_scale(in.weights[i], saved.weight_sum));
-      push_through_head(z.row(r), *in.lm_head, saved.hidden ? saved.hidden->row(i) : nullptr, g.hidden_grad.row(i), dw);
-    }
+    chunk_logits_to_grad(in, row_stats, r0, hp, saved.weight_sum, z, log_q);
+    push_through_head(z, *in.lm_head, saved.hidden ? saved.hidden->row(r0) : nullptr, g.hidden_grad.row(r0), dw);
   }
   return g;
 }

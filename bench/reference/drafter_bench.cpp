@@ -1,8 +1,8 @@
 // The reference drafter's forward+backward (one training step's gradient) per trunk policy, on
 // configs/tiny.json and configs/mid.json, dropout off and on. Time per step, block rows per
-// second, and the tracker's peaks by category as counters. The reference is single-threaded
-// double with a fixed summation order (the oracle, not the fast path): the interesting numbers
-// are the relative costs of recomputation and the memory each policy keeps.
+// second, and the tracker's peaks by category as counters. The reference is double with a fixed
+// summation order on DFLASH_THREADS threads (default 1): the interesting numbers are the relative
+// costs of recomputation and the memory each policy keeps. Against PyTorch: bench_reference_vs_torch.
 #include <filesystem>
 #include <string>
 

@@ -1,8 +1,8 @@
 // The reference loss head per policy at H 256, V 32000, T 2048 (issue 2): time per
 // forward+backward, and the tracker's peak bytes by category as counters. The reference is
-// single-threaded double with a fixed summation order (it is the oracle, not the fast path), so
-// the interesting numbers are the relative costs (recompute does 5 V-wide products where
-// materialize/retain do 3) and the memory each policy holds.
+// double with a fixed summation order on DFLASH_THREADS threads (default 1); the interesting
+// numbers are the relative costs (recompute does 5 V-wide products where materialize/retain do 3)
+// and the memory each policy holds. Against PyTorch: bench_reference_vs_torch.
 #include <benchmark/benchmark.h>
 
 #include "reference/loss_head.hpp"

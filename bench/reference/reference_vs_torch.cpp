@@ -1,0 +1,303 @@
+// The double reference beside PyTorch float64 on the same inputs, in one run (issue 14):
+//   loss_head  H 256, V 32000, T 2048, materialize: forward + dL/dY (3 V-wide products)
+//   drafter    configs/mid.json, one sequence of S 512: one step (forward, loss, every gradient and
+//              dL/dF), trunk `none` and loss `materialize`, so that it does the work autograd does
+// Each case: the reference R times on one thread and R times on --threads threads, then
+// bench/reference/torch_reference.py R times on one thread in a child process, reading the inputs
+// this program wrote. Reported: CPU seconds (user + system of the process, getrusage / process_time:
+// what a loaded machine does not inflate much, unlike wall time), wall seconds, the CPU ratio
+// torch / reference (>= 1: the reference is at least as fast), the wall ratio N threads / 1
+// thread, the load average before and after, and how far torch's loss and gradients are from the
+// reference's (the check that both computed the same thing). Without python3-torch the torch
+// columns say why they are missing and the reference is still timed.
+//
+//   build/bench/reference/bench_reference_vs_torch --python /usr/bin/python3 --json out.json
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "reference/drafter.hpp"
+#include "reference/drafter_problem.hpp"
+#include "reference/linalg.hpp"
+#include "reference/loss_head.hpp"
+#include "reference/loss_head_problem.hpp"
+#include "reference/threads.hpp"
+
+namespace dflash {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Settings {
+  int repeats = 3;
+  int threads = 2;
+  std::string python = "python3";
+  std::string script = DFLASH_SOURCE_DIR "/bench/reference/torch_reference.py";
+  std::string work;
+};
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
+json load_average() {
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) != 3) return nullptr;
+  return {load[0], load[1], load[2]};
+}
+
+double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+
+// Times `step` `repeats` times on `threads` threads; step() returns the loss and fills `grads`.
+json time_reference(int threads, int repeats, const std::function<double(std::vector<double>&)>& step,
+                    std::vector<double>& grads, double& loss) {
+  set_reference_threads(threads);
+  std::vector<double> cpu, wall;
+  for (int r = 0; r < repeats; ++r) {
+    const double c0 = cpu_seconds();
+    const auto w0 = std::chrono::steady_clock::now();
+    loss = step(grads);
+    cpu.push_back(cpu_seconds() - c0);
+    wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+  }
+  return {{"threads", threads}, {"cpu_s", cpu}, {"wall_s", wall}};
+}
+
+// The folder torch_reference.py reads: one raw little-endian file per tensor and manifest.json.
+class Exchange {
+ public:
+  Exchange(fs::path dir, std::string case_name) : dir_(std::move(dir)) {
+    fs::create_directories(dir_);
+    manifest_ = {{"case", std::move(case_name)}, {"tensors", json::object()}, {"scalars", json::object()}};
+  }
+  template <class T>
+  void tensor(const std::string& name, const T* data, std::vector<std::int64_t> shape) {
+    static_assert(std::is_same_v<T, double> || std::is_same_v<T, std::int64_t>);
+    std::int64_t n = 1;
+    for (std::int64_t s : shape) n *= s;
+    const std::string file = name + ".bin";
+    write_file(dir_ / file, data, n * sizeof(T));
+    manifest_["tensors"][name] = {{"dtype", std::is_same_v<T, double> ? "f64" : "i64"}, {"shape", shape}, {"file", file}};
+  }
+  template <class T>
+  void tensor(const std::string& name, const std::vector<T>& v) {
+    tensor(name, v.data(), {static_cast<std::int64_t>(v.size())});
+  }
+  json& scalars() { return manifest_["scalars"]; }
+  void finish() const {
+    const std::string text = manifest_.dump();
+    write_file(dir_ / "manifest.json", text.data(), static_cast<std::int64_t>(text.size()));
+  }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  static void write_file(const fs::path& path, const void* data, std::int64_t bytes) {
+    const fs::path temporary = path.string() + ".tmp";
+    std::ofstream out(temporary, std::ios::binary);
+    out.write(static_cast<const char*>(data), bytes);
+    out.close();
+    if (!out) throw std::runtime_error("cannot write " + temporary.string());
+    fs::rename(temporary, path);
+  }
+  fs::path dir_;
+  json manifest_;
+};
+
+std::vector<std::int64_t> as_int64(std::span<const std::uint8_t> v) { return {v.begin(), v.end()}; }
+
+// Runs the torch script on the exchange folder; fills the torch columns (or the reason they are missing).
+void run_torch(const Settings& s, const Exchange& x, const std::vector<double>& reference_grads,
+               double reference_loss, json& report) {
+  const fs::path log = x.dir() / "torch.log";
+  const std::string command = "'" + s.python + "' '" + s.script + "' --dir '" + x.dir().string() + "' --repeats " +
+                              std::to_string(s.repeats) + " > '" + log.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  if (status != 0) {
+    std::ifstream in(log);
+    std::string reason((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    while (!reason.empty() && reason.back() == '\n') reason.pop_back();
+    report["torch_skipped"] = reason.empty() ? "'" + command + "' failed" : reason;
+    return;
+  }
+  std::ifstream in(x.dir() / "torch.json");
+  const json t = json::parse(in);
+  report["torch"] = t;
+  std::vector<double> grads(reference_grads.size());
+  std::ifstream g(x.dir() / "torch_grads.f64", std::ios::binary);
+  g.read(reinterpret_cast<char*>(grads.data()), static_cast<std::streamsize>(grads.size() * sizeof(double)));
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    diff = std::max(diff, std::abs(grads[i] - reference_grads[i]));
+    scale = std::max(scale, std::abs(reference_grads[i]));
+  }
+  const double torch_loss = t["loss"];
+  report["loss_difference"] = std::abs(torch_loss - reference_loss) / std::max(1.0, std::abs(reference_loss));
+  report["grad_difference"] = g ? diff / std::max(scale, 1e-300) : -1.0;
+  report["cpu_ratio_torch_over_reference"] =
+      minimum(t["cpu_s"].get<std::vector<double>>()) / minimum(report["reference_1_thread"]["cpu_s"].get<std::vector<double>>());
+}
+
+// The 1-thread and N-thread reference timings, then torch, for one case.
+json run_case(const Settings& s, Exchange& x, const std::function<double(std::vector<double>&)>& step) {
+  x.finish();
+  json report{{"load_average_before", load_average()}};
+  std::vector<double> grads_1, grads_n;
+  double loss_1 = 0, loss_n = 0;
+  report["reference_1_thread"] = time_reference(1, s.repeats, step, grads_1, loss_1);
+  report["reference_n_threads"] = time_reference(s.threads, s.repeats, step, grads_n, loss_n);
+  set_reference_threads(1);
+  report["bitwise_equal_across_threads"] = grads_1 == grads_n && loss_1 == loss_n;
+  report["wall_ratio_n_over_1_thread"] = minimum(report["reference_n_threads"]["wall_s"].get<std::vector<double>>()) /
+                                         minimum(report["reference_1_thread"]["wall_s"].get<std::vector<double>>());
+  report["loss"] = loss_1;
+  run_torch(s, x, grads_1, loss_1, report);
+  report["load_average_after"] = load_average();
+  return report;
+}
+
+json loss_head_case(const Settings& s) {
+  MemoryTracker data;
+  const auto p = make_loss_head_problem<double>(data, {.rows = 2048, .hidden = 256, .vocab = 32000, .seed = 7});
+  LossHeadOptions o;
+  o.policy = LossPolicy::materialize;
+  Exchange x(fs::path(s.work) / "loss_head", "loss_head");
+  const std::int64_t T = p.hidden.dim(0), H = p.hidden.dim(1), V = p.lm_head.dim(0);
+  x.tensor("hidden", p.hidden.data(), {T, H});
+  x.tensor("teacher_hidden", p.teacher_hidden.data(), {T, H});
+  x.tensor("lm_head", p.lm_head.data(), {V, H});
+  x.tensor("labels", p.labels);
+  x.tensor("weights", p.weights);
+  x.tensor("valid", as_int64(p.valid));
+  x.scalars() = {{"temperature", o.temperature}, {"hard_weight", o.hard_weight}, {"soft_weight", o.soft_weight},
+                 {"weight_sum", p.weight_sum}};
+  json r = run_case(s, x, [&](std::vector<double>& grads) {
+    MemoryTracker tracker;
+    const LossHeadResult<double> out = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
+    grads.assign(out.hidden_grad.data(), out.hidden_grad.data() + out.hidden_grad.numel());
+    return out.stats.loss;
+  });
+  r["case"] = "loss head, H 256, V 32000, T 2048, materialize, forward + dL/dY";
+  return r;
+}
+
+json drafter_case(const Settings& s) {
+  const DrafterConfig config = load_drafter_config(fs::path(DFLASH_SOURCE_DIR) / "configs/mid.json");
+  MemoryTracker data;
+  const auto params = init_drafter_parameters<double>(data, config, 1, 0.1);
+  const auto frozen = init_frozen_weights<double>(data, config, 2);
+  const auto batch = make_drafter_batch<double>(
+      data, config, {.sequences = 1, .context_length = 512, .seed = 3, .mask_hole_fraction = 0.05});
+  DrafterStepOptions options = drafter_step_options(config, 1, 0);
+  options.trunk_policy = TrunkPolicy::none;
+  options.loss_policy = LossPolicy::materialize;
+
+  // What torch needs beyond the batch: the block rows, embedded; the mask of every layer as a
+  // dense [T, S + T] table; the teacher rows; the loss rows.
+  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
+  const PreparedSequence<double>& seq = seqs.at(0);
+  const std::int64_t S = batch.context_length(), H = config.hidden_size;
+  const DrafterDims dims = DrafterDims::of(config, S, static_cast<std::int64_t>(seq.slots.anchors.size()));
+  const std::int64_t T = dims.T;
+  Exchange x(fs::path(s.work) / "drafter", "drafter");
+  std::vector<double> block_input(static_cast<std::size_t>(T * H));
+  for (std::int64_t i = 0; i < T; ++i) {
+    const double* e = frozen.embed_tokens.row(seq.blocks.input_tokens[i]);
+    std::copy(e, e + H, block_input.begin() + i * H);
+  }
+  x.tensor("block_input", block_input.data(), {T, H});
+  x.tensor("block_positions", seq.blocks.positions);
+  x.tensor("target_features", batch.target_features.data(), {S, dims.feature_width()});
+  MemoryTracker scratch;
+  const Tensor<double> teacher = gather_teacher_rows(scratch, batch, 0, seq.blocks);
+  x.tensor("teacher_hidden", teacher.data(), {T, H});
+  x.tensor("lm_head", frozen.lm_head.data(), {frozen.lm_head.dim(0), H});
+  x.tensor("labels", seq.blocks.labels);
+  x.tensor("weights", seq.blocks.weights);
+  x.tensor("valid", as_int64(seq.blocks.valid));
+  for (std::int64_t l = 0; l < dims.L; ++l) {
+    const AttentionMask mask{dims.B, seq.slots.anchors, seq.slots.keep, config.layer_types.at(static_cast<std::size_t>(l)),
+                             config.sliding_window.value_or(0)};
+    std::vector<std::int64_t> visible(static_cast<std::size_t>(T * dims.keys()), 0);
+    for (std::int64_t i = 0; i < T; ++i) {
+      for_each_visible_key(mask.visible(i), S, [&](std::int64_t j) { visible[i * dims.keys() + j] = 1; });
+    }
+    x.tensor("visible." + std::to_string(l), visible.data(), {T, dims.keys()});
+  }
+  json names = json::array();
+  params.for_each([&](const std::string& name, const Tensor<double>& t) {
+    x.tensor(name, t.data(), t.shape());
+    names.push_back(name);
+  });
+  const LossHeadOptions loss = config.loss_head_options();
+  x.scalars() = {{"rms_norm_eps", config.rms_norm_eps},
+                 {"rope_theta", config.rope_theta},
+                 {"num_attention_heads", dims.nh},
+                 {"num_key_value_heads", dims.nkv},
+                 {"head_dim", dims.d},
+                 {"num_hidden_layers", dims.L},
+                 {"temperature", loss.temperature},
+                 {"hard_weight", loss.hard_weight},
+                 {"soft_weight", loss.soft_weight},
+                 {"weight_sum", drafter_weight_sum(config, batch, options)},
+                 {"parameters", names}};
+  json r = run_case(s, x, [&](std::vector<double>& grads) {
+    MemoryTracker tracker;
+    const DrafterStepResult<double> out = drafter_step(tracker, config, params, frozen, batch, options);
+    grads.clear();
+    out.grads.for_each([&](const std::string&, const Tensor<double>& t) { grads.insert(grads.end(), t.data(), t.data() + t.numel()); });
+    grads.insert(grads.end(), out.target_features_grad.data(), out.target_features_grad.data() + out.target_features_grad.numel());
+    return out.outputs.stats.loss;
+  });
+  r["case"] = "drafter step, configs/mid.json, S 512, T 512, trunk none, loss materialize";
+  return r;
+}
+
+}  // namespace
+}  // namespace dflash
+
+int main(int argc, char** argv) {
+  using namespace dflash;
+  Settings s;
+  std::string only, json_out;
+  CLI::App app("The double reference beside PyTorch float64 on the same inputs (CPU-time ratio, 1 vs N threads)");
+  app.add_option("--repeats", s.repeats, "timed runs of each side (the minimum is reported)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", s.threads, "the reference's thread count compared with 1")->check(CLI::PositiveNumber);
+  app.add_option("--python", s.python, "the Python that has torch");
+  app.add_option("--script", s.script, "torch_reference.py");
+  app.add_option("--case", only, "loss_head or drafter (default: both)")->check(CLI::IsMember({"loss_head", "drafter"}));
+  app.add_option("--json", json_out, "write the report here");
+  app.add_option("--work", s.work, "folder for the exchanged inputs (default: a fresh temporary folder, removed)");
+  CLI11_PARSE(app, argc, argv);
+  const bool own_work = s.work.empty();
+  if (own_work) {
+    s.work = (std::filesystem::temp_directory_path() / ("dflash-vs-torch-" + std::to_string(getpid()))).string();
+  }
+  json report{{"isa", std::string(product_isa_name(best_product_isa()))}, {"cases", json::array()}};
+  if (only.empty() || only == "loss_head") report["cases"].push_back(loss_head_case(s));
+  if (only.empty() || only == "drafter") report["cases"].push_back(drafter_case(s));
+  if (own_work) std::filesystem::remove_all(s.work);
+  std::cout << report.dump(2) << "\n";
+  if (!json_out.empty()) {
+    const std::string temporary = json_out + ".tmp";
+    std::ofstream(temporary) << report.dump(2) << "\n";
+    std::filesystem::rename(temporary, json_out);
+  }
+  return 0;
+}
