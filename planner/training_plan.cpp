@@ -37,12 +37,17 @@ void validate_plan_request(const PlanRequest& r) {
 
 namespace {
 
-// Token ids, loss mask, F, G and the anchor slots of one sequence.
+// Token ids, loss mask, F and G of one sequence: held for every micro-step of the optimizer step
+// (W is summed over all of them before any backward, TRAINING §11).
 std::int64_t sequence_input_bytes(const DrafterDims& m, const TrainingPrecision& p) {
-  const std::int64_t ids = checked_product({m.S + m.N, 8 + 1});
+  const std::int64_t ids = checked_product({m.S, 8 + 1});
   const std::int64_t features = checked_product({m.S, m.feature_width() + m.H, p.input_bytes});
   return checked_sum(ids, features);
 }
+
+// The anchor slots and keep flags of one sequence (SPEC §4): sampled when a micro-step's drafter
+// step starts and freed when it ends, so only the running micro-step's sequences hold them.
+std::int64_t sequence_anchor_bytes(const DrafterDims& m) { return checked_product({m.N, 8 + 1}); }
 
 // Anchor slots and keep flags, Y, and lse, token loss and weights of one sequence.
 std::int64_t sequence_output_bytes(const DrafterDims& m, const TrainingPrecision& p) {
@@ -75,7 +80,9 @@ MemoryPlan plan_training_memory(const PlanRequest& r) {
       checked_sum(c[PlanCategory::gradients], checked_product({n, plan.trunk.feature_grad_bytes})),
       std::max(loss[PlanCategory::gradients], plan.trunk.feature_grad_bytes));
   c[PlanCategory::inputs] =
-      checked_sum(checked_product({n, r.micro_steps, sequence_input_bytes(dims, p)}), hidden_rows);
+      checked_sum(checked_sum(checked_product({n, r.micro_steps, sequence_input_bytes(dims, p)}),
+                              checked_product({n, sequence_anchor_bytes(dims)})),
+                  hidden_rows);
   c[PlanCategory::saved] = plan.trunk.saved_bytes;
   c[PlanCategory::loss_saved] = loss[PlanCategory::loss_saved];
   c[PlanCategory::transient] =
