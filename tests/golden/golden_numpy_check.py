@@ -45,6 +45,9 @@ except ImportError:
     print("SKIPPED: numpy is not installed")
     sys.exit(77)
 
+# The source tree: this file's, unless the command line names another (importers such as
+# golden_compare_example.py use this default).
+SOURCE = pathlib.Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-12  # SPEC §10: the reference against itself (another order of the same float64 sums)
 DTYPES = {"F64": "<f8", "I64": "<i8"}
 
