@@ -67,4 +67,13 @@ inline double bf16_rule_floor(std::int64_t vocab, int threads) {
 // a missing soft term) moves the loss by far more.
 inline constexpr double kBaselineLossTolerance = 1e-3;
 
+// The fp32 AdamW step (CUDA master weights and moments) against the double reference over
+// `steps` steps, per element, in units of the quantity's scale (the test's: |x| plus the largest
+// term that entered it, e.g. (1 - beta1) |g| for m or the step's |update| for theta). Each step
+// rounds at most ~8 times per quantity (the clip product, the betas and lr terms converted to
+// fp32, two products, a sum, sqrt, the division), each <= u = 2^-24 of that scale; 16 u per step
+// leaves 2x for error carried from the previous step's rounded inputs. A decay applied to the
+// wrong tensor (lr wd ~ 1e-4 relative) or a wrong bias correction is far outside it.
+inline double adamw_fp32_bound(int steps) { return 16.0 * double(steps) * kFp32Unit; }
+
 }  // namespace dflash
