@@ -67,12 +67,11 @@ inline std::vector<float> random_floats(std::int64_t n, unsigned seed, float sca
 // The double reference from fp32 initial master weights, and each element's scale for the fp32
 // rule (common/tolerances.hpp adamw_fp32_bound): |theta| plus everything the steps moved it by,
 // |m| plus the largest clipped |g|, |v| plus its square.
-// The fp32 step's range over all of theta, m, v for step t.
-inline AdamWRange adamw_range(std::vector<float>& theta, std::vector<float>& m, std::vector<float>& v,
-                              const float* g, double clip, const TestAdamW& h, long long t, const TestFlat& flat) {
-  return {theta.data(), m.data(), v.data(), g, 0, std::int64_t(theta.size()), clip,
-          adamw_scalars(h.lr, h.weight_decay, true, h.beta1, h.beta2, h.eps, t),
-          adamw_scalars(h.lr, h.weight_decay, false, h.beta1, h.beta2, h.eps, t), flat.table()};
+// The fp32 step's range over n elements of theta, m, v (host or device) for step t.
+inline AdamWRange adamw_range(float* theta, float* m, float* v, const float* g, std::int64_t n, double clip,
+                              const TestAdamW& h, long long t, DecayTable table) {
+  return {theta, m, v, g, 0, n, clip, adamw_scalars(h.lr, h.weight_decay, true, h.beta1, h.beta2, h.eps, t),
+          adamw_scalars(h.lr, h.weight_decay, false, h.beta1, h.beta2, h.eps, t), table};
 }
 
 class DoubleAdamW {
