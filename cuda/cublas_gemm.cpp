@@ -16,18 +16,24 @@ void run(cublasHandle_t handle, const GemmCall& g) {
 
 }  // namespace
 
-CublasGemm::CublasGemm(DeviceAllocator& allocator, std::size_t workspace_bytes)
-    : workspace_(allocator, MemoryCategory::transient, workspace_bytes) {
-  DFLASH_CUBLAS_CHECK(cublasCreate(&handle_));
+cublasHandle_t create_cublas_handle(cudaStream_t stream, void* workspace, std::size_t workspace_bytes) {
+  cublasHandle_t handle = nullptr;
+  DFLASH_CUBLAS_CHECK(cublasCreate(&handle));
   try {
-    DFLASH_CUBLAS_CHECK(cublasSetStream(handle_, allocator.stream()));
-    DFLASH_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.data(), workspace_.bytes()));
-    DFLASH_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
-    DFLASH_CUBLAS_CHECK(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST));
+    DFLASH_CUBLAS_CHECK(cublasSetStream(handle, stream));
+    DFLASH_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, workspace_bytes));
+    DFLASH_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    DFLASH_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
   } catch (...) {
-    cublasDestroy(handle_);
+    cublasDestroy(handle);
     throw;
   }
+  return handle;
+}
+
+CublasGemm::CublasGemm(DeviceAllocator& allocator, std::size_t workspace_bytes)
+    : workspace_(allocator, MemoryCategory::transient, workspace_bytes) {
+  handle_ = create_cublas_handle(allocator.stream(), workspace_.data(), workspace_.bytes());
 }
 
 CublasGemm::~CublasGemm() { cublasDestroy(handle_); }

@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "cuda/cublas_gemm.hpp"
 #include "cuda/cuda_check.hpp"
 #include "reference/errors.hpp"
 
@@ -16,16 +17,7 @@ int gemm_dim(std::int64_t value, const char* name) {
 }  // namespace
 
 LinearGemm::LinearGemm(DeviceAllocator& allocator) : workspace_(allocator, MemoryCategory::transient, kWorkspaceBytes) {
-  DFLASH_CUBLAS_CHECK(cublasCreate(&handle_));
-  try {
-    DFLASH_CUBLAS_CHECK(cublasSetStream(handle_, allocator.stream()));
-    DFLASH_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.data(), workspace_.bytes()));
-    DFLASH_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
-    DFLASH_CUBLAS_CHECK(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST));
-  } catch (...) {
-    cublasDestroy(handle_);
-    throw;
-  }
+  handle_ = create_cublas_handle(allocator.stream(), workspace_.data(), workspace_.bytes());
 }
 
 LinearGemm::~LinearGemm() { cublasDestroy(handle_); }
