@@ -9,7 +9,7 @@
 // `dflash plan` for the same config and policies (one GPU).
 //
 //   bench_cuda_drafter_step --config configs/qwen3.6-27b.json [--context 4096] [--reps 3] [--seed S]
-//                           [--json PATH]
+//                           [--json PATH]          (--help: the options)
 // A quick shape: --config bench/cuda/drafter_step_quick.json --context 1024.
 //
 // Correctness: every run's loss finite, its gradients finite (their squared norms, on the device),
@@ -29,9 +29,11 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
 
 #include "bench/cuda/bench_data.hpp"
+#include "bench/cuda/bench_verdict.hpp"
 #include "bench/cuda/drafter_step_metrics.hpp"
 #include "bench/cuda/gemm_rate.hpp"
 #include "common/gpu_required.hpp"
@@ -55,26 +57,6 @@ struct BenchOptions {
   std::uint64_t seed = 20261129;
   std::string json;
 };
-
-BenchOptions parse(int argc, char** argv) {
-  BenchOptions o;
-  for (int a = 1; a < argc; ++a) {
-    const std::string arg = argv[a];
-    auto value = [&]() -> std::string {
-      if (a + 1 >= argc) throw_input_error(arg, "needs a value");
-      return argv[++a];
-    };
-    if (arg == "--config") o.config = value();
-    else if (arg == "--context") o.context = std::stoll(value());
-    else if (arg == "--reps") o.reps = std::stoi(value());
-    else if (arg == "--seed") o.seed = std::stoull(value());
-    else if (arg == "--json") o.json = value();
-    else throw_input_error("argument", str("'", arg, "' is not an option (see the header of drafter_step_bench.cpp)"));
-  }
-  if (o.config.empty()) throw_input_error("--config", "is required (e.g. configs/qwen3.6-27b.json)");
-  if (o.reps < 1) throw_input_error("--reps", str(o.reps, " must be >= 1"));
-  return o;
-}
 
 // cudaEvents around every attention launch of a step, on the allocator's stream; read after the
 // step has finished.
@@ -389,7 +371,20 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
 }
 
 int bench_main(int argc, char** argv) {
-  const BenchOptions o = parse(argc, argv);
+  BenchOptions o;
+  CLI::App app{"The whole drafter step on one GPU beside the plan and the card's bf16 rate "
+               "(bench/cuda/drafter_step_bench.cpp)"};
+  app.add_option("--config", o.config, "drafter config JSON (configs/qwen3.6-27b.json: full scale)")->required();
+  app.add_option("--context", o.context, "context length S")->check(CLI::PositiveNumber);
+  app.add_option("--reps", o.reps, "timed steps after the warm-up (their median is reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "the inputs' Philox seed");
+  app.add_option("--json", o.json, "write the numbers here (bench/cuda/summarize_step.py reads them)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   const DrafterConfig config = load_drafter_config(o.config);
   validate_drafter_config(config);
   const DrafterDims dims = DrafterDims::of(config, o.context, config.max_anchors);
@@ -466,23 +461,12 @@ int bench_main(int argc, char** argv) {
   if (!o.json.empty()) write_json(o.json, o, gpu, dims, card, flops, pairs, rows, model.names, runs);
 
   if (runs.size() < 2) missed.push_back("not every policy was measured");
-  std::cout << "\nperformance targets: " << (missed.empty() ? "met" : "MISSED");
-  for (const std::string& m : missed) std::cout << "; " << m;
-  std::cout << "\n";
-  for (const std::string& w : wrong) std::cout << "wrong: " << w << "\n";
-  std::cout << "correctness: " << (wrong.empty() ? "PASS" : "FAIL") << "\n";
-  if (!wrong.empty()) return 1;
-  return missed.empty() ? 0 : 3;
+  return report_verdicts(missed, wrong);
 }
 
 }  // namespace
 }  // namespace dflash
 
 int main(int argc, char** argv) {
-  try {
-    return dflash::bench_main(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "bench_cuda_drafter_step: error: " << e.what() << "\n";
-    return 2;
-  }
+  return dflash::run_benchmark("bench_cuda_drafter_step", dflash::bench_main, argc, argv);
 }

@@ -44,7 +44,8 @@ except ImportError as error:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from loss_head_torch import hybrid_loss_sums  # noqa: E402  (the loss head's baseline, reused)
+from loss_head_torch import (add_run_arguments, hybrid_loss_sums, skipped_without_gpu,  # noqa: E402
+                             synchronize, timed_steps)
 
 LOGIT_SCALE = 4.0  # W_lm's amplitude, as bench_cuda_drafter_step's kLogitScale
 
@@ -118,8 +119,9 @@ class Attention:
             self.block_masks = {}
             for sliding, m in masks.items():
                 mask_mod = lambda b, h, q, kv, m=m: m.visible(q, kv)  # noqa: E731
+                # _compile: build the mask tile by tile, never as a [T, S+T] tensor (torch >= 2.5)
                 self.block_masks[sliding] = create_block_mask(mask_mod, None, None, T, m.S + T,
-                                                              device=m.anchors.device)
+                                                              device=m.anchors.device, _compile=True)
         else:
             self.dense = {sliding: m.dense(T) for sliding, m in masks.items()}
 
@@ -307,11 +309,6 @@ def drafter_step(model, x, attention, c, chunk):
             correct / valid_rows if valid_rows else 0.0)
 
 
-def synchronize(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", required=True, help="libdflash_bench_data.so")
@@ -319,13 +316,10 @@ def main():
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--attention", default="auto", choices=["auto", "flex", "sdpa", "eager"])
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--seed", type=int, default=20261129)
-    p.add_argument("--json", help="write the numbers here")
+    add_run_arguments(p)
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("drafter_step_torch.py: SKIPPED, torch sees no GPU")
-        return 1 if os.environ.get("DFLASH_REQUIRE_GPU") == "1" else 0  # as bench_cuda_drafter_step
+        return skipped_without_gpu("drafter_step_torch.py")
     with open(args.config) as f:
         c = json.load(f)
     if c.get("attention_dropout", 0) or c.get("hidden_dropout", 0):
@@ -364,21 +358,14 @@ def main():
         result = drafter_step(model, x, attention, c, c["loss_chunk_rows"])
     synchronize(device)
     out["first_step_s"] = time.perf_counter() - t0
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    times = []
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        result = drafter_step(model, x, attention, c, c["loss_chunk_rows"])
-        synchronize(device)
-        times.append((time.perf_counter() - t0) * 1e3)
+    times, result, base, peak = timed_steps(lambda: drafter_step(model, x, attention, c, c["loss_chunk_rows"]),
+                                            args.reps, device)
     out.update(ms_median=statistics.median(times), ms=times, loss=result[0], ce=result[1], kl=result[2],
                accuracy=result[3],
                grad_norms={name: float(q.grad.float().norm()) for name, q in model.named_parameters()})
     if device == "cuda":
-        out["peak_bytes"] = torch.cuda.max_memory_allocated()
-        out["peak_bytes_above_inputs"] = out["peak_bytes"] - base
+        out["peak_bytes"] = base + peak
+        out["peak_bytes_above_inputs"] = peak
     print(f"torch drafter step ({kind} attention, checkpoint per layer, {c['loss_chunk_rows']}-row loss chunks): "
           f"{out['ms_median']:.1f} ms (first step {out['first_step_s']:.1f} s), loss {out['loss']:.6f}"
           + (f", peak {out['peak_bytes'] / 2**30:.2f} GiB" if device == "cuda" else ""))

@@ -34,6 +34,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/cuda/bench_data.hpp"
+#include "bench/cuda/bench_verdict.hpp"
 #include "bench/cuda/fp64_rows.hpp"
 #include "bench/cuda/gemm_rate.hpp"
 #include "common/tolerances.hpp"
@@ -384,23 +385,12 @@ int bench_main(int argc, char** argv) {
     if (r.peak_transient > kTransientTargetBytes) missed.push_back(str("transient ", gib(r.peak_transient), " GiB > 2 GiB"));
   }
   if (!measured) missed.push_back(str("chunk_grad_in_forward at chunk ", kTargetChunk, " was not measured"));
-  std::cout << "\nperformance targets: " << (missed.empty() ? "met" : "MISSED");
-  for (const std::string& m : missed) std::cout << "; " << m;
-  std::cout << "\n";
-  for (const std::string& w : wrong) std::cout << "wrong: " << w << "\n";
-  std::cout << "correctness: " << (wrong.empty() ? "PASS" : "FAIL") << "\n";
-  if (!wrong.empty()) return 1;
-  return missed.empty() ? 0 : 3;
+  return report_verdicts(missed, wrong);
 }
 
 }  // namespace
 }  // namespace dflash
 
 int main(int argc, char** argv) {
-  try {
-    return dflash::bench_main(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "bench_cuda_loss_head: error: " << e.what() << "\n";
-    return 2;
-  }
+  return dflash::run_benchmark("bench_cuda_loss_head", dflash::bench_main, argc, argv);
 }

@@ -15,19 +15,10 @@ targets.plan_excess) x `dflash plan`'s, and faster than the PyTorch peer.
 
 Each parameter's gradient norm is shown beside the peer's (the relative difference, largest and
 median): information, not a verdict (the peer's gradients are bf16)."""
-import json
-import os
 import statistics
 import sys
 
-GIB = 2 ** 30
-
-
-def load(path):
-    if not path or not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+from summarize import GIB, conclude, load  # the loss-head summary's (same folder)
 
 
 def verdicts(cuda, torch):
@@ -123,14 +114,7 @@ def main():
         print("no CUDA drafter step results\n\ncorrectness: FAIL")
         return 1
     missed, wrong = verdicts(cuda, torch)
-    lines = report(cuda, torch)
-    lines += ["", "performance targets: " + ("met" if not missed else "MISSED; " + "; ".join(missed))]
-    lines += [f"wrong: {w}" for w in wrong]
-    lines.append("correctness: " + ("PASS" if not wrong else "FAIL"))
-    print("\n".join(lines))
-    if wrong:
-        return 1
-    return 3 if missed else 0
+    return conclude(report(cuda, torch) + [""], missed, wrong)
 
 
 if __name__ == "__main__":
