@@ -119,9 +119,13 @@ class Attention:
             self.block_masks = {}
             for sliding, m in masks.items():
                 mask_mod = lambda b, h, q, kv, m=m: m.visible(q, kv)  # noqa: E731
-                # _compile: build the mask tile by tile, never as a [T, S+T] tensor (torch >= 2.5)
-                self.block_masks[sliding] = create_block_mask(mask_mod, None, None, T, m.S + T,
-                                                              device=m.anchors.device, _compile=True)
+                # compiled: the mask built tile by tile, never as a [T, S+T] tensor
+                try:
+                    self.block_masks[sliding] = create_block_mask(mask_mod, None, None, T, m.S + T,
+                                                                  device=m.anchors.device, _compile=True)
+                except TypeError:  # a torch without the flag
+                    self.block_masks[sliding] = torch.compile(create_block_mask)(mask_mod, None, None, T, m.S + T,
+                                                                                 device=m.anchors.device)
         else:
             self.dense = {sliding: m.dense(T) for sliding, m in masks.items()}
 
@@ -334,7 +338,11 @@ def main():
     dtype = torch.bfloat16
     device = args.device
     lib = load_library(args.lib)
-    model = Drafter(c).to(device=device, dtype=dtype)
+    if device == "cuda":
+        with torch.device(device):  # initialised where it runs: 1.7e9 parameters at full scale
+            model = Drafter(c).to(dtype=dtype)
+    else:
+        model = Drafter(c).to(dtype=dtype)
     x = make_inputs(args, c, lib, model, device, dtype)
     T = x["tokens"].shape[0]
     masks = {sliding: DFlashMask(x["anchors"], x["keep"], args.context, c["block_size"], sliding,
