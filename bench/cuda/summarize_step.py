@@ -84,13 +84,15 @@ def report(cuda, torch):
         if "flex_error" in torch:
             lines += ["", f"flex_attention could not run ({torch['flex_error']}); the peer fell back to SDPA."]
         lines += ["", f"PyTorch's first step (compilation included): {torch['first_step_s']:.1f} s."]
+    # the categories anything was planned or held in
+    shown = sorted({c["category"] for r in cuda["runs"] for c in r["memory"] if c["planned"] or c["measured"]},
+                   key=lambda name: [c["category"] for c in cuda["runs"][0]["memory"]].index(name))
     lines += ["", "Peak bytes per category (the DeviceAllocator's tracker) against `dflash plan` for the same "
                   "config and policies on one GPU:", "",
-              "| policy | " + " | ".join(c["category"] for c in cuda["runs"][0]["memory"]) + " |" if cuda["runs"] else "",
-              "|---|" + "---:|" * (len(cuda["runs"][0]["memory"]) if cuda["runs"] else 0)]
+              "| policy | " + " | ".join(shown) + " |", "|---|" + "---:|" * len(shown)]
     for r in cuda["runs"]:
-        lines.append(f"| {r['loss_policy']} | " + " | ".join(
-            f"{c['measured'] / GIB:.3f} / {c['planned'] / GIB:.3f}" for c in r["memory"]) + " |")
+        cells = {c["category"]: f"{c['measured'] / GIB:.3f} / {c['planned'] / GIB:.3f}" for c in r["memory"]}
+        lines.append(f"| {r['loss_policy']} | " + " | ".join(cells[name] for name in shown) + " |")
     lines += ["", "Cells: measured / planned GiB. Peak GiB above: the tracker's peak of the sum; plan GiB: the sum "
                   "of the plan's category peaks."]
     if torch and cuda["runs"]:
