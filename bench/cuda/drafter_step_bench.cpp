@@ -148,13 +148,6 @@ SequenceRows make_rows(const DrafterConfig& c, const DrafterDims& m, std::uint64
   return r;
 }
 
-template <class T>
-DeviceBuffer<T> upload(DeviceAllocator& a, MemoryCategory c, const std::vector<T>& host) {
-  DeviceBuffer<T> b(a, c, host.size());
-  b.upload(host);
-  return b;
-}
-
 // Parameters (bf16 matrices, fp32 norm weights of 1), their fp32 gradients, E and W_lm.
 struct DeviceModel {
   std::vector<DeviceBuffer<Bf16Bits>> matrices;
@@ -163,9 +156,10 @@ struct DeviceModel {
   DeviceBuffer<Bf16Bits> embed, lm_head;
   CudaDrafterWeights weights;
 
-  DeviceModel(DeviceAllocator& a, const DrafterConfig& c, std::uint64_t seed)
-      : embed(a, MemoryCategory::frozen, static_cast<std::size_t>(c.vocab_size * c.hidden_size)),
-        lm_head(a, MemoryCategory::frozen, static_cast<std::size_t>(c.vocab_size * c.hidden_size)) {
+  DeviceModel(const CudaBackend& be, const DrafterConfig& c, std::uint64_t seed)
+      : embed(be.allocator, MemoryCategory::frozen, static_cast<std::size_t>(c.vocab_size * c.hidden_size)),
+        lm_head(be.allocator, MemoryCategory::frozen, static_cast<std::size_t>(c.vocab_size * c.hidden_size)) {
+    DeviceAllocator& a = be.allocator;
     std::vector<const void*> values;
     std::vector<float*> grad_of;
     unsigned int index = 0;
@@ -178,7 +172,7 @@ struct DeviceModel {
                          "dflash_bench_fill_drafter_matrix");
         values.push_back(matrices.back().data());
       } else {
-        vectors.push_back(upload(a, MemoryCategory::parameters, std::vector<float>(static_cast<std::size_t>(n), 1.0f)));
+        vectors.push_back(be.from_host(MemoryCategory::parameters, std::vector<float>(static_cast<std::size_t>(n), 1.0f)));
         values.push_back(vectors.back().data());
       }
       grads.emplace_back(a, MemoryCategory::gradients, static_cast<std::size_t>(n));
@@ -218,18 +212,18 @@ struct DeviceSequence {
   DeviceBuffer<float> weights;
   DeviceBuffer<Bf16Bits> features, teacher;
 
-  DeviceSequence(DeviceAllocator& a, const DrafterDims& m, const SequenceRows& r, std::uint64_t seed)
-      : anchors(upload(a, MemoryCategory::inputs, r.anchors)),
-        positions(upload(a, MemoryCategory::inputs, r.positions)),
-        context_positions(a, MemoryCategory::inputs, static_cast<std::size_t>(m.S)),
-        tokens(upload(a, MemoryCategory::inputs, r.input_tokens)),
-        labels(upload(a, MemoryCategory::inputs, r.labels)),
-        teacher_index(upload(a, MemoryCategory::transient, r.teacher_rows)),
-        keep(upload(a, MemoryCategory::inputs, r.keep)),
-        valid(upload(a, MemoryCategory::inputs, r.valid)),
-        weights(upload(a, MemoryCategory::inputs, r.weights)),
-        features(a, MemoryCategory::inputs, static_cast<std::size_t>(m.S * m.feature_width())),
-        teacher(a, MemoryCategory::inputs, static_cast<std::size_t>(m.T * m.H)) {
+  DeviceSequence(const CudaBackend& be, const DrafterDims& m, const SequenceRows& r, std::uint64_t seed)
+      : anchors(be.from_host(MemoryCategory::inputs, r.anchors)),
+        positions(be.from_host(MemoryCategory::inputs, r.positions)),
+        context_positions(be.allocator, MemoryCategory::inputs, static_cast<std::size_t>(m.S)),
+        tokens(be.from_host(MemoryCategory::inputs, r.input_tokens)),
+        labels(be.from_host(MemoryCategory::inputs, r.labels)),
+        teacher_index(be.from_host(MemoryCategory::transient, r.teacher_rows)),
+        keep(be.from_host(MemoryCategory::inputs, r.keep)),
+        valid(be.from_host(MemoryCategory::inputs, r.valid)),
+        weights(be.from_host(MemoryCategory::inputs, r.weights)),
+        features(be.allocator, MemoryCategory::inputs, static_cast<std::size_t>(m.S * m.feature_width())),
+        teacher(be.allocator, MemoryCategory::inputs, static_cast<std::size_t>(m.T * m.H)) {
     std::vector<std::int64_t> j(static_cast<std::size_t>(m.S));
     for (std::size_t p = 0; p < j.size(); ++p) j[p] = static_cast<std::int64_t>(p);
     context_positions.upload(j);
@@ -262,8 +256,9 @@ struct PolicyRun {
   double median_ms() const { return median(ms); }
 };
 
-PolicyRun run_policy(DeviceAllocator& allocator, const DrafterConfig& config, const DrafterDims& dims,
+PolicyRun run_policy(const CudaBackend& be, const DrafterConfig& config, const DrafterDims& dims,
                      DeviceModel& model, const DeviceSequence& seq, double weight_sum, LossPolicy policy, int reps) {
+  DeviceAllocator& allocator = be.allocator;
   DrafterStepOptions options = drafter_step_options(config);
   options.trunk_policy = TrunkPolicy::per_layer;
   options.checkpoint_every = 1;
@@ -289,9 +284,8 @@ PolicyRun run_policy(DeviceAllocator& allocator, const DrafterConfig& config, co
   allocator.release_cached_memory();
   allocator.reset_peaks();
   {
-    LinearGemm gemm(allocator);
     AttentionTimer timer;
-    const TimedCudaBackend backend{{allocator, gemm}, &timer};
+    const TimedCudaBackend backend{be, &timer};
     CudaLossHead head(allocator, loss_options);
     for (int r = 0; r <= reps; ++r) {  // run 0 is the warm-up (cuBLAS heuristics, pool growth)
       model.zero_grads();
@@ -409,15 +403,17 @@ int bench_main(int argc, char** argv) {
   DeviceAllocator allocator;
   const GemmRate card = measure_card_rate(allocator, o.seed);
   allocator.release_cached_memory();
-  DeviceModel model(allocator, config, o.seed);
-  const DeviceSequence seq(allocator, dims, rows, o.seed);
+  LinearGemm gemm(allocator);
+  const CudaBackend backend{allocator, gemm};
+  DeviceModel model(backend, config, o.seed);
+  const DeviceSequence seq(backend, dims, rows, o.seed);
 
   std::vector<PolicyRun> runs;
   std::vector<std::string> wrong, missed;
   for (LossPolicy p : {LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward}) {
     const std::string name = str("per_layer x ", loss_policy_name(p));
     try {
-      PolicyRun r = run_policy(allocator, config, dims, model, seq, rows.weight_sum, p, o.reps);
+      PolicyRun r = run_policy(backend, config, dims, model, seq, rows.weight_sum, p, o.reps);
       if (!std::isfinite(r.stats.loss)) wrong.push_back(str(name, ": loss ", r.stats.loss));
       for (double l : r.losses) {
         if (std::memcmp(&l, &r.losses.front(), sizeof l) != 0) {
