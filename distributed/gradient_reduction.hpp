@@ -32,8 +32,6 @@ class GradientReduction {
   // complete is issued, last bucket first.
   void gradients_final_from(std::size_t first);
 
-  // Every element final and every bucket summed over ranks.
-  bool complete() const { return final_from_ == 0 && next_ < 0; }
   // The flat index of the rank's first non-finite gradient element (canonical order), or -1.
   std::int64_t first_non_finite() const { return first_non_finite_; }
 
