@@ -32,6 +32,12 @@ std::int64_t bucket_elements(std::int64_t count, const ParallelLayout& layout, s
   return checked_product({layout.gpus, piece});
 }
 
+GradientBuckets gradient_buckets(std::int64_t count, const ParallelLayout& layout, std::int64_t element_bytes) {
+  const std::int64_t elements = bucket_elements(count, layout, element_bytes);
+  if (layout.zero_stage < 1) return {elements, count};
+  return {elements / layout.gpus, elements_per_gpu(count, layout, true)};
+}
+
 std::int64_t communication_bytes(const ParallelLayout& layout, std::int64_t count, std::int64_t element_bytes) {
   if (layout.gpus <= 1) return 0;
   return checked_product({layout.buckets_in_flight, bucket_elements(count, layout, element_bytes), element_bytes});
