@@ -174,7 +174,9 @@ TrunkValues<float> run_trunk(const Backend& be, const TrunkProblem& p, TrunkPoli
   Trunk<Backend> trunk(be, w, ctx, p.dims.K, features.data(), tokens.data(), policy, every);
   TrunkValues<float> r;
   for (const Storage& y : be.to_host(trunk.forward())) r.hidden.push_back(widen(y));
-  trunk.backward(be.from_host(MemoryCategory::transient, std::vector<float>(p.d_hidden.begin(), p.d_hidden.end())), g);
+  // dL/dY arrives as the step's loss head hands it back: a gradient (cuda/loss_head_cuda.cpp), so
+  // that the transient bytes are the trunk's own (planner/cuda_trunk_memory.hpp).
+  trunk.backward(be.from_host(MemoryCategory::gradients, std::vector<float>(p.d_hidden.begin(), p.d_hidden.end())), g);
   for (const auto& grad : grads) r.grads.push_back(be.to_host(grad));
   r.features_grad = be.to_host(features_grad);
   return r;
