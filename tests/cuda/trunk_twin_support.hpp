@@ -25,6 +25,7 @@ struct TrunkCase {
   const char* config;
   std::int64_t context_length;
   std::int64_t max_anchors;
+  std::int64_t intermediate_size = 0;  // 0: the config's (a narrow MLP lets other phases bind the peak)
 };
 inline void PrintTo(const TrunkCase& c, std::ostream* os) { *os << c.config; }
 
@@ -46,6 +47,7 @@ struct TrunkProblem {
     config.attention_dropout = 0.1;
     config.hidden_dropout = 0.1;
     config.max_anchors = c.max_anchors;
+    if (c.intermediate_size > 0) config.intermediate_size = c.intermediate_size;
     if (config.num_hidden_layers > 4) {  // mid: 4 layers (3 sliding, full), two full segments of every 2
       config.num_hidden_layers = 4;
       config.layer_types = {LayerType::sliding_attention, LayerType::sliding_attention, LayerType::sliding_attention,
