@@ -91,9 +91,8 @@ MemoryPlan plan_training_memory(const PlanRequest& r) {
   if (p.trunk == TrunkMemoryModel::cuda) {
     // cuda_drafter_step runs its sequences one after another and hands results back to the host:
     // one sequence's fp32 dL/dF and the loss head's dL/dY are alive together during the trunk
-    // backward; only the loss head's rows are outputs. The embedding and lm_head it uploads are
-    // counted as frozen here (the step's allocator files them under parameters). Its norm weights
-    // are fp32, its matrices at parameter_bytes.
+    // backward; only the loss head's rows are outputs. Its norm weights are fp32, its matrices at
+    // parameter_bytes.
     const std::int64_t norms = plan.parameters.norm_weights;
     c[PlanCategory::parameters] =
         checked_sum(checked_product({plan.parameters.trainable - norms, p.parameter_bytes}),
