@@ -107,20 +107,21 @@ ActivationMemory trunk_activation_summary(const DrafterDims& m, std::int64_t che
   block_rows_only.S = 0;
   ActivationMemory a;
   a.values_per_token_per_layer = elements(layer_activation_tensors(block_rows_only, 0)) / m.T;
-  a.all_layers_bytes = checked_product({m.L, elements(layer_activation_tensors(m, 0)), p.activation_bytes});
-  a.residual_only_bytes = checked_product({m.L, m.T, m.H, p.activation_bytes});
   a.checkpoint_every = checkpoint_every;
-  if (p.trunk == TrunkMemoryModel::cuda) {
+  if (p.trunk == TrunkMemoryModel::cuda) {  // kept from forward: context, boundaries, X_L
     const CudaTrunkMemory every_k = cuda_trunk_memory(m, TrunkPolicy::every_k, checkpoint_every, p.activation_bytes);
     const std::int64_t k = std::min(checkpoint_every, m.L);
     a.all_layers_bytes = checked_product({m.L, every_k.layer_activation_bytes});
     a.residual_only_bytes = checked_product({m.L, every_k.boundary_bytes});
-    a.boundary_bytes = checked_product({(m.L + k - 1) / k, every_k.boundary_bytes});
-    a.live_segment_bytes =
-        checked_sum(checked_product({k, every_k.layer_activation_bytes}), checked_product({k - 1, every_k.boundary_bytes}));
+    a.boundary_bytes = checked_sum(checked_sum(every_k.context_bytes, every_k.final_bytes),
+                                   checked_product({(m.L + k - 1) / k, every_k.boundary_bytes}));
+    a.live_segment_bytes = checked_sum(checked_product({k, every_k.layer_activation_bytes}),
+                                       checked_product({k - 1, every_k.boundary_bytes}));
     a.checkpointed_bytes = every_k.saved_bytes;
     return a;
   }
+  a.all_layers_bytes = checked_product({m.L, elements(layer_activation_tensors(m, 0)), p.activation_bytes});
+  a.residual_only_bytes = checked_product({m.L, m.T, m.H, p.activation_bytes});
   const TrunkSavedPlan every_k = trunk_saved_plan(m, TrunkPolicy::every_k, checkpoint_every);
   a.boundary_bytes = checked_product({elements(every_k.kept), p.activation_bytes});
   a.live_segment_bytes = checked_product({elements(every_k.largest_live), p.activation_bytes});
