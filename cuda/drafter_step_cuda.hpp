@@ -8,8 +8,8 @@
 // and the trunk's backward, accumulating the gradients on the device in fp32 (sequence order).
 // Weight matrices, E, W_lm, F and G are rounded to bf16 on upload; norm weights stay fp32.
 //
-// Device memory, by category: parameters (bf16 matrices, fp32 norm weights, E and W_lm),
-// gradients (fp32, one per parameter, and dL/dF of one sequence), inputs (one sequence's F, G
+// Device memory, by category (as `dflash plan` plans it at production precision): parameters
+// (bf16 matrices, fp32 norm weights), frozen (E and W_lm in bf16), gradients (fp32, one per parameter, and dL/dF of one sequence), inputs (one sequence's F, G
 // rows, anchors, tokens, labels, weights), plus what the trunk and loss head policies keep
 // (saved, loss_saved) and their transient workspace.
 #pragma once

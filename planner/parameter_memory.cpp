@@ -6,7 +6,11 @@
 namespace dflash {
 
 ParameterCounts drafter_parameter_counts(const DrafterConfig& config) {
-  return {drafter_parameter_count(config), checked_product({2, config.vocab_size, config.hidden_size})};
+  std::int64_t vectors = 0;  // what the CUDA step uploads in fp32: every parameter that is not a matrix
+  for (const ParameterShape& s : drafter_parameter_shapes(config)) {
+    if (s.shape.size() != 2) vectors = checked_sum(vectors, shape_numel(s.shape));
+  }
+  return {drafter_parameter_count(config), checked_product({2, config.vocab_size, config.hidden_size}), vectors};
 }
 
 CategoryBytes parameter_memory(const ParameterCounts& n, const TrainingPrecision& p, const ParallelLayout& layout) {

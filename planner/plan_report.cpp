@@ -47,7 +47,8 @@ json precision_json(const TrainingPrecision& p) {
   return {{"parameter_bytes", p.parameter_bytes},         {"master_bytes", p.master_bytes},
           {"optimizer_state_bytes", p.optimizer_state_bytes}, {"gradient_bytes", p.gradient_bytes},
           {"frozen_bytes", p.frozen_bytes},               {"activation_bytes", p.activation_bytes},
-          {"statistic_bytes", p.statistic_bytes},         {"input_bytes", p.input_bytes}};
+          {"statistic_bytes", p.statistic_bytes},         {"input_bytes", p.input_bytes},
+          {"trunk", p.trunk == TrunkMemoryModel::cuda ? "cuda" : "reference"}};
 }
 
 json link_overlap_json(const LinkOverlap& l) {
@@ -195,7 +196,9 @@ void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<Pol
       << " GPU(s), ZeRO-" << r.layout.zero_stage << "\n"
       << "  bytes per element: weights " << p.parameter_bytes << ", master " << p.master_bytes << ", AdamW m+v "
       << p.optimizer_state_bytes << ", gradients " << p.gradient_bytes << ", activations " << p.activation_bytes
-      << ", statistics " << p.statistic_bytes << "\n\n";
+      << ", statistics " << p.statistic_bytes << "; trunk "
+      << (p.trunk == TrunkMemoryModel::cuda ? "as cuda/trunk.hpp allocates it" : "as the reference allocates it")
+      << "\n\n";
   out << padded("category", 42) << padded("GiB", 10, true) << padded("bytes", 20, true) << "\n";
   for (PlanCategory c : kAllPlanCategories) row(out, plan_category_label(c), plan.categories[c]);
   row(out, "total", plan.fit.total_bytes);
