@@ -66,20 +66,12 @@ __global__ void __launch_bounds__(kCompactThreads)
   compact_valid_rows_program(exec, valid, T, offsets, list, count);
 }
 
-template <class T>
+template <ListedRows kDirection, class T>
 __global__ void __launch_bounds__(kGatherThreads)
-    gather_rows_kernel(const T* __restrict__ src, const std::int32_t* __restrict__ list, std::int32_t cols,
-                       T* __restrict__ dst) {
+    copy_listed_rows_kernel(const T* __restrict__ src, const std::int32_t* __restrict__ list, std::int32_t cols,
+                            T* __restrict__ dst) {
   DeviceBlockExec exec;
-  gather_rows_program(exec, src, list, blockIdx.x, cols, dst);
-}
-
-template <class T>
-__global__ void __launch_bounds__(kGatherThreads)
-    scatter_rows_kernel(const T* __restrict__ src, const std::int32_t* __restrict__ list, std::int32_t cols,
-                        T* __restrict__ dst) {
-  DeviceBlockExec exec;
-  scatter_rows_program(exec, src, list, blockIdx.x, cols, dst);
+  copy_listed_row_program<kDirection>(exec, src, list, blockIdx.x, cols, dst);
 }
 
 __global__ void __launch_bounds__(kTotalsThreads)
@@ -191,15 +183,17 @@ void launch_compact_valid_rows(const std::uint8_t* valid, std::int64_t T, std::i
 void launch_gather_rows(const Bf16Bits* src, const std::int32_t* list, std::int64_t rows, std::int64_t cols,
                         Bf16Bits* dst, cudaStream_t stream) {
   if (rows == 0) return;
-  gather_rows_kernel<<<row_blocks(rows), kGatherThreads, 0, stream>>>(src, list, column_count(cols, "hidden_size"), dst);
-  DFLASH_CUDA_CHECK_LAUNCH("gather_rows_kernel");
+  copy_listed_rows_kernel<ListedRows::gather>
+      <<<row_blocks(rows), kGatherThreads, 0, stream>>>(src, list, column_count(cols, "hidden_size"), dst);
+  DFLASH_CUDA_CHECK_LAUNCH("copy_listed_rows_kernel (gather)");
 }
 
 void launch_scatter_rows(const float* src, const std::int32_t* list, std::int64_t rows, std::int64_t cols, float* dst,
                          cudaStream_t stream) {
   if (rows == 0) return;
-  scatter_rows_kernel<<<row_blocks(rows), kGatherThreads, 0, stream>>>(src, list, column_count(cols, "hidden_size"), dst);
-  DFLASH_CUDA_CHECK_LAUNCH("scatter_rows_kernel");
+  copy_listed_rows_kernel<ListedRows::scatter>
+      <<<row_blocks(rows), kGatherThreads, 0, stream>>>(src, list, column_count(cols, "hidden_size"), dst);
+  DFLASH_CUDA_CHECK_LAUNCH("copy_listed_rows_kernel (scatter)");
 }
 
 void launch_loss_totals(const DeviceRowOutputs& rows_out, DeviceRowTargets targets, std::int64_t T,

@@ -1,9 +1,9 @@
 // The loss head's products over the rows that carry a label only (SPEC §4: rows with w01 = 0 -
 // invalid blocks, k = 0 rows - have no label and no teacher; nothing may depend on them). Forward
 // lists the valid rows once, in ascending order (compact_valid_rows_program); each chunk then
-// gathers up to c listed rows of Y and G into a [c, H] buffer (gather_rows_program), runs its
-// V-wide products and row kernels on those compact rows, and scatters dL/dY back to the rows it
-// came from (scatter_rows_program). Unlisted rows keep their zeros. The statistics, the loss and
+// gathers up to c listed rows of Y and G into a [c, H] buffer, runs its V-wide products and row
+// kernels on those compact rows, and scatters dL/dY back to the rows it came from (both
+// copy_listed_row_program). Unlisted rows keep their zeros. The statistics, the loss and
 // every gradient are those of the un-gathered computation, row for row: each row's arithmetic is
 // unchanged, only which rows are computed.
 //
@@ -72,24 +72,20 @@ DFLASH_HD void compact_valid_rows_program(Exec& exec, const std::uint8_t* valid,
 // Compact row r of a chunk is global row list[r] (list: the chunk's slice of the valid rows).
 DFLASH_HD inline std::int64_t global_row_of(const std::int32_t* list, std::int64_t r) { return list[r]; }
 
-// Block r: dst row r <- src row list[r]; rows of `cols` elements.
-template <class Exec, class T>
-DFLASH_HD void gather_rows_program(Exec& exec, const T* src, const std::int32_t* list, std::int64_t r,
-                                   std::int32_t cols, T* dst) {
-  exec.phase([&](int thread) {
-    const T* from = src + global_row_of(list, r) * cols;
-    T* to = dst + r * cols;
-    for (std::int32_t c = thread; c < cols; c += kGatherThreads) to[c] = from[c];
-  });
-}
+// The two directions of one copy between a chunk's compact rows and the rows they stand for.
+enum class ListedRows {
+  gather,   // block r: dst row r <- src row list[r] (a chunk's Y and G rows)
+  scatter,  // block r: dst row list[r] <- src row r (a chunk's dL/dY)
+};
 
-// Block r: dst row list[r] <- src row r.
-template <class Exec, class T>
-DFLASH_HD void scatter_rows_program(Exec& exec, const T* src, const std::int32_t* list, std::int64_t r,
-                                    std::int32_t cols, T* dst) {
+// Block r of a chunk's copy, rows of `cols` elements.
+template <ListedRows kDirection, class Exec, class T>
+DFLASH_HD void copy_listed_row_program(Exec& exec, const T* src, const std::int32_t* list, std::int64_t r,
+                                       std::int32_t cols, T* dst) {
   exec.phase([&](int thread) {
-    const T* from = src + r * cols;
-    T* to = dst + global_row_of(list, r) * cols;
+    const std::int64_t listed = global_row_of(list, r);
+    const T* from = src + (kDirection == ListedRows::gather ? listed : r) * cols;
+    T* to = dst + (kDirection == ListedRows::gather ? r : listed) * cols;
     for (std::int32_t c = thread; c < cols; c += kGatherThreads) to[c] = from[c];
   });
 }

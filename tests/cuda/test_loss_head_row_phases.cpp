@@ -104,25 +104,25 @@ std::vector<std::int32_t> list_valid_rows(const std::vector<std::uint8_t>& valid
   return list;
 }
 
-// gather_rows_kernel over one chunk: rows list[0, rows) of src into a compact [rows, cols] array.
+// copy_listed_rows_kernel<gather> over one chunk: rows list[0, rows) of src into a compact [rows, cols] array.
 template <class T>
 std::vector<T> gather_chunk(const std::vector<T>& src, const std::int32_t* list, std::int64_t rows, std::int32_t cols,
                             bool descending) {
   std::vector<T> dst(static_cast<std::size_t>(rows * cols));
   for (std::int64_t r = 0; r < rows; ++r) {
     HostBlockExec exec(kGatherThreads, descending);
-    gather_rows_program(exec, src.data(), list, r, cols, dst.data());
+    copy_listed_row_program<ListedRows::gather>(exec, src.data(), list, r, cols, dst.data());
   }
   return dst;
 }
 
-// scatter_rows_kernel over one chunk: compact rows r < rows of src to rows list[r] of dst.
+// copy_listed_rows_kernel<scatter> over one chunk: compact rows r < rows of src to rows list[r] of dst.
 template <class T>
 void scatter_chunk(const std::vector<T>& src, const std::int32_t* list, std::int64_t rows, std::int32_t cols,
                    std::vector<T>& dst, bool descending) {
   for (std::int64_t r = 0; r < rows; ++r) {
     HostBlockExec exec(kGatherThreads, descending);
-    scatter_rows_program(exec, src.data(), list, r, cols, dst.data());
+    copy_listed_row_program<ListedRows::scatter>(exec, src.data(), list, r, cols, dst.data());
   }
 }
 
