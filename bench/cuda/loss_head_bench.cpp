@@ -193,7 +193,7 @@ Inputs make_inputs(DeviceAllocator& allocator, const BenchOptions& o) {
 // The gate's expected values: the sampled rows' logits and dL/dY in fp64 on the device, their
 // statistics and dL/dz in double on the host.
 GateRows gate_expectation(DeviceAllocator& allocator, const BenchOptions& o, const Inputs& in) {
-  const std::vector<std::int64_t> rows = gate_sample_rows(o.rows, o.vocab, o.chunks);
+  const std::vector<std::int64_t> rows = gate_sample_rows(in.valid.download(), o.vocab, o.chunks);
   const auto n = rows.size();
   const auto V = static_cast<std::size_t>(o.vocab), H = static_cast<std::size_t>(o.hidden);
   DeviceBuffer<std::int64_t> rows_d(allocator, MemoryCategory::transient, n);
