@@ -5,8 +5,8 @@
 //
 // Partition: one block of kRowThreads threads per row of a logits chunk. The chunk's rows are
 // compact (cuda/loss_head_row_gather.hpp): block r computes global row i = list[r] of the valid
-// rows, so every row a kernel sees is valid; the launcher zeroes the outputs of the others. With the vector path
-// (V % 8 == 0, 16-byte aligned rows) thread j takes the 8-column groups j, j + kRowThreads, ...;
+// rows, so every row a kernel sees is valid; the caller zeroes the others' outputs. With the
+// vector path (V % 8 == 0, 16-byte aligned rows) thread j takes the 8-column groups j, j + kRowThreads, ...;
 // otherwise (the scalar path) the columns j, j + kRowThreads, .... Column indices are 32-bit
 // (V < 2^31, checked by the launchers); row offsets r V are 64-bit (T V exceeds 2^31).
 //

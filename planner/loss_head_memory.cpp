@@ -68,7 +68,9 @@ CategoryBytes cuda_loss_head_memory(const LossHeadShape& s, LossPolicy policy) {
   if (policy == LossPolicy::chunk_retain) {
     throw_input_error("loss_policy", "'chunk_retain' is not offered by the CUDA loss head");
   }
-  if (s.lm_head_grad) throw_input_error("lm_head_grad", "true is not offered by the CUDA loss head (lm_head is frozen)");
+  if (s.lm_head_grad) {
+    throw_input_error("lm_head_grad", "true is not offered by the CUDA loss head (lm_head is frozen)");
+  }
   CategoryBytes m = loss_head_memory(s, policy);
   constexpr std::int64_t kRowIndexBytes = 4;  // int32
   const std::int64_t list = checked_product({s.rows, kRowIndexBytes});

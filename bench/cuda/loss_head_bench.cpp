@@ -321,7 +321,8 @@ struct ElementwiseKernels {
   // kernel once over all rows, counted the same way.
   double per_step(LossPolicy policy, double chunks) const {
     const int gathers = policy == LossPolicy::chunk_recompute ? 4 : 2;
-    return checks + list + zero_outputs + zero_grad + totals + chunks * (gathers * gather + row_stats + logit_grad + scatter);
+    const double once = checks + list + zero_outputs + zero_grad + totals;
+    return once + chunks * (gathers * gather + row_stats + logit_grad + scatter);
   }
   std::string describe() const {
     return str("checks ", checks, ", list ", list, ", zero outputs ", zero_outputs, ", zero dL/dY ", zero_grad,
@@ -358,11 +359,13 @@ ElementwiseKernels measure_elementwise(DeviceAllocator& allocator, const BenchOp
     launch_find_non_finite_bf16(in.head.data(), V, H, nullptr, first.data() + 2, stream);
   });
 
-  DeviceBuffer<std::int32_t> list(allocator, MemoryCategory::transient, Tu), count(allocator, MemoryCategory::transient, 1);
+  DeviceBuffer<std::int32_t> list(allocator, MemoryCategory::transient, Tu);
+  DeviceBuffer<std::int32_t> count(allocator, MemoryCategory::transient, 1);
   k.list = event_ms([&] { launch_compact_valid_rows(in.valid.data(), T, list.data(), count.data(), stream); });
   const std::int64_t rows = std::min<std::int64_t>(c, count.download()[0]);
 
-  DeviceBuffer<float> lse(allocator, MemoryCategory::transient, Tu), token_loss(allocator, MemoryCategory::transient, Tu);
+  DeviceBuffer<float> lse(allocator, MemoryCategory::transient, Tu);
+  DeviceBuffer<float> token_loss(allocator, MemoryCategory::transient, Tu);
   DeviceBuffer<float> hidden_grad(allocator, MemoryCategory::transient, Tu * std::size_t(H));
   k.zero_outputs = event_ms([&] {
     lse.zero();
@@ -391,7 +394,9 @@ ElementwiseKernels measure_elementwise(DeviceAllocator& allocator, const BenchOp
   correct.zero();
   const DeviceRowOutputs out{stats.data(), lse.data(), token_loss.data(), ce.data(), kl.data(), correct.data()};
   const HybridWeights hw = hybrid_hyper<float>(LossHeadOptions{});
-  k.row_stats = event_ms([&] { launch_hybrid_row_stats(z.data(), t.data(), rows, V, list.data(), targets, hw, out, stream); });
+  k.row_stats = event_ms([&] {
+    launch_hybrid_row_stats(z.data(), t.data(), rows, V, list.data(), targets, hw, out, stream);
+  });
   // In place: later calls differentiate the previous result, finite numbers of the same kind.
   k.logit_grad = event_ms([&] {
     launch_hybrid_logit_grad(z.data(), t.data(), rows, V, list.data(), targets, hw, stats.data(),
@@ -410,9 +415,11 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
   out.precision(10);
   out << "{\n  \"device\": \"" << gpu.summary() << "\",\n  \"rows\": " << o.rows << ", \"hidden\": " << o.hidden
       << ", \"vocab\": " << o.vocab << ", \"seed\": " << o.seed << ", \"weight_sum\": " << weight_sum
-      << ", \"weighted_rows\": " << weighted_rows << ", \"valid_rows\": " << valid_rows << ",\n  \"card_bf16_tflops\": " << card.tflops()
+      << ", \"weighted_rows\": " << weighted_rows << ", \"valid_rows\": " << valid_rows
+      << ",\n  \"card_bf16_tflops\": " << card.tflops()
       << ", \"card_rate_ms\": " << card.ms << ",\n  \"baseline_loss_tolerance\": " << kBaselineLossTolerance
-      << ", \"targets\": {\"model_rate\": " << kModelRateTarget << ", \"elementwise_share\": " << kElementwiseShareTarget
+      << ", \"targets\": {\"model_rate\": " << kModelRateTarget
+      << ", \"elementwise_share\": " << kElementwiseShareTarget
       << ", \"transient_bytes\": " << kTransientTargetBytes << ", \"chunk\": " << kTargetChunk
       << "},\n  \"gemm_shapes\": [";
   for (std::size_t i = 0; i < shapes.size(); ++i) {
@@ -547,7 +554,8 @@ int bench_main(int argc, char** argv) {
       missed.push_back(str("model-FLOP rate ", 100 * r.model_tflops / card.tflops(), "% < ", 100 * kModelRateTarget, "%"));
     }
     if (elementwise_share(r) > kElementwiseShareTarget) {
-      missed.push_back(str("elementwise share ", 100 * elementwise_share(r), "% > ", 100 * kElementwiseShareTarget, "%"));
+      missed.push_back(
+          str("elementwise share ", 100 * elementwise_share(r), "% > ", 100 * kElementwiseShareTarget, "%"));
     }
     if (r.peak_transient > kTransientTargetBytes) missed.push_back(str("transient ", gib(r.peak_transient), " GiB > 2 GiB"));
   }

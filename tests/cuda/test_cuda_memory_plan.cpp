@@ -100,7 +100,8 @@ TEST_F(CudaLossHeadMemory, PeaksDoNotDependOnHowManyRowsAreValid) {
     LossHeadProblemSpec spec = kSpec;
     spec.invalid_fraction = invalid;
     SCOPED_TRACE("invalid fraction " + std::to_string(invalid));
-    for (LossPolicy policy : {LossPolicy::chunk_grad_in_forward, LossPolicy::chunk_recompute, LossPolicy::materialize}) {
+    for (LossPolicy policy :
+         {LossPolicy::chunk_grad_in_forward, LossPolicy::chunk_recompute, LossPolicy::materialize}) {
       expect_as_planned(spec, measure(spec, policy, 64), policy, 64);
     }
   }

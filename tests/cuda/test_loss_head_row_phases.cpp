@@ -148,7 +148,8 @@ void run_row_stats_block(const RowProblem& p, const Bf16Bits* zr, const Bf16Bits
 RowOutputs run_row_stats_blocks(const RowProblem& p, bool vector, bool descending) {
   RowOutputs out(p.rows);
   for (std::int64_t r = 0; r < p.rows; ++r) {
-    if (p.valid[r] != 0) run_row_stats_block(p, p.z.data() + r * p.vocab, p.t.data() + r * p.vocab, r, vector, descending, out);
+    if (p.valid[r] == 0) continue;
+    run_row_stats_block(p, p.z.data() + r * p.vocab, p.t.data() + r * p.vocab, r, vector, descending, out);
   }
   return out;
 }
@@ -203,7 +204,9 @@ std::vector<float> hidden_grad_of(const std::vector<Bf16Bits>& dz, std::int64_t 
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int32_t h = 0; h < H; ++h) {
       double sum = 0;
-      for (std::int32_t v = 0; v < V; ++v) sum += double(float_from_bf16_bits(dz[r * V + v])) * w[std::size_t(v) * H + h];
+      for (std::int32_t v = 0; v < V; ++v) {
+        sum += double(float_from_bf16_bits(dz[r * V + v])) * w[std::size_t(v) * H + h];
+      }
       dy[r * H + h] = static_cast<float>(sum);
     }
   }
@@ -378,7 +381,8 @@ TEST_P(RowKernelPhases, StatisticsAndGradientMatchTheDoubleReferenceOverTheRealP
   for (float& x : w) x = weight(rng);
   const GatheredGradient g = run_logit_grad_gathered(p, up.row_stats, list, kChunk, w, H, c.vector, false);
   for (std::size_t k = 0; k < list.size(); ++k) {
-    ASSERT_TRUE(std::equal(g.dz.begin() + k * c.vocab, g.dz.begin() + (k + 1) * c.vocab, dz.begin() + list[k] * c.vocab))
+    const auto compact = g.dz.begin() + static_cast<std::ptrdiff_t>(k * c.vocab);
+    ASSERT_TRUE(std::equal(compact, compact + c.vocab, dz.begin() + std::ptrdiff_t(list[k]) * c.vocab))
         << "dL/dz of compact row " << k << " (row " << list[k] << ")";
   }
   EXPECT_EQ(g.hidden_grad, hidden_grad_of(dz, p.rows, c.vocab, w, H)) << "dL/dY scattered to the wrong rows";
