@@ -10,7 +10,7 @@
 #include "cuda/linear_gemm.hpp"
 #include "cuda/loss_head_cuda.hpp"
 #include "cuda/cuda_backend.hpp"
-#include "cuda/trunk.hpp"
+#include "cuda/drafter_sequence_step.hpp"
 
 namespace dflash {
 namespace {
@@ -69,7 +69,7 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
 
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
   const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
-  const std::int64_t T = dims.T, H = dims.H, KH = dims.feature_width();
+  const std::int64_t KH = dims.feature_width();
   CudaDrafterStepResult result;
   result.weight_sum = global_weight_sum ? *global_weight_sum : drafter_detail::total_weight(seqs);
   result.grads = make_drafter_parameters<double>(host, config, MemoryCategory::gradients);
@@ -80,9 +80,9 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
       upload_bf16(allocator, MemoryCategory::parameters, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
   const DeviceBuffer<Bf16Bits> lm_head =
       upload_bf16(allocator, MemoryCategory::parameters, frozen.lm_head.data(), frozen.lm_head.numel());
-  TrunkWeights<Bf16Bits> weights;
-  TrunkGrads grads;
-  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights, grads);
+  CudaDrafterWeights weights;
+  weights.lm_head = lm_head.data();
+  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights.trunk, weights.grads);
   LinearGemm gemm(allocator);
   const CudaBackend backend{allocator, gemm};
   CudaLossHead head(allocator, loss_options);
@@ -106,39 +106,21 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
         upload(allocator, in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
     const DeviceBuffer<std::uint8_t> valid = upload(allocator, in, s.blocks.valid);
 
-    TrunkLayerContext<Bf16Bits> ctx;
-    ctx.dims = dims;
-    ctx.eps = static_cast<float>(config.rms_norm_eps);
-    ctx.rope_theta = config.rope_theta;
-    ctx.sliding_window = config.sliding_window.value_or(0);
-    ctx.anchors = anchors.data();
-    ctx.keep = keep.data();
-    ctx.block_positions = positions.data();
-    ctx.context_positions = ctx_pos.data();
-    ctx.seed = config.seed;
-    ctx.step = options.step;
-    ctx.sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
-    ctx.attention_dropout = config.attention_dropout;
-    ctx.hidden_dropout = config.hidden_dropout;
     DeviceBuffer<float> d_features(allocator, MemoryCategory::gradients, static_cast<std::size_t>(S * KH));
     d_features.zero();
-    grads.target_features = d_features.data();
-
-    Trunk<CudaBackend> trunk(backend, weights, ctx, dims.K, features.data(), tokens.data(), options.trunk_policy,
-                             options.checkpoint_every);
-    DeviceBuffer<Bf16Bits> y = trunk.forward();
-    const CudaLossHeadTargets targets{teacher16.data(), lm_head.data(),
-                                      DeviceRowTargets{labels.data(), row_weights.data(), valid.data()}};
-    CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{T, H, dims.V}, targets, result.weight_sum);
-    y.release();
-    result.stats.loss += f.stats.loss;
-    result.stats.ce += f.stats.ce;
-    result.stats.kl += f.stats.kl;
-    result.stats.magnitude = std::max(result.stats.magnitude, f.stats.magnitude);
-    result.stats.correct += f.stats.correct;
-    result.stats.valid_rows += f.stats.valid_rows;
-    DeviceBuffer<float> d_hidden = head.backward(targets, std::move(f.saved));
-    trunk.backward(std::move(d_hidden), grads);
+    const CudaSequenceInputs inputs{anchors.data(), keep.data(), positions.data(), ctx_pos.data(), tokens.data(),
+                                    features.data(), teacher16.data(),
+                                    DeviceRowTargets{labels.data(), row_weights.data(), valid.data()},
+                                    d_features.data()};
+    const LossHeadStats<double> stats =
+        cuda_drafter_sequence_step(backend, head, config, dims, weights, inputs, options,
+                                   options.sequence_offset + static_cast<std::uint32_t>(b), result.weight_sum);
+    result.stats.loss += stats.loss;
+    result.stats.ce += stats.ce;
+    result.stats.kl += stats.kl;
+    result.stats.magnitude = std::max(result.stats.magnitude, stats.magnitude);
+    result.stats.correct += stats.correct;
+    result.stats.valid_rows += stats.valid_rows;
     const std::vector<float> df = d_features.download();
     std::copy(df.begin(), df.end(), result.target_features_grad.data() + b * S * KH);
   }

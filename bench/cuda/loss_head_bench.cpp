@@ -38,7 +38,9 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/cuda/bench_data.hpp"
+#include "bench/cuda/bench_verdict.hpp"
 #include "bench/cuda/fp64_rows.hpp"
+#include "bench/cuda/gemm_rate.hpp"
 #include "common/tolerances.hpp"
 #include "common/gpu_required.hpp"
 #include "cuda/cuda_check.hpp"
@@ -56,7 +58,6 @@ constexpr double kModelRateTarget = 0.70;          // model-FLOP rate / measured
 constexpr double kElementwiseShareTarget = 0.05;   // elementwise kernels' share of the step
 constexpr std::size_t kTransientTargetBytes = std::size_t(2) << 30;
 constexpr std::int64_t kTargetChunk = 2048;
-constexpr double kCardRateSeconds = 1.0;           // the reference GEMM rate is timed over at least this
 
 struct BenchOptions {
   std::int64_t rows = 32768, hidden = 5120, vocab = 248320;
@@ -98,53 +99,6 @@ BenchOptions parse(int argc, char** argv) {
   return o;
 }
 
-void check_fill(int status, const char* what) { check_cuda(static_cast<cudaError_t>(status), what, __FILE__, __LINE__); }
-
-// Device-side time of `reps` calls of f, by events on the legacy default stream.
-template <class F>
-double milliseconds_per_call(int reps, F&& f) {
-  cudaEvent_t start, stop;
-  DFLASH_CUDA_CHECK(cudaEventCreate(&start));
-  DFLASH_CUDA_CHECK(cudaEventCreate(&stop));
-  DFLASH_CUDA_CHECK(cudaEventRecord(start, nullptr));
-  for (int r = 0; r < reps; ++r) f();
-  DFLASH_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-  DFLASH_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  DFLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / reps;
-}
-
-struct GemmRate {
-  std::string what;
-  std::int64_t m, n, k;
-  double ms = 0;
-  double tflops() const { return gemm_flops(m, n, k) / (ms * 1e-3) / 1e12; }
-};
-
-// The card's bf16 rate: an 8192^3 product (random data; three warm-ups, then batches of ten until
-// at least kCardRateSeconds have passed: a sustained rate, not a burst at boost clocks).
-GemmRate measure_card_rate(DeviceAllocator& allocator, std::uint64_t seed) {
-  const std::int64_t n = 8192;
-  DeviceBuffer<Bf16Bits> a(allocator, MemoryCategory::transient, n * n), b(allocator, MemoryCategory::transient, n * n),
-      c(allocator, MemoryCategory::transient, n * n);
-  check_fill(dflash_bench_fill_uniform_bf16(a.data(), n * n, seed, 11, 1.0f), "fill a");
-  check_fill(dflash_bench_fill_uniform_bf16(b.data(), n * n, seed, 12, 1.0f), "fill b");
-  CublasGemm gemm(allocator);
-  GemmRate r{"card: 8192^3 bf16, fp32 accumulate, >= 1 s", n, n, n};
-  milliseconds_per_call(3, [&] { gemm.logits(a.data(), b.data(), c.data(), n, n, n); });
-  double total_ms = 0;
-  int calls = 0;
-  while (total_ms < 1000 * kCardRateSeconds) {
-    total_ms += 10 * milliseconds_per_call(10, [&] { gemm.logits(a.data(), b.data(), c.data(), n, n, n); });
-    calls += 10;
-  }
-  r.ms = total_ms / calls;
-  return r;
-}
-
 struct PolicyRun {
   LossPolicy policy = LossPolicy::chunk_recompute;
   std::int64_t chunk = 0;
@@ -182,7 +136,7 @@ Inputs make_inputs(DeviceAllocator& allocator, const BenchOptions& o) {
             DeviceBuffer<std::int64_t>(allocator, MemoryCategory::inputs, T),
             DeviceBuffer<float>(allocator, MemoryCategory::inputs, T),
             DeviceBuffer<std::uint8_t>(allocator, MemoryCategory::inputs, T), 0.0};
-  check_fill(dflash_bench_fill_loss_head_inputs(in.hidden.data(), in.teacher.data(), in.head.data(), in.labels.data(),
+  check_bench_fill(dflash_bench_fill_loss_head_inputs(in.hidden.data(), in.teacher.data(), in.head.data(), in.labels.data(),
                                                 in.weights.data(), in.valid.data(), o.rows, o.hidden, o.vocab, o.seed,
                                                 4.0f, 1.0f),
              "dflash_bench_fill_loss_head_inputs");
@@ -560,23 +514,12 @@ int bench_main(int argc, char** argv) {
     if (r.peak_transient > kTransientTargetBytes) missed.push_back(str("transient ", gib(r.peak_transient), " GiB > 2 GiB"));
   }
   if (!measured) missed.push_back(str("chunk_grad_in_forward at chunk ", kTargetChunk, " was not measured"));
-  std::cout << "\nperformance targets: " << (missed.empty() ? "met" : "MISSED");
-  for (const std::string& m : missed) std::cout << "; " << m;
-  std::cout << "\n";
-  for (const std::string& w : wrong) std::cout << "wrong: " << w << "\n";
-  std::cout << "correctness: " << (wrong.empty() ? "PASS" : "FAIL") << "\n";
-  if (!wrong.empty()) return 1;
-  return missed.empty() ? 0 : 3;
+  return report_verdicts(missed, wrong);
 }
 
 }  // namespace
 }  // namespace dflash
 
 int main(int argc, char** argv) {
-  try {
-    return dflash::bench_main(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "bench_cuda_loss_head: error: " << e.what() << "\n";
-    return 2;
-  }
+  return dflash::run_benchmark("bench_cuda_loss_head", dflash::bench_main, argc, argv);
 }
