@@ -2,9 +2,14 @@
 
 namespace dflash {
 
+bool loss_policy_offered(const TrainingPrecision& precision, LossPolicy policy) {
+  return precision.trunk != TrunkMemoryModel::cuda || policy != LossPolicy::chunk_retain;
+}
+
 std::vector<PolicyVerdict> policy_verdicts(const PlanRequest& request) {
   std::vector<PolicyVerdict> out;
   for (LossPolicy loss : kAllLossPolicies) {
+    if (!loss_policy_offered(request.precision, loss)) continue;
     for (TrunkPolicy trunk : kAllTrunkPolicies) {
       for (int zero : {0, 1}) {
         PlanRequest r = request;

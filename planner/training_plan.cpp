@@ -85,7 +85,10 @@ MemoryPlan plan_training_memory(const PlanRequest& r) {
   plan.activations = trunk_activation_summary(dims, r.checkpoint_every, p);
 
   CategoryBytes c = parameter_memory(plan.parameters, p, r.layout);
-  const CategoryBytes loss = loss_head_memory(plan.loss_head_shape, r.loss_policy);
+  // The CUDA step's loss head computes only the valid rows and has its own closed form (it also
+  // refuses chunk_retain and dL/dW_lm, by name); the reference's allocates as loss_head_memory says.
+  const CategoryBytes loss = p.trunk == TrunkMemoryModel::cuda ? cuda_loss_head_memory(plan.loss_head_shape, r.loss_policy)
+                                                               : loss_head_memory(plan.loss_head_shape, r.loss_policy);
   const std::int64_t hidden_rows = checked_product({dims.T, dims.H, p.activation_bytes});  // Y, or G's rows
   const std::int64_t n = r.sequences;
   if (p.trunk == TrunkMemoryModel::cuda) {

@@ -21,7 +21,8 @@
 // cuda_drafter_step (cuda/drafter_step_cuda.cpp), which keeps the batch on the host and runs one
 // sequence at a time: gradients = parameter gradients + one sequence's fp32 dL/dF + the loss
 // head's dL/dY; inputs = what it uploads for one sequence (training_plan.cpp); outputs = the loss
-// head's; saved and transient the CUDA trunk's (planner/cuda_trunk_memory.hpp).
+// head's; saved and transient the CUDA trunk's (planner/cuda_trunk_memory.hpp); the loss head's
+// categories cuda_loss_head_memory's (no chunk_retain: InputError naming loss_policy).
 // The total adds every category's own peak: an upper bound of the true peak, whose slack is what
 // two phases never hold at once (the loss head's scratch and the trunk's backward, say).
 #pragma once
