@@ -18,6 +18,7 @@
 #include "reference/loss_head.hpp"
 #include "reference/loss_head_problem.hpp"
 #include "reference/threads.hpp"
+#include "tests/reference/thread_count.hpp"
 
 namespace dflash {
 namespace {
@@ -31,18 +32,6 @@ struct Bits {
   }
   void add(const Tensor<double>& t) { add(t.data(), t.numel()); }
   void add(double v) { add(&v, 1); }
-};
-
-// Restores the thread count a test changed.
-class ThreadCount {
- public:
-  explicit ThreadCount(int threads) : saved_(reference_threads()) { set_reference_threads(threads); }
-  ~ThreadCount() { set_reference_threads(saved_); }
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-
- private:
-  int saved_;
 };
 
 // The tracker's peak per category, every category but `except`.
@@ -114,21 +103,31 @@ DrafterConfig wide_tiny_config() {
   return config;
 }
 
-TEST(ReferenceThreads, DrafterStepIsBitwiseTheSameForOneTwoAndThreeThreads) {
-  const DrafterConfig config = wide_tiny_config();
+// Parameters, frozen weights and a batch of `sequences` sequences of 48 context rows for it.
+struct WideTinyProblem {
+  DrafterConfig config = wide_tiny_config();
   MemoryTracker data;
-  const auto params = init_drafter_parameters<double>(data, config, 1, 0.2);
-  const auto frozen = init_frozen_weights<double>(data, config, 2);
-  const auto batch = make_drafter_batch<double>(data, config, {.sequences = 2, .context_length = 48, .seed = 3});
+  DrafterParameters<double> params = init_drafter_parameters<double>(data, config, 1, 0.2);
+  FrozenWeights<double> frozen = init_frozen_weights<double>(data, config, 2);
+  DrafterBatch<double> batch;
+  explicit WideTinyProblem(std::int64_t sequences)
+      : batch(make_drafter_batch<double>(data, config, {.sequences = sequences, .context_length = 48, .seed = 3})) {}
+  DrafterStepResult<double> step(MemoryTracker& tracker, const DrafterStepOptions& options) const {
+    return drafter_step(tracker, config, params, frozen, batch, options);
+  }
+};
+
+TEST(ReferenceThreads, DrafterStepIsBitwiseTheSameForOneTwoAndThreeThreads) {
+  const WideTinyProblem p(2);
   for (TrunkPolicy policy : {TrunkPolicy::none, TrunkPolicy::per_layer}) {
     SCOPED_TRACE(trunk_policy_name(policy));
-    DrafterStepOptions options = drafter_step_options(config, 1, 0);
+    DrafterStepOptions options = drafter_step_options(p.config, 1, 0);
     options.trunk_policy = policy;
     options.loss_policy = LossPolicy::chunk_grad_in_forward;
     options.loss_chunk_rows = 24;
     expect_same_bits_for_1_2_3_threads(
         [&](MemoryTracker& tracker) {
-          const DrafterStepResult<double> r = drafter_step(tracker, config, params, frozen, batch, options);
+          const DrafterStepResult<double> r = p.step(tracker, options);
           Bits b;
           b.add(r.outputs.stats.loss);
           b.add(r.outputs.lse);
@@ -142,21 +141,17 @@ TEST(ReferenceThreads, DrafterStepIsBitwiseTheSameForOneTwoAndThreeThreads) {
 }
 
 TEST(ReferenceThreads, DropoutObserverSeesTheOneThreadOrderOnThreeThreads) {
-  const DrafterConfig config = wide_tiny_config();
-  MemoryTracker data;
-  const auto params = init_drafter_parameters<double>(data, config, 1, 0.2);
-  const auto frozen = init_frozen_weights<double>(data, config, 2);
-  const auto batch = make_drafter_batch<double>(data, config, {.sequences = 1, .context_length = 48, .seed = 3});
+  const WideTinyProblem p(1);
   auto draws = [&](int threads) {
     const ThreadCount count(threads);
     std::vector<std::tuple<int, std::uint32_t, int, std::uint64_t, bool>> seen;
     const DropoutObserver observer = [&](const DropoutDraw& d) {
       seen.emplace_back(static_cast<int>(d.pass), d.layer, static_cast<int>(d.site), d.element, d.kept);
     };
-    DrafterStepOptions options = drafter_step_options(config, 1, 0);
+    DrafterStepOptions options = drafter_step_options(p.config, 1, 0);
     options.dropout_observer = &observer;
     MemoryTracker tracker;
-    drafter_step(tracker, config, params, frozen, batch, options);
+    p.step(tracker, options);
     return seen;
   };
   const auto one = draws(1);
