@@ -40,7 +40,8 @@ std::int64_t sum(std::initializer_list<std::int64_t> terms) {
 
 // The trunk's scratch, in elements, phase by phase as drafter_trunk.hpp and drafter_layer.hpp
 // allocate it (X = [T,H], Q = [T,nh d], KVt = [T,nkv d], KVs = [S,nkv d], keys = S + T, R = both
-// RoPE tables, (T + S) d, A = one layer's activations):
+// RoPE tables, (T + S) d, A = one layer's activations; the reference on one thread: on N it keeps
+// one score row, and three key rows, per attention part, min(N, nh) forward and min(N, nkv) backward):
 //   layer forward        [input X unless a kept boundary] + [A unless `none` keeps it] + R
 //                        + max(score row keys, o_proj output X, MLP output + layer output 2X)
 //   end of forward       the final norm's input and output, 2X

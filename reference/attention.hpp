@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "common/attention_mask.hpp"
 #include "common/row_math.hpp"
@@ -22,6 +23,7 @@
 #include "reference/dropout.hpp"
 #include "reference/linalg.hpp"
 #include "reference/tensor.hpp"
+#include "reference/threads.hpp"
 
 namespace dflash {
 
@@ -65,11 +67,13 @@ void for_each_visible_key(const VisibleKeys& v, std::int64_t S, Visit visit) {
 }
 
 // Visits (head h, its kv head g = h / (nh/nkv), query row i, its visible keys) for every row
-// that sees at least one key, heads outermost: the one order forward and backward both use.
+// that sees at least one key, for heads [head_begin, head_end), heads outermost: the one order
+// forward and backward both use.
 template <class Visit>
-void for_each_attending_row(const DrafterDims& dims, const AttentionMask& mask, Visit visit) {
+void for_each_attending_row(const DrafterDims& dims, const AttentionMask& mask, std::int64_t head_begin,
+                            std::int64_t head_end, Visit visit) {
   const std::int64_t group = dims.nh / dims.nkv;
-  for (std::int64_t h = 0; h < dims.nh; ++h) {
+  for (std::int64_t h = head_begin; h < head_end; ++h) {
     for (std::int64_t i = 0; i < dims.T; ++i) {
       const VisibleKeys v = mask.visible(i);
       if (!v.empty()) visit(h, h / group, i, v);
@@ -138,10 +142,23 @@ Real sqrt_head_dim(std::int64_t d) {
   using std::sqrt;
   return Real(sqrt(Real(d)));
 }
+// How many parts the heads of a pass are split into (reference/threads.hpp): one per thread in
+// double; one for the 50-digit judge (the plain path), and one when an observer records the
+// dropout draws (it sees them in the one-thread order, from one thread).
+template <class Real>
+std::int64_t head_parts(std::int64_t heads, const DropoutSiteMask<Real>& dropout) {
+  if constexpr (std::is_same_v<Real, double>) {
+    return dropout.observed() ? 1 : row_parts(heads);
+  } else {
+    return 1;
+  }
+}
 }  // namespace attention_detail
 
 // out[i, h] = sum_j dropout(P_ij) V_j; lse[i, h] = logsumexp of the visible scores (0 and an
 // all-zero output for a row that sees no key). `out` must be zero on entry.
+// Each (row, head) writes only its own output and lse, so the heads are split across threads, each
+// part with its own score row (one row on one thread, the closed form of planner/trunk_plan.cpp).
 template <class Real>
 void dflash_attention_forward(MemoryTracker& tracker, const DrafterDims& dims, const AttentionMask& mask,
                               const AttentionInputs<Real>& in, const DropoutSiteMask<Real>& dropout, Real* lse,
@@ -149,25 +166,30 @@ void dflash_attention_forward(MemoryTracker& tracker, const DrafterDims& dims, c
   using namespace attention_detail;
   const Real sqrt_d = sqrt_head_dim<Real>(dims.d);
   const std::int64_t d = dims.d;
-  Tensor<Real> scores(tracker, MemoryCategory::transient, {dims.keys()});
-  for_each_attending_row(dims, mask, [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
-    const Real* q = in.q + i * dims.q_width() + h * d;
-    dot_visible(dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, scores.data());
-    Real max_score(0);
-    bool first = true;
-    for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-      scores[j] = scores[j] / sqrt_d;
-      if (first || scores[j] > max_score) max_score = scores[j];
-      first = false;
-    });
-    Real sum(0);
-    for_each_visible_key(v, dims.S, [&](std::int64_t j) { sum += exp_of(Real(scores[j] - max_score)); });
-    const Real row_lse = max_score + log_of(sum);
-    lse[i * dims.nh + h] = row_lse;
-    Real* o = out + i * dims.q_width() + h * d;
-    for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-      const Real p = exp_of(Real(scores[j] - row_lse)) * dropout.factor(attention_dropout_element(dims, h, i, j));
-      add_scaled(d, p, in.value(dims, j, g), o);
+  const std::int64_t parts = head_parts(dims.nh, dropout);
+  Tensor<Real> score_rows(tracker, MemoryCategory::transient, {parts, dims.keys()});
+  run_row_parts(dims.nh, parts, [&](std::int64_t part, std::int64_t head_begin, std::int64_t head_end) {
+    Real* scores = score_rows.row(part);
+    for_each_attending_row(dims, mask, head_begin, head_end,
+                           [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
+      const Real* q = in.q + i * dims.q_width() + h * d;
+      dot_visible(dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, scores);
+      Real max_score(0);
+      bool first = true;
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+        scores[j] = scores[j] / sqrt_d;
+        if (first || scores[j] > max_score) max_score = scores[j];
+        first = false;
+      });
+      Real sum(0);
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) { sum += exp_of(Real(scores[j] - max_score)); });
+      const Real row_lse = max_score + log_of(sum);
+      lse[i * dims.nh + h] = row_lse;
+      Real* o = out + i * dims.q_width() + h * d;
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+        const Real p = exp_of(Real(scores[j] - row_lse)) * dropout.factor(attention_dropout_element(dims, h, i, j));
+        add_scaled(d, p, in.value(dims, j, g), o);
+      });
     });
   });
 }
@@ -175,36 +197,46 @@ void dflash_attention_forward(MemoryTracker& tracker, const DrafterDims& dims, c
 // With P the probabilities, f the dropout factors and dP_j = f_j dO . V_j:
 //   dV_j += P_j f_j dO,   dS_j = P_j (dP_j - sum_l P_l dP_l),   dQ += dS_j K_j / sqrt d,   dK_j += dS_j Q / sqrt d.
 // `grads.dq` must be zero on entry; the key/value gradients accumulate.
+// The key and value gradients of kv head g are sums over the rows of the heads that read it, so
+// the kv heads are split across threads: each sum is then made by one thread in the one-thread
+// order (heads ascending, then rows), and dq rows belong to their head. Three key rows per part.
 template <class Real>
 void dflash_attention_backward(MemoryTracker& tracker, const DrafterDims& dims, const AttentionMask& mask,
                                const AttentionInputs<Real>& in, const DropoutSiteMask<Real>& dropout, const Real* lse,
                                const Real* d_out, const AttentionGrads<Real>& grads) {
   using namespace attention_detail;
   const Real sqrt_d = sqrt_head_dim<Real>(dims.d);
-  const std::int64_t d = dims.d;
-  Tensor<Real> probs(tracker, MemoryCategory::transient, {dims.keys()});
-  Tensor<Real> factors(tracker, MemoryCategory::transient, {dims.keys()});
-  Tensor<Real> d_probs(tracker, MemoryCategory::transient, {dims.keys()});
-  for_each_attending_row(dims, mask, [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
-    const Real* q = in.q + i * dims.q_width() + h * d;
-    const Real* d_o = d_out + i * dims.q_width() + h * d;
-    const Real row_lse = lse[i * dims.nh + h];
-    dot_visible(dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, probs.data());      // q . K_j
-    dot_visible(dims, v, d_o, [&](std::int64_t j) { return in.value(dims, j, g); }, d_probs.data());  // dO . V_j
-    Real p_dot_dp(0);
-    for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-      probs[j] = exp_of(Real(probs[j] / sqrt_d - row_lse));
-      factors[j] = dropout.factor(attention_dropout_element(dims, h, i, j));
-      d_probs[j] = d_probs[j] * factors[j];
-      p_dot_dp += probs[j] * d_probs[j];
-    });
-    Real* dq = grads.dq + i * dims.q_width() + h * d;
-    for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-      const Real d_score = probs[j] * (d_probs[j] - p_dot_dp) / sqrt_d;
-      const Real p = probs[j] * factors[j];
-      add_scaled(d, d_score, in.key(dims, j, g), dq);  // distinct tensors: three loops are one loop's bits
-      add_scaled(d, d_score, q, grads.key(dims, j, g));
-      add_scaled(d, p, d_o, grads.value(dims, j, g));
+  const std::int64_t d = dims.d, group = dims.nh / dims.nkv;
+  const std::int64_t parts = head_parts(dims.nkv, dropout);
+  Tensor<Real> prob_rows(tracker, MemoryCategory::transient, {parts, dims.keys()});
+  Tensor<Real> factor_rows(tracker, MemoryCategory::transient, {parts, dims.keys()});
+  Tensor<Real> d_prob_rows(tracker, MemoryCategory::transient, {parts, dims.keys()});
+  run_row_parts(dims.nkv, parts, [&](std::int64_t part, std::int64_t kv_begin, std::int64_t kv_end) {
+    Real* probs = prob_rows.row(part);
+    Real* factors = factor_rows.row(part);
+    Real* d_probs = d_prob_rows.row(part);
+    for_each_attending_row(dims, mask, kv_begin * group, kv_end * group,
+                           [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
+      const Real* q = in.q + i * dims.q_width() + h * d;
+      const Real* d_o = d_out + i * dims.q_width() + h * d;
+      const Real row_lse = lse[i * dims.nh + h];
+      dot_visible(dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, probs);      // q . K_j
+      dot_visible(dims, v, d_o, [&](std::int64_t j) { return in.value(dims, j, g); }, d_probs);  // dO . V_j
+      Real p_dot_dp(0);
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+        probs[j] = exp_of(Real(probs[j] / sqrt_d - row_lse));
+        factors[j] = dropout.factor(attention_dropout_element(dims, h, i, j));
+        d_probs[j] = d_probs[j] * factors[j];
+        p_dot_dp += probs[j] * d_probs[j];
+      });
+      Real* dq = grads.dq + i * dims.q_width() + h * d;
+      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+        const Real d_score = probs[j] * (d_probs[j] - p_dot_dp) / sqrt_d;
+        const Real p = probs[j] * factors[j];
+        add_scaled(d, d_score, in.key(dims, j, g), dq);  // distinct tensors: three loops are one loop's bits
+        add_scaled(d, d_score, q, grads.key(dims, j, g));
+        add_scaled(d, p, d_o, grads.value(dims, j, g));
+      });
     });
   });
 }

@@ -97,30 +97,64 @@ struct LayerContext {
 
 namespace drafter_layer_detail {
 
+// Row-wise passes below split their rows across threads (for_independent_rows): each output row
+// is made by one thread; the weight gradients, sums over rows, are added rows ascending on one.
+
+// y[i] = RMSNorm(x[i]; w) for every row, rstd[i] kept.
+template <class Real>
+void rms_norm_rows_forward(const Tensor<Real>& x, const Tensor<Real>& w, const Real& eps, Tensor<Real>& rstd,
+                           Tensor<Real>& y) {
+  const std::int64_t n = x.dim(1);
+  for_independent_rows<Real>(x.dim(0), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) rstd[i] = rms_norm_forward(x.row(i), w.data(), n, eps, y.row(i));
+  });
+}
+
+// dx[i] += ..., dw += ... for every row: dw is a sum over rows, added rows ascending first (it
+// reads only dy), then the rows' input gradients, split.
+template <class Real>
+void rms_norm_rows_backward(const Tensor<Real>& x, const Tensor<Real>& w, const Tensor<Real>& rstd,
+                            const Tensor<Real>& dy, Tensor<Real>& dx, Tensor<Real>& dw) {
+  const std::int64_t n = x.dim(1);
+  for (std::int64_t i = 0; i < x.dim(0); ++i) rms_norm_weight_grad(x.row(i), rstd[i], dy.row(i), n, dw.data());
+  for_independent_rows<Real>(x.dim(0), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) rms_norm_input_grad(x.row(i), w.data(), rstd[i], dy.row(i), n, dx.row(i));
+  });
+}
+
 // out = RoPE(RMSNorm_d(proj)) per head, each row with its own position.
 template <class Real>
 void head_norm_rope_forward(const Tensor<Real>& proj, const Tensor<Real>& weight, const Real& eps,
                             const RopeTable<Real>& rope, std::int64_t heads, std::int64_t d, Tensor<Real>& rstd,
                             Tensor<Real>& out) {
-  for (std::int64_t r = 0; r < proj.dim(0); ++r) {
-    for (std::int64_t h = 0; h < heads; ++h) {
-      rstd[r * heads + h] = rms_norm_forward(proj.row(r) + h * d, weight.data(), d, eps, out.row(r) + h * d);
-      rope_forward(out.row(r) + h * d, rope.cos_row(r), rope.sin_row(r), d);
+  for_independent_rows<Real>(proj.dim(0), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        rstd[r * heads + h] = rms_norm_forward(proj.row(r) + h * d, weight.data(), d, eps, out.row(r) + h * d);
+        rope_forward(out.row(r) + h * d, rope.cos_row(r), rope.sin_row(r), d);
+      }
     }
-  }
+  });
 }
 
-// d_out (consumed: rotated back in place) -> d_proj += ..., d_weight += ...
+// d_out (consumed: rotated back in place) -> d_proj += ..., d_weight += ... (rows, then heads,
+// ascending: the order of one rms_norm_backward per (row, head)).
 template <class Real>
 void head_norm_rope_backward(Tensor<Real>& d_out, const Tensor<Real>& proj, const Tensor<Real>& rstd,
                              const Tensor<Real>& weight, const RopeTable<Real>& rope, std::int64_t heads,
                              std::int64_t d, Tensor<Real>& d_proj, Tensor<Real>& d_weight) {
+  for_independent_rows<Real>(proj.dim(0), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      for (std::int64_t h = 0; h < heads; ++h) {
+        Real* g = d_out.row(r) + h * d;
+        rope_backward(g, rope.cos_row(r), rope.sin_row(r), d);
+        rms_norm_input_grad(proj.row(r) + h * d, weight.data(), rstd[r * heads + h], g, d, d_proj.row(r) + h * d);
+      }
+    }
+  });
   for (std::int64_t r = 0; r < proj.dim(0); ++r) {
     for (std::int64_t h = 0; h < heads; ++h) {
-      Real* g = d_out.row(r) + h * d;
-      rope_backward(g, rope.cos_row(r), rope.sin_row(r), d);
-      rms_norm_backward(proj.row(r) + h * d, weight.data(), rstd[r * heads + h], g, d, d_proj.row(r) + h * d,
-                        d_weight.data());
+      rms_norm_weight_grad(proj.row(r) + h * d, rstd[r * heads + h], d_out.row(r) + h * d, d, d_weight.data());
     }
   }
 }
@@ -129,13 +163,21 @@ void head_norm_rope_backward(Tensor<Real>& d_out, const Tensor<Real>& proj, cons
 template <class Real>
 void add_dropped_residual(const Tensor<Real>& x, const Tensor<Real>& branch, const DropoutSiteMask<Real>& mask,
                           Tensor<Real>& out) {
-  for (std::int64_t e = 0; e < x.numel(); ++e) out[e] = x[e] + branch[e] * mask.factor(static_cast<std::uint64_t>(e));
+  const std::int64_t n = x.row_size();
+  for_independent_rows<Real>(x.dim(0), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t e = begin * n; e < end * n; ++e) {
+      out[e] = x[e] + branch[e] * mask.factor(static_cast<std::uint64_t>(e));
+    }
+  }, !mask.observed());
 }
 
 // d_branch = dropout'(d_out): the same factors, regenerated.
 template <class Real>
 void dropped_residual_backward(const Tensor<Real>& d_out, const DropoutSiteMask<Real>& mask, Tensor<Real>& d_branch) {
-  for (std::int64_t e = 0; e < d_out.numel(); ++e) d_branch[e] = d_out[e] * mask.factor(static_cast<std::uint64_t>(e));
+  const std::int64_t n = d_out.row_size();
+  for_independent_rows<Real>(d_out.dim(0), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t e = begin * n; e < end * n; ++e) d_branch[e] = d_out[e] * mask.factor(static_cast<std::uint64_t>(e));
+  }, !mask.observed());
 }
 
 // y[M, out] = x[M, in] W[out, in]^T
@@ -166,9 +208,7 @@ Tensor<Real> drafter_layer_forward(MemoryTracker& tracker, const LayerContext<Re
   const RopeTable<Real> rope_blk(tracker, ctx.block_positions, m.d, ctx.config->rope_theta);
   const RopeTable<Real> rope_ctx(tracker, ctx.context_positions, m.d, ctx.config->rope_theta);
 
-  for (std::int64_t i = 0; i < m.T; ++i) {
-    a.input_rstd[i] = rms_norm_forward(x.row(i), w.input_layernorm.data(), m.H, eps, a.u.row(i));
-  }
+  rms_norm_rows_forward(x, w.input_layernorm, eps, a.input_rstd, a.u);
   linear_forward(a.u, w.q_proj, a.q_proj);
   head_norm_rope_forward(a.q_proj, w.q_norm, eps, rope_blk, m.nh, m.d, a.q_rstd, a.q);
   linear_forward(C, w.k_proj, a.k_ctx_proj);
@@ -187,12 +227,12 @@ Tensor<Real> drafter_layer_forward(MemoryTracker& tracker, const LayerContext<Re
     add_dropped_residual(x, attn_proj, ctx.dropout_mask(layer, DropoutSite::attention_residual), a.x_mid);
   }
 
-  for (std::int64_t i = 0; i < m.T; ++i) {
-    a.post_rstd[i] = rms_norm_forward(a.x_mid.row(i), w.post_attention_layernorm.data(), m.H, eps, a.v.row(i));
-  }
+  rms_norm_rows_forward(a.x_mid, w.post_attention_layernorm, eps, a.post_rstd, a.v);
   linear_forward(a.v, w.gate_proj, a.gate);
   linear_forward(a.v, w.up_proj, a.up);
-  for (std::int64_t i = 0; i < m.T; ++i) swiglu_forward(a.gate.row(i), a.up.row(i), a.act.row(i), m.I);
+  for_independent_rows<Real>(m.T, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) swiglu_forward(a.gate.row(i), a.up.row(i), a.act.row(i), m.I);
+  });
   Tensor<Real> mlp_out(tracker, MemoryCategory::transient, {m.T, m.H});
   linear_forward(a.act, w.down_proj, mlp_out);
   Tensor<Real> out(tracker, MemoryCategory::transient, {m.T, m.H});
@@ -222,17 +262,16 @@ Tensor<Real> drafter_layer_backward(MemoryTracker& tracker, const LayerContext<R
     Tensor<Real> d_act = scratch(m.T, m.I);
     linear_backward(a.act, w.down_proj, d_mlp, &d_act, g.down_proj);
     Tensor<Real> d_gate = scratch(m.T, m.I), d_up = scratch(m.T, m.I);
-    for (std::int64_t i = 0; i < m.T; ++i) {
-      swiglu_backward(a.gate.row(i), a.up.row(i), d_act.row(i), d_gate.row(i), d_up.row(i), m.I);
-    }
+    for_independent_rows<Real>(m.T, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        swiglu_backward(a.gate.row(i), a.up.row(i), d_act.row(i), d_gate.row(i), d_up.row(i), m.I);
+      }
+    });
     linear_backward(a.v, w.gate_proj, d_gate, &d_v, g.gate_proj);
     linear_backward(a.v, w.up_proj, d_up, &d_v, g.up_proj);
   }
   Tensor<Real> d_x = std::move(d_out);  // the residual path: dL/dX' starts as dL/dX''
-  for (std::int64_t i = 0; i < m.T; ++i) {
-    rms_norm_backward(a.x_mid.row(i), w.post_attention_layernorm.data(), a.post_rstd[i], d_v.row(i), m.H, d_x.row(i),
-                      g.post_attention_layernorm.data());
-  }
+  rms_norm_rows_backward(a.x_mid, w.post_attention_layernorm, a.post_rstd, d_v, d_x, g.post_attention_layernorm);
   d_v.release();
 
   // Attention branch: X' = X + dropout_2(O Wo^T).
@@ -266,10 +305,7 @@ Tensor<Real> drafter_layer_backward(MemoryTracker& tracker, const LayerContext<R
   linear_backward(C, w.v_proj, d_v_ctx, &d_context, g.v_proj);
   linear_backward(a.u, w.v_proj, d_v_blk, &d_u, g.v_proj);
 
-  for (std::int64_t i = 0; i < m.T; ++i) {
-    rms_norm_backward(x.row(i), w.input_layernorm.data(), a.input_rstd[i], d_u.row(i), m.H, d_x.row(i),
-                      g.input_layernorm.data());
-  }
+  rms_norm_rows_backward(x, w.input_layernorm, a.input_rstd, d_u, d_x, g.input_layernorm);
   return d_x;
 }
 

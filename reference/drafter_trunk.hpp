@@ -101,7 +101,7 @@ class SequenceTrunk {
     Tensor<Real> y(tracker_, MemoryCategory::transient, {m.T, m.H});
     Tensor<Real> rstd(tracker_, kept, {m.T});
     const Real eps(ctx_.config->rms_norm_eps);
-    for (std::int64_t i = 0; i < m.T; ++i) rstd[i] = rms_norm_forward(current.row(i), params_.norm.data(), m.H, eps, y.row(i));
+    drafter_layer_detail::rms_norm_rows_forward(current, params_.norm, eps, rstd, y);
     if (keep_for_backward) {
       current.recategorize(MemoryCategory::saved);
       final_input_ = std::move(current);
@@ -116,10 +116,7 @@ class SequenceTrunk {
   Tensor<Real> backward(Tensor<Real> d_hidden, DrafterParameters<Real>& grads, const GradientsFinal& on_final = {}) {
     const DrafterDims& m = in_.dims;
     Tensor<Real> d_x(tracker_, MemoryCategory::transient, {m.T, m.H});
-    for (std::int64_t i = 0; i < m.T; ++i) {
-      rms_norm_backward(final_input_.row(i), params_.norm.data(), final_rstd_[i], d_hidden.row(i), m.H, d_x.row(i),
-                        grads.norm.data());
-    }
+    drafter_layer_detail::rms_norm_rows_backward(final_input_, params_.norm, final_rstd_, d_hidden, d_x, grads.norm);
     d_hidden.release();
     final_input_.release();
     final_rstd_.release();
@@ -156,19 +153,15 @@ class SequenceTrunk {
     context_ = Tensor<Real>(tracker_, category, {m.S, m.H});
     matmul_abt(in_.target_features, params_.fc.data(), fc_out_.data(), m.S, m.H, m.feature_width());
     const Real eps(ctx_.config->rms_norm_eps);
-    for (std::int64_t j = 0; j < m.S; ++j) {
-      hidden_norm_rstd_[j] = rms_norm_forward(fc_out_.row(j), params_.hidden_norm.data(), m.H, eps, context_.row(j));
-    }
+    drafter_layer_detail::rms_norm_rows_forward(fc_out_, params_.hidden_norm, eps, hidden_norm_rstd_, context_);
     ctx_.context = &context_;
   }
 
   Tensor<Real> context_backward(const Tensor<Real>& d_context, DrafterParameters<Real>& grads) {
     const DrafterDims& m = in_.dims;
     Tensor<Real> d_fc_out(tracker_, MemoryCategory::transient, {m.S, m.H});
-    for (std::int64_t j = 0; j < m.S; ++j) {
-      rms_norm_backward(fc_out_.row(j), params_.hidden_norm.data(), hidden_norm_rstd_[j], d_context.row(j), m.H,
-                        d_fc_out.row(j), grads.hidden_norm.data());
-    }
+    drafter_layer_detail::rms_norm_rows_backward(fc_out_, params_.hidden_norm, hidden_norm_rstd_, d_context, d_fc_out,
+                                                 grads.hidden_norm);
     Tensor<Real> d_features(tracker_, MemoryCategory::gradients, {m.S, m.feature_width()});
     matmul_ab_accumulate(d_fc_out.data(), params_.fc.data(), d_features.data(), m.S, m.feature_width(), m.H);
     matmul_atb_accumulate(d_fc_out.data(), in_.target_features, grads.fc.data(), m.H, m.feature_width(), m.S);

@@ -48,6 +48,8 @@ class DropoutSiteMask {
   }
 
   bool active() const { return active_; }
+  // Whether an observer sees the draws (it is called in draw order, so from one thread).
+  bool observed() const { return active_ && at_.observer != nullptr; }
 
   // 0 where element e is dropped, 1/(1-p) where kept, exactly 1 when the site is off (p = 0).
   Real factor(std::uint64_t element) const {

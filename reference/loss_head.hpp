@@ -95,14 +95,51 @@ void push_through_head(const Tensor<Real>& dz, const Tensor<Real>& lm_head, cons
   if (dw) matmul_atb_accumulate(dz.data(), y, dw->data(), V, H, rows);
 }
 
+// What a chunk row contributes to the batch sums, kept until they are added in row order.
+template <class Real>
+struct RowContribution {
+  HybridRowResult<Real> row;
+  bool correct = false;  // argmax z = y
+};
+
+// Forward over a chunk's rows with a teacher: the streaming statistics of each row, saved (row
+// stats, lse, token loss), and t turned into log q in place. Rows are independent (each one's
+// statistics are made by one thread, columns ascending); what they add to the batch sums is
+// returned per row, for the caller to add in row order (the sums' order does not depend on the
+// thread count). Not tracked: 6 numbers per chunk row, beside the chunk's 2 V per row.
+template <class Real>
+std::vector<RowContribution<Real>> chunk_row_statistics(const LossHeadTargets<Real>& in, std::int64_t r0,
+                                                        const HybridHyper<Real>& hp, const Tensor<Real>& z,
+                                                        Tensor<Real>& log_q, Tensor<Real>& row_stats,
+                                                        LossHeadForward<Real>& f) {
+  const std::int64_t V = z.dim(1);
+  std::vector<RowContribution<Real>> contributions(static_cast<std::size_t>(z.dim(0)));
+  for_independent_rows<Real>(z.dim(0), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::int64_t i = r0 + r;
+      if (in.valid[i] == 0) continue;
+      const std::int64_t y = in.labels[i];
+      HybridRowStats<Real> stats;
+      for (std::int64_t v = 0; v < V; ++v) stats.update(z.row(r)[v], log_q.row(r)[v], v, y, hp.tau);
+      const HybridRowResult<Real> row = finish_row(stats, hp.tau);
+      save_row_stats(row_stats.data(), i, row);
+      for (std::int64_t v = 0; v < V; ++v) log_q.row(r)[v] = teacher_log_prob(log_q.row(r)[v], row, hp.tau);
+      f.lse[i] = row.lse_z;
+      f.token_loss[i] = hybrid_token_loss(row, hp);
+      contributions[static_cast<std::size_t>(r)] = {row, stats.argmax == y};
+    }
+  });
+  return contributions;
+}
+
 // Turns a chunk's logits z into dz in place, from log q and the saved row statistics; rows without
-// a teacher get dz = 0 (push_through_head). Rows are independent: in double they are split across
-// the reference's threads (the 50-digit judge stays on one).
+// a teacher get dz = 0 (push_through_head). Rows are independent: split across
+// threads (for_independent_rows).
 template <class Real>
 void chunk_logits_to_grad(const LossHeadTargets<Real>& in, const Tensor<Real>& row_stats, std::int64_t r0,
                           const HybridHyper<Real>& hp, const Real& weight_sum, Tensor<Real>& z, const Tensor<Real>& log_q) {
   const std::int64_t V = z.dim(1);
-  auto rows = [&](std::int64_t begin, std::int64_t end) {
+  for_independent_rows<Real>(z.dim(0), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const std::int64_t i = r0 + r;
       if (in.valid[i] == 0) {
@@ -112,12 +149,22 @@ void chunk_logits_to_grad(const LossHeadTargets<Real>& in, const Tensor<Real>& r
       logits_to_grad_row(z.row(r), log_q.row(r), V, in.labels[i], load_row_stats(row_stats.data(), i), hp,
                          row_grad_scale(in.weights[i], weight_sum));
     }
-  };
-  if constexpr (std::is_same_v<Real, double>) {
-    run_row_ranges(z.dim(0), rows);
-  } else {
-    rows(0, z.dim(0));
-  }
+  });
+}
+
+// chunk_recompute's backward: t of a recomputed chunk turned into log q in place, from the saved
+// row statistics (rows without a teacher are left as they are: nothing reads them).
+template <class Real>
+void chunk_teacher_log_probs(const LossHeadTargets<Real>& in, const Tensor<Real>& row_stats, std::int64_t r0,
+                             const HybridHyper<Real>& hp, Tensor<Real>& log_q) {
+  const std::int64_t V = log_q.dim(1);
+  for_independent_rows<Real>(log_q.dim(0), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      if (in.valid[r0 + r] == 0) continue;
+      const HybridRowResult<Real> row = load_row_stats(row_stats.data(), r0 + r);
+      for (std::int64_t v = 0; v < V; ++v) log_q.row(r)[v] = teacher_log_prob(log_q.row(r)[v], row, hp.tau);
+    }
+  });
 }
 
 }  // namespace loss_head_detail
@@ -159,21 +206,12 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
     Tensor<Real> log_q(tracker, chunk_category, {rows, V});  // holds t, then log q in place
     chunk_logits(hidden, in, r0, rows, z, log_q);
 
-    for (std::int64_t r = 0; r < rows; ++r) {
+    const std::vector<RowContribution<Real>> contributions = chunk_row_statistics(in, r0, hp, z, log_q, row_stats, f);
+    for (std::int64_t r = 0; r < rows; ++r) {  // the batch sums, rows ascending
       const std::int64_t i = r0 + r;
       if (in.valid[i] == 0) continue;
-      const std::int64_t y = in.labels[i];
-      HybridRowStats<Real> stats;
-      for (std::int64_t v = 0; v < V; ++v) stats.update(z.row(r)[v], log_q.row(r)[v], v, y, hp.tau);
-      const HybridRowResult<Real> row = finish_row(stats, hp.tau);
-      save_row_stats(row_stats.data(), i, row);
-      for (std::int64_t v = 0; v < V; ++v) log_q.row(r)[v] = teacher_log_prob(log_q.row(r)[v], row, hp.tau);
-
-      const Real loss_i = hybrid_token_loss(row, hp);
-      f.lse[i] = row.lse_z;
-      f.token_loss[i] = loss_i;
-      const Real& w = in.weights[i];
-      f.stats.add_row(w, loss_i, row, stats.argmax == y);
+      const RowContribution<Real>& c = contributions[static_cast<std::size_t>(r)];
+      f.stats.add_row(in.weights[i], f.token_loss[i], c.row, c.correct);
     }
     if (grad_in_forward) {
       chunk_logits_to_grad(in, row_stats, r0, hp, weight_sum, z, log_q);
@@ -221,11 +259,7 @@ LossHeadGradients<Real> loss_head_backward(MemoryTracker& tracker, const LossHea
       z = Tensor<Real>(tracker, MemoryCategory::transient, {rows, V});
       log_q = Tensor<Real>(tracker, MemoryCategory::transient, {rows, V});
       chunk_logits(*saved.hidden, in, r0, rows, z, log_q);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        if (in.valid[r0 + r] == 0) continue;
-        const HybridRowResult<Real> row = load_row_stats(row_stats.data(), r0 + r);
-        for (std::int64_t v = 0; v < V; ++v) log_q.row(r)[v] = teacher_log_prob(log_q.row(r)[v], row, hp.tau);
-      }
+      chunk_teacher_log_probs(in, row_stats, r0, hp, log_q);
     } else {
       z = std::move(saved.logits[chunk]);
       log_q = std::move(saved.teacher_log_probs[chunk]);

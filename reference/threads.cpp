@@ -53,12 +53,23 @@ void run_parts(int parts, const std::function<void(int part)>& work) {
   }
 }
 
+std::int64_t row_parts(std::int64_t rows) {
+  return omp_in_parallel() ? 1 : std::max<std::int64_t>(1, std::min<std::int64_t>(reference_threads(), rows));
+}
+
+void run_row_parts(std::int64_t rows, std::int64_t parts,
+                   const std::function<void(std::int64_t part, std::int64_t begin, std::int64_t end)>& work) {
+  if (parts < 1) throw_input_error("parts", str(parts, " must be >= 1"));
+  const std::int64_t per_part = (std::max<std::int64_t>(rows, 0) + parts - 1) / parts;
+  run_parts(static_cast<int>(parts), [&](int part) {
+    const std::int64_t begin = std::min(rows, part * per_part), end = std::min(rows, begin + per_part);
+    work(part, begin, end);
+  });
+}
+
 void run_row_ranges(std::int64_t rows, const std::function<void(std::int64_t begin, std::int64_t end)>& work) {
   if (rows <= 0) return;
-  const std::int64_t parts = std::min<std::int64_t>(reference_threads(), rows);
-  const std::int64_t per_part = (rows + parts - 1) / parts;
-  run_parts(static_cast<int>(parts), [&](int part) {
-    const std::int64_t begin = part * per_part, end = std::min(rows, begin + per_part);
+  run_row_parts(rows, row_parts(rows), [&](std::int64_t, std::int64_t begin, std::int64_t end) {
     if (begin < end) work(begin, end);
   });
 }

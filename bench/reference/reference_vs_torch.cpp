@@ -7,7 +7,8 @@
 // this program wrote. Reported: CPU seconds (user + system of the process, getrusage / process_time:
 // what a loaded machine does not inflate much, unlike wall time), wall seconds, the CPU ratio
 // torch / reference (>= 1: the reference is at least as fast), the wall ratio N threads / 1
-// thread, the load average before and after, and how far torch's loss and gradients are from the
+// thread and the main thread's CPU time on N threads over the 1-thread CPU time (that ratio's
+// estimate on a loaded machine, where wall times measure the scheduler), the load average before and after, and how far torch's loss and gradients are from the
 // reference's (the check that both computed the same thing). Without python3-torch the torch
 // columns say why they are missing and the reference is still timed.
 //
@@ -50,9 +51,10 @@ struct Settings {
   std::string work;
 };
 
-double cpu_seconds() {
+// User + system seconds of the process (RUSAGE_SELF) or of the calling thread (RUSAGE_THREAD).
+double cpu_seconds(int who = RUSAGE_SELF) {
   rusage u{};
-  getrusage(RUSAGE_SELF, &u);
+  getrusage(who, &u);
   auto seconds = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
   return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
@@ -69,15 +71,16 @@ double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(
 json time_reference(int threads, int repeats, const std::function<double(std::vector<double>&)>& step,
                     std::vector<double>& grads, double& loss) {
   set_reference_threads(threads);
-  std::vector<double> cpu, wall;
+  std::vector<double> cpu, main_cpu, wall;
   for (int r = 0; r < repeats; ++r) {
-    const double c0 = cpu_seconds();
+    const double c0 = cpu_seconds(), m0 = cpu_seconds(RUSAGE_THREAD);
     const auto w0 = std::chrono::steady_clock::now();
     loss = step(grads);
     cpu.push_back(cpu_seconds() - c0);
+    main_cpu.push_back(cpu_seconds(RUSAGE_THREAD) - m0);
     wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
   }
-  return {{"threads", threads}, {"cpu_s", cpu}, {"wall_s", wall}};
+  return {{"threads", threads}, {"cpu_s", cpu}, {"main_thread_cpu_s", main_cpu}, {"wall_s", wall}};
 }
 
 // The folder torch_reference.py reads: one raw little-endian file per tensor and manifest.json.
@@ -166,6 +169,13 @@ json run_case(const Settings& s, Exchange& x, const std::function<double(std::ve
   report["bitwise_equal_across_threads"] = grads_1 == grads_n && loss_1 == loss_n;
   report["wall_ratio_n_over_1_thread"] = minimum(report["reference_n_threads"]["wall_s"].get<std::vector<double>>()) /
                                          minimum(report["reference_1_thread"]["wall_s"].get<std::vector<double>>());
+  // The main thread runs the serial work and its share of every split (OpenMP's master), so its
+  // CPU time is what the N-thread wall time would be on idle cores with evenly split work: an
+  // estimate of the wall ratio that a loaded machine does not distort (wall times there measure
+  // the scheduler). A lower bound: time the main thread waits for slower workers is not CPU time.
+  report["main_thread_cpu_ratio_n_over_1_thread"] =
+      minimum(report["reference_n_threads"]["main_thread_cpu_s"].get<std::vector<double>>()) /
+      minimum(report["reference_1_thread"]["cpu_s"].get<std::vector<double>>());
   report["loss"] = loss_1;
   run_torch(s, x, grads_1, loss_1, report);
   report["load_average_after"] = load_average();

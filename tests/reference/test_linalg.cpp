@@ -3,6 +3,7 @@
 // several blocks, strided operands, and accumulation into existing values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include "reference/errors.hpp"
 #include "reference/linalg.hpp"
 #include "reference/threads.hpp"
+#include "tests/reference/thread_count.hpp"
 
 namespace dflash {
 namespace {
@@ -26,18 +28,6 @@ std::vector<double> random_values(std::size_t n, std::uint64_t seed) {
 bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
-
-// Restores the thread count a test changed.
-class ThreadCount {
- public:
-  explicit ThreadCount(int threads) : saved_(reference_threads()) { set_reference_threads(threads); }
-  ~ThreadCount() { set_reference_threads(saved_); }
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-
- private:
-  int saved_;
-};
 
 // The three products the reference uses, through matrix_product with a given instruction set,
 // against linalg_plain on the same inputs.
@@ -148,6 +138,30 @@ TEST(ReferenceThreads, RunsEveryPartExactlyOnce) {
     run_parts(7, [&](int part) { runs[part] += 1; });
     EXPECT_EQ(runs, std::vector<int>(7, 1)) << threads << " threads";
   }
+}
+
+TEST(ReferenceThreads, RowPartsCoverEveryRowOnceInOrder) {
+  for (int threads : {1, 2, 3}) {
+    const ThreadCount count(threads);
+    for (std::int64_t rows : {0, 1, 2, 7, 9}) {
+      const std::int64_t parts = row_parts(rows);
+      EXPECT_EQ(parts, std::max<std::int64_t>(1, std::min<std::int64_t>(threads, rows)));
+      std::vector<std::int64_t> owner(static_cast<std::size_t>(rows), -1), begins(static_cast<std::size_t>(parts), -1);
+      std::vector<int> runs(static_cast<std::size_t>(parts), 0);
+      run_row_parts(rows, parts, [&](std::int64_t part, std::int64_t begin, std::int64_t end) {
+        runs[static_cast<std::size_t>(part)] += 1;
+        begins[static_cast<std::size_t>(part)] = begin;
+        for (std::int64_t r = begin; r < end; ++r) owner[static_cast<std::size_t>(r)] = part;
+      });
+      EXPECT_EQ(runs, std::vector<int>(static_cast<std::size_t>(parts), 1)) << rows << " rows";
+      EXPECT_TRUE(std::is_sorted(owner.begin(), owner.end())) << rows << " rows";  // contiguous, in part order
+      EXPECT_EQ(std::count(owner.begin(), owner.end(), -1), 0) << rows << " rows";
+    }
+  }
+}
+
+TEST(ReferenceThreads, RejectsZeroRowParts) {
+  EXPECT_THROW(run_row_parts(4, 0, [](std::int64_t, std::int64_t, std::int64_t) {}), InputError);
 }
 
 }  // namespace
