@@ -25,6 +25,7 @@
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_dims.hpp"
 #include "reference/errors.hpp"
+#include "tests/cuda/config_path.hpp"
 #include "tests/cuda/textbook_gemm.hpp"
 
 namespace dflash {
@@ -225,7 +226,7 @@ TEST(LinearGemmCall, EveryTrunkProjectionAtTinyMidAndFullScale) {
   for (const auto& [file, S] : {std::pair{"tiny.json", std::int64_t(11)}, std::pair{"mid.json", std::int64_t(300)},
                                 std::pair{"qwen3.6-27b.json", std::int64_t(4096)}}) {
     SCOPED_TRACE(file);
-    const DrafterConfig c = load_drafter_config(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / file);
+    const DrafterConfig c = load_drafter_config(test_config_file(file));
     const DrafterDims m = DrafterDims::of(c, S, c.max_anchors);
     for (const Projection& p : trunk_projections(m)) expect_projection_calls(p);
   }

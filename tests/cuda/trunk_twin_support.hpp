@@ -16,6 +16,7 @@
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
 #include "tests/cuda/attention_program_support.hpp"
+#include "tests/cuda/config_path.hpp"
 
 namespace dflash {
 
@@ -42,7 +43,7 @@ struct TrunkProblem {
   std::vector<std::int64_t> context_positions;
 
   explicit TrunkProblem(const TrunkCase& c)
-      : config(load_drafter_config(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / c.config)) {
+      : config(load_drafter_config(test_config_file(c.config))) {
     config.attention_dropout = 0.1;
     config.hidden_dropout = 0.1;
     config.max_anchors = c.max_anchors;
