@@ -77,9 +77,9 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
 
   const DeviceParameters device(allocator, params);
   const DeviceBuffer<Bf16Bits> embed =
-      upload_bf16(allocator, MemoryCategory::parameters, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
+      upload_bf16(allocator, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
   const DeviceBuffer<Bf16Bits> lm_head =
-      upload_bf16(allocator, MemoryCategory::parameters, frozen.lm_head.data(), frozen.lm_head.numel());
+      upload_bf16(allocator, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel());
   TrunkWeights<Bf16Bits> weights;
   TrunkGrads grads;
   bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights, grads);

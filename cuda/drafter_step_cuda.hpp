@@ -8,7 +8,7 @@
 // and the trunk's backward, accumulating the gradients on the device in fp32 (sequence order).
 // Weight matrices, E, W_lm, F and G are rounded to bf16 on upload; norm weights stay fp32.
 //
-// Device memory, by category: parameters (bf16 matrices, fp32 norm weights, E and W_lm),
+// Device memory, by category: parameters (bf16 matrices, fp32 norm weights), frozen (E, W_lm),
 // gradients (fp32, one per parameter, and dL/dF of one sequence), inputs (one sequence's F, G
 // rows, anchors, tokens, labels, weights), plus what the trunk and loss head policies keep
 // (saved, loss_saved) and their transient workspace.
