@@ -11,6 +11,7 @@
 #include "cuda/loss_head_cuda.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/trunk.hpp"
+#include "cuda/trunk_step_context.hpp"
 
 namespace dflash {
 namespace {
@@ -106,20 +107,9 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
         upload(allocator, in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
     const DeviceBuffer<std::uint8_t> valid = upload(allocator, in, s.blocks.valid);
 
-    TrunkLayerContext<Bf16Bits> ctx;
-    ctx.dims = dims;
-    ctx.eps = static_cast<float>(config.rms_norm_eps);
-    ctx.rope_theta = config.rope_theta;
-    ctx.sliding_window = config.sliding_window.value_or(0);
-    ctx.anchors = anchors.data();
-    ctx.keep = keep.data();
-    ctx.block_positions = positions.data();
-    ctx.context_positions = ctx_pos.data();
-    ctx.seed = config.seed;
-    ctx.step = options.step;
-    ctx.sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
-    ctx.attention_dropout = config.attention_dropout;
-    ctx.hidden_dropout = config.hidden_dropout;
+    const TrunkLayerContext<Bf16Bits> ctx =
+        step_layer_context<Bf16Bits>(config, dims, options, b, anchors.data(), keep.data(), positions.data(),
+                                     ctx_pos.data());
     DeviceBuffer<float> d_features(allocator, MemoryCategory::gradients, static_cast<std::size_t>(S * KH));
     d_features.zero();
     grads.target_features = d_features.data();

@@ -27,15 +27,13 @@ namespace {
 
 struct StepRowCase {
   std::string name;
-  const char* config;
-  std::int64_t context_length, max_anchors, chunk_rows;
-  double dropout;
+  StepProblemCase problem;
 };
 
 std::vector<StepRowCase> step_row_cases() {
-  return {{"step-tiny", "tiny.json", 11, 4, 5, 0.0},
-          {"step-tiny-dropout", "tiny.json", 11, 4, 5, 0.1},
-          {"step-mid-dropout", "mid.json", 300, 4, 24, 0.1}};
+  return {{"step-tiny", {"tiny.json", 11, 4, 5, 0.0}},
+          {"step-tiny-dropout", {"tiny.json", 11, 4, 5, 0.1}},
+          {"step-mid-dropout", {"mid.json", 300, 4, 24, 0.1}}};
 }
 
 constexpr LossPolicy kStepLossPolicies[] = {LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward,
@@ -57,8 +55,8 @@ void add_case_rows(std::vector<VerifyRow>& rows, const StepRowCase& c) {
   const auto name = [&](std::string variant) {
     return RowName{.group = "cuda", .case_name = c.name, .variant = std::move(variant)};
   };
-  DeviceFormatStepProblem p(load_drafter_config(drafter_config_file(c.config, DFLASH_CONFIG_DIR)), c.context_length,
-                            c.max_anchors, c.chunk_rows, c.dropout);
+  DeviceFormatStepProblem p(load_drafter_config(drafter_config_file(c.problem.config, DFLASH_CONFIG_DIR)),
+                            c.problem);
   MemoryTracker& tracker = p.tracker;
   const DrafterConfig& config = p.config;
   const DrafterParameters<double>& params = p.params;

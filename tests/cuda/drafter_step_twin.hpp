@@ -25,10 +25,12 @@
 #include "cuda/bf16_emulation.hpp"
 #include "cuda/drafter_step_cuda.hpp"
 #include "cuda/trunk.hpp"
+#include "cuda/trunk_step_context.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
 #include "reference/errors.hpp"
+#include "tests/cuda/device_formats.hpp"
 #include "tests/cuda/host_backend.hpp"
 
 namespace dflash {
@@ -68,26 +70,23 @@ inline std::vector<double> flattened(const StepValues& v) {
 // The values the device computes on: matrices, E, W_lm, F and G in bf16, norm weights in fp32.
 inline void round_step_to_device_formats(DrafterParameters<double>& params, FrozenWeights<double>& frozen,
                                          DrafterBatch<double>& batch) {
-  auto bf16 = [](Tensor<double>& t) {
-    for (std::int64_t e = 0; e < t.numel(); ++e) t[e] = round_to_bf16(static_cast<float>(t[e]));
-  };
-  params.for_each([&](const std::string&, Tensor<double>& t) {
-    if (t.rank() == 2) {
-      bf16(t);
-    } else {
-      for (std::int64_t e = 0; e < t.numel(); ++e) t[e] = static_cast<float>(t[e]);
-    }
-  });
-  bf16(frozen.embed_tokens);
-  bf16(frozen.lm_head);
-  bf16(batch.target_features);
-  bf16(batch.teacher_hidden);
+  round_parameters_to_device_formats(params);
+  round_to_bf16_in_place(frozen.embed_tokens);
+  round_to_bf16_in_place(frozen.lm_head);
+  round_to_bf16_in_place(batch.target_features);
+  round_to_bf16_in_place(batch.teacher_hidden);
 }
 
 // Two sequences of a config's drafter (the case's context, anchor slots, loss chunk and dropout
 // rate at both hidden sites and the attention site; parameters seed 11 at scale 0.2, frozen
 // weights seed 12, batch seed 5), in the device formats; the steps' options at step 3, sequence
 // offset 1 (dropout streams other than the first), every_k with k = 2.
+struct StepProblemCase {
+  const char* config;  // file in configs/
+  std::int64_t context_length, max_anchors, chunk_rows;
+  double dropout;
+};
+
 struct DeviceFormatStepProblem {
   MemoryTracker tracker;
   DrafterConfig config;
@@ -95,16 +94,15 @@ struct DeviceFormatStepProblem {
   FrozenWeights<double> frozen;
   DrafterBatch<double> batch;
 
-  DeviceFormatStepProblem(DrafterConfig c, std::int64_t context_length, std::int64_t max_anchors,
-                          std::int64_t chunk_rows, double dropout)
-      : config(std::move(c)) {
-    config.attention_dropout = dropout;
-    config.hidden_dropout = dropout;
-    config.max_anchors = max_anchors;
-    config.loss_chunk_rows = chunk_rows;
+  // `loaded`: the case's config file, read by the caller (tests and verify find configs/ apart).
+  DeviceFormatStepProblem(DrafterConfig loaded, const StepProblemCase& c) : config(std::move(loaded)) {
+    config.attention_dropout = c.dropout;
+    config.hidden_dropout = c.dropout;
+    config.max_anchors = c.max_anchors;
+    config.loss_chunk_rows = c.chunk_rows;
     params = init_drafter_parameters<double>(tracker, config, 11, 0.2);
     frozen = init_frozen_weights<double>(tracker, config, 12);
-    batch = make_drafter_batch<double>(tracker, config, {.sequences = 2, .context_length = context_length, .seed = 5});
+    batch = make_drafter_batch<double>(tracker, config, {.sequences = 2, .context_length = c.context_length, .seed = 5});
     round_step_to_device_formats(params, frozen, batch);
   }
 
@@ -171,20 +169,9 @@ inline StepValues plain_bf16_drafter_step(const DrafterConfig& config, const Dra
     auto d_features = be.from_host(MemoryCategory::gradients, std::vector<float>(static_cast<std::size_t>(S * KH), 0.0f));
     g.target_features = d_features.data();
 
-    TrunkLayerContext<Storage> ctx;
-    ctx.dims = dims;
-    ctx.eps = static_cast<float>(config.rms_norm_eps);
-    ctx.rope_theta = config.rope_theta;
-    ctx.sliding_window = config.sliding_window.value_or(0);
-    ctx.anchors = anchors.data();
-    ctx.keep = keep.data();
-    ctx.block_positions = positions.data();
-    ctx.context_positions = ctx_pos.data();
-    ctx.seed = config.seed;
-    ctx.step = options.step;
-    ctx.sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
-    ctx.attention_dropout = config.attention_dropout;
-    ctx.hidden_dropout = config.hidden_dropout;
+    const TrunkLayerContext<Storage> ctx =
+        step_layer_context<Storage>(config, dims, options, b, anchors.data(), keep.data(), positions.data(),
+                                    ctx_pos.data());
     Trunk<HostBackend<Storage>> trunk(be, w, ctx, dims.K, features.data(), tokens.data(), TrunkPolicy::per_layer, 1);
 
     // The loss head's plain computation on this Y (bf16, as the trunk stores it) and the targets

@@ -22,15 +22,9 @@
 namespace dflash {
 namespace {
 
-// mid: 4 anchor slots (T = 64), S = 300 (its sliding window, 256, binds), chunks of 24 rows (3
-// chunks); tiny: S = 11, the config's 4 slots and 5-row chunks. Two sequences each.
-struct RuleCase {
-  const char* config;
-  std::int64_t context_length, max_anchors, chunk_rows;
-  double dropout;
-};
-
-std::string case_name(const RuleCase& c) { return std::string(c.config) + (c.dropout > 0 ? " dropout" : " no dropout"); }
+std::string case_name(const StepProblemCase& c) {
+  return std::string(c.config) + (c.dropout > 0 ? " dropout" : " no dropout");
+}
 
 void expect_step_within_rule(const DrafterParameters<double>& params, const StepValues& got,
                                     const StepValues& plain, const StepValues& exact) {
@@ -45,12 +39,11 @@ void expect_bitwise(const std::vector<double>& got, const std::vector<double>& w
   for (std::size_t e = 0; e < got.size(); ++e) ASSERT_TRUE(same_bits(got[e], want[e])) << what << ": value " << e;
 }
 
-class DrafterStepRule : public GpuTest, public ::testing::WithParamInterface<RuleCase> {};
+class DrafterStepRule : public GpuTest, public ::testing::WithParamInterface<StepProblemCase> {};
 
 TEST_P(DrafterStepRule, EveryPolicyWithinBf16RuleAndBitwiseEqual) {
-  const RuleCase& c = GetParam();
-  DeviceFormatStepProblem p(load_drafter_config(test_config_file(c.config)), c.context_length, c.max_anchors,
-                            c.chunk_rows, c.dropout);
+  const StepProblemCase& c = GetParam();
+  DeviceFormatStepProblem p(load_drafter_config(test_config_file(c.config)), c);
   const auto reference_options = p.options(TrunkPolicy::per_layer, LossPolicy::chunk_recompute);
   const StepValues exact =
       step_values(drafter_step(p.tracker, p.config, p.params, p.frozen, p.batch, reference_options));
@@ -84,10 +77,14 @@ TEST_P(DrafterStepRule, EveryPolicyWithinBf16RuleAndBitwiseEqual) {
   expect_bitwise(flattened(again), chunked, "a second run");
 }
 
+// mid: 4 anchor slots (T = 64), S = 300 (its sliding window, 256, binds), chunks of 24 rows (3
+// chunks); tiny: S = 11, the config's 4 slots and 5-row chunks. Two sequences each.
 INSTANTIATE_TEST_SUITE_P(TinyAndMid, DrafterStepRule,
-                         ::testing::Values(RuleCase{"tiny.json", 11, 4, 5, 0.0}, RuleCase{"tiny.json", 11, 4, 5, 0.1},
-                                           RuleCase{"mid.json", 300, 4, 24, 0.0}, RuleCase{"mid.json", 300, 4, 24, 0.1}),
-                         [](const ::testing::TestParamInfo<RuleCase>& info) {
+                         ::testing::Values(StepProblemCase{"tiny.json", 11, 4, 5, 0.0},
+                                           StepProblemCase{"tiny.json", 11, 4, 5, 0.1},
+                                           StepProblemCase{"mid.json", 300, 4, 24, 0.0},
+                                           StepProblemCase{"mid.json", 300, 4, 24, 0.1}),
+                         [](const ::testing::TestParamInfo<StepProblemCase>& info) {
                            std::string n = case_name(info.param);
                            for (char& ch : n) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

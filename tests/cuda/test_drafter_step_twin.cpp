@@ -22,18 +22,12 @@
 namespace dflash {
 namespace {
 
-struct TwinCase {
-  const char* config;
-  std::int64_t context_length, max_anchors, chunk_rows;
-  double dropout;
-};
 
-class PlainBf16Step : public ::testing::TestWithParam<TwinCase> {};
+class PlainBf16Step : public ::testing::TestWithParam<StepProblemCase> {};
 
 TEST_P(PlainBf16Step, WithinTheModelBoundOfTheReferenceAndNotExact) {
-  const TwinCase c = GetParam();
-  DeviceFormatStepProblem p(load_drafter_config(test_config_file(c.config)), c.context_length, c.max_anchors,
-                            c.chunk_rows, c.dropout);
+  const StepProblemCase c = GetParam();
+  DeviceFormatStepProblem p(load_drafter_config(test_config_file(c.config)), c);
   const DrafterStepOptions o = p.options(TrunkPolicy::per_layer, LossPolicy::chunk_recompute);
   const StepValues exact = step_values(drafter_step(p.tracker, p.config, p.params, p.frozen, p.batch, o));
   const StepValues plain = plain_bf16_drafter_step(p.config, p.params, p.frozen, p.batch, o);
@@ -53,9 +47,10 @@ TEST_P(PlainBf16Step, WithinTheModelBoundOfTheReferenceAndNotExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyAndMid, PlainBf16Step,
-                         ::testing::Values(TwinCase{"tiny.json", 11, 4, 5, 0.0}, TwinCase{"tiny.json", 11, 4, 5, 0.1},
-                                           TwinCase{"mid.json", 300, 4, 24, 0.1}),
-                         [](const ::testing::TestParamInfo<TwinCase>& info) {
+                         ::testing::Values(StepProblemCase{"tiny.json", 11, 4, 5, 0.0},
+                                           StepProblemCase{"tiny.json", 11, 4, 5, 0.1},
+                                           StepProblemCase{"mid.json", 300, 4, 24, 0.1}),
+                         [](const ::testing::TestParamInfo<StepProblemCase>& info) {
                            return std::string(info.param.config[0] == 't' ? "tiny" : "mid") +
                                   (info.param.dropout > 0 ? "_dropout" : "");
                          });

@@ -31,14 +31,6 @@
 namespace dflash {
 namespace {
 
-std::vector<Bf16Bits> random_bf16(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
-  std::vector<Bf16Bits> out(n);
-  for (Bf16Bits& x : out) x = bf16_bits_from_float(d(rng));
-  return out;
-}
-
 std::vector<float> random_f32(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-2.0f, 2.0f);

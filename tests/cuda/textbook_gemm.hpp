@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <stdexcept>
+#include <vector>
 
 #include "common/bf16.hpp"
 #include "cuda/cublas_gemm_call.hpp"
@@ -30,6 +32,15 @@ inline double read_operand(const GemmOperand& b, cudaDataType_t type, std::int64
   if (type == CUDA_R_16BF) return float_from_bf16_bits(static_cast<const Bf16Bits*>(b.data)[index]);
   if (type == CUDA_R_32F) return static_cast<const float*>(b.data)[index];
   throw std::invalid_argument(str(name, ": element type ", int(type), " is not bf16 or fp32"));
+}
+
+// n bf16 operands uniform in [-2, 2) (distinct per seed).
+inline std::vector<Bf16Bits> random_bf16(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::vector<Bf16Bits> out(n);
+  for (Bf16Bits& x : out) x = bf16_bits_from_float(d(rng));
+  return out;
 }
 
 // The column-major index of C's element (i, j), checked against C's elements.
