@@ -7,7 +7,9 @@
 // written by any implementation; exits 0 when every tensor passes, 1 when any fails, 2 for a file
 // that cannot be read.
 // `dflash golden check [--impl NAME] [--dir DIR]`: recomputes every golden in DIR from its stored
-// inputs with an implementation and prints a table; exits 1 if any tensor fails.
+// inputs with an implementation and prints a table; exits 1 if any tensor fails. A GPU
+// implementation (cuda-loss-head, cuda) without a usable GPU: SKIPPED with the reason, exit 0 (1
+// under DFLASH_REQUIRE_GPU=1).
 // `generate-training` / `check-training`: the same for training goldens (golden/training_golden.hpp).
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +32,9 @@
 #include "planner/memory_size.hpp"
 #include "reference/drafter_config.hpp"
 #if DFLASH_WITH_CUDA
+#include "common/gpu_required.hpp"
+#include "cuda/device_probe.hpp"
+#include "cuda/drafter_step_golden.hpp"
 #include "cuda/loss_head_golden.hpp"
 #endif
 
@@ -41,7 +46,7 @@ namespace {
 std::vector<GoldenImplementation> golden_implementations() {
   return {reference_golden_implementation(), reference_loss_head_golden_implementation(),
 #if DFLASH_WITH_CUDA
-          cuda_loss_head_golden_implementation(),
+          cuda_loss_head_golden_implementation(), cuda_drafter_step_golden_implementation(),
 #endif
   };
 }
@@ -205,6 +210,21 @@ void add_check(CLI::App& golden, int& exit_code) {
     }
     std::cout << "dflash golden check: " << files.size() << " goldens in " << *dir << ", implementation "
               << chosen.name << " (" << chosen.description << ")\n";
+#if DFLASH_WITH_CUDA
+    // Without a GPU a GPU implementation is neither passed nor failed, except where one must be usable.
+    if (chosen.needs_gpu && !cuda_device_status().available) {
+      const CudaDeviceStatus& gpu = cuda_device_status();
+      if (gpu_required()) {
+        std::cerr << "dflash golden check: DFLASH_REQUIRE_GPU=1, but --impl " << chosen.name
+                  << " has no GPU: " << gpu.reason << ": failing\n";
+        exit_code = 1;
+      } else {
+        std::cout << "dflash golden check: SKIPPED (no golden checked): --impl " << chosen.name
+                  << " needs a GPU: " << gpu.reason << " (DFLASH_REQUIRE_GPU=1 makes this a failure)\n";
+      }
+      return;
+    }
+#endif
     std::vector<GoldenCheckRow> rows;
     for (const std::filesystem::path& f : files) {
       for (GoldenCheckRow& r : check_golden_file(f, chosen)) {

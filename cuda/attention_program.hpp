@@ -81,6 +81,9 @@ DFLASH_HD inline std::int64_t head_offset(std::int64_t row, std::int64_t heads, 
   return (row * heads + h) * d;
 }
 
+// Widened to float, summed in fp32. Callers outside this namespace qualify it: where
+// reference/linalg.hpp is included first, its dflash::dot<Real>(const Real*, const Real*, n) is a
+// better match for two bf16 (uint16) operands and would sum their raw bits as integers.
 template <class A, class B>
 DFLASH_HD float dot(const A* a, const B* b, std::int64_t d) {
   float sum = 0.0f;
@@ -252,7 +255,7 @@ DFLASH_HD void attention_forward_block(Exec& exec, const AttentionProblem& pb, c
       for (std::int64_t e = t; e < R * kt.count; e += threads) {
         const std::int64_t r = e / kt.count, c = e % kt.count;
         sm.p[r * stride + c] = pb.mask.visible(n, tl.row_token(r), kt.first + c)
-                                   ? dot(sm.q + r * d, sm.k + c * d, d) / sqrt_d
+                                   ? attention_program_detail::dot(sm.q + r * d, sm.k + c * d, d) / sqrt_d
                                    : negative_infinity();
       }
     });
@@ -345,7 +348,7 @@ DFLASH_HD void attention_dq_block(Exec& exec, const AttentionProblem& pb, const 
     for (std::int64_t e = t; e < R * d; e += threads) sm.dq[e] = 0.0f;
     for (std::int64_t r = t; r < R; r += threads) {  // delta = dO . O, from global memory
       const std::int64_t at = head_offset(n * tl.B + tl.row_token(r), tl.nh, tl.row_head(g, r), d);
-      const float delta = dot(in.d_out + at, in.out + at, d);
+      const float delta = attention_program_detail::dot(in.d_out + at, in.out + at, d);
       const std::int64_t row_head = (n * tl.B + tl.row_token(r)) * tl.nh + tl.row_head(g, r);
       s.lse[r] = in.lse[row_head];
       s.delta[r] = delta;

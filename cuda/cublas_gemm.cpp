@@ -4,17 +4,14 @@
 #include "cuda/cuda_check.hpp"
 
 namespace dflash {
-namespace {
-
-// alpha 1, beta 0: every output element comes from exactly one product.
-void run(cublasHandle_t handle, const GemmCall& g) {
-  const float alpha = 1.0f, beta = 0.0f;
+// alpha 1: the loss head's products have beta 0 (every output element from exactly one product);
+// the trunk's accumulating gradients beta 1.
+void run_gemm_call(cublasHandle_t handle, const GemmCall& g) {
+  const float alpha = 1.0f;
   DFLASH_CUBLAS_CHECK(cublasGemmEx(handle, g.transa, g.transb, g.m, g.n, g.k, &alpha, g.a, g.a_type, g.lda, g.b,
-                                   g.b_type, g.ldb, &beta, g.c, g.c_type, g.ldc, CUBLAS_COMPUTE_32F,
+                                   g.b_type, g.ldb, &g.beta, g.c, g.c_type, g.ldc, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT));
 }
-
-}  // namespace
 
 cublasHandle_t create_cublas_handle(cudaStream_t stream, void* workspace, std::size_t workspace_bytes) {
   cublasHandle_t handle = nullptr;
@@ -41,13 +38,13 @@ CublasGemm::~CublasGemm() { cublasDestroy(handle_); }
 void CublasGemm::logits(const Bf16Bits* x, const Bf16Bits* w, Bf16Bits* z, std::int64_t rows, std::int64_t vocab,
                         std::int64_t hidden) {
   if (rows == 0) return;
-  run(handle_, logits_gemm_call(x, w, z, rows, vocab, hidden));
+  run_gemm_call(handle_, logits_gemm_call(x, w, z, rows, vocab, hidden));
 }
 
 void CublasGemm::input_grad(const Bf16Bits* dz, const Bf16Bits* w, float* dx, std::int64_t rows, std::int64_t vocab,
                             std::int64_t hidden) {
   if (rows == 0) return;
-  run(handle_, input_grad_gemm_call(dz, w, dx, rows, vocab, hidden));
+  run_gemm_call(handle_, input_grad_gemm_call(dz, w, dx, rows, vocab, hidden));
 }
 
 }  // namespace dflash

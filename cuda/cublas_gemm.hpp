@@ -23,6 +23,10 @@ namespace dflash {
 // of the project (the loss head, the trunk's linear layers) takes its handle from here.
 cublasHandle_t create_cublas_handle(cudaStream_t stream, void* workspace, std::size_t workspace_bytes);
 
+struct GemmCall;
+// One cublasGemmEx with the call's arguments (cuda/cublas_gemm_call.hpp), alpha 1, fp32 compute.
+void run_gemm_call(cublasHandle_t handle, const GemmCall& g);
+
 class CublasGemm {
  public:
   static constexpr std::size_t kDefaultWorkspaceBytes = std::size_t(32) << 20;  // what cuBLAS asks for on Hopper

@@ -14,6 +14,7 @@
 #include "cuda/bf16_bits.hpp"
 #include "cuda/loss_head_cuda.hpp"
 #include "cuda/trunk.hpp"
+#include "cuda/trunk_step_context.hpp"
 #include "reference/drafter.hpp"
 
 namespace dflash {
@@ -46,20 +47,8 @@ LossHeadStats<double> cuda_drafter_sequence_step(const Backend& backend, CudaLos
                                                  const CudaDrafterWeights& weights, const CudaSequenceInputs& in,
                                                  const DrafterStepOptions& options, std::uint32_t sequence,
                                                  double weight_sum) {
-  TrunkLayerContext<Bf16Bits> ctx;
-  ctx.dims = dims;
-  ctx.eps = static_cast<float>(config.rms_norm_eps);
-  ctx.rope_theta = config.rope_theta;
-  ctx.sliding_window = config.sliding_window.value_or(0);
-  ctx.anchors = in.anchors;
-  ctx.keep = in.keep;
-  ctx.block_positions = in.block_positions;
-  ctx.context_positions = in.context_positions;
-  ctx.seed = config.seed;
-  ctx.step = options.step;
-  ctx.sequence = sequence;
-  ctx.attention_dropout = config.attention_dropout;
-  ctx.hidden_dropout = config.hidden_dropout;
+  const TrunkLayerContext<Bf16Bits> ctx = step_layer_context<Bf16Bits>(
+      config, dims, options, sequence, in.anchors, in.keep, in.block_positions, in.context_positions);
   TrunkGrads grads = weights.grads;
   grads.target_features = in.features_grad;
 

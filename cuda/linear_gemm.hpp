@@ -4,7 +4,8 @@
 //   input grad    dx[M, in] (+)= dy[M, out] W[out, in]      (fp32 out; beta 1 accumulates)
 //   weight grad   dW[out, in] += dy[M, out]^T x[M, in]       (fp32, always accumulated)
 // Column-major, as cuBLAS sees row-major data: y^T = W^T-stored (op T) x^T ("TN"), dx^T = W^T dy^T
-// ("NN"), dW^T = x^T (op N) dy (op T) ("NT"). Its own handle on the allocator's stream, with a
+// ("NN"), dW^T = x^T (op N) dy (op T) ("NT"); the arguments of each call come from
+// cuda/cublas_gemm_call.hpp (checked on the CPU against a textbook GEMM). Its own handle on the allocator's stream, with a
 // workspace the allocator counts (transient) for the object's lifetime.
 #pragma once
 
@@ -42,9 +43,6 @@ class LinearGemm {
   }
 
  private:
-  void forward_typed(const Bf16Bits* x, const Bf16Bits* w, void* y, cudaDataType_t y_type, std::int64_t rows,
-                     std::int64_t out, std::int64_t in);
-
   cublasHandle_t handle_ = nullptr;
   DeviceBuffer<unsigned char> workspace_;
 };

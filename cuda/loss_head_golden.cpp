@@ -23,7 +23,8 @@ GoldenImplementation cuda_loss_head_golden_implementation() {
             const double weight_sum = problems.device.empty() ? 0.0 : problems.device.front().weight_sum;
             return GoldenOutputs{loss_head_golden_results(per_sequence, weight_sum),
                                  bf16_rule_golden_tolerances(tracker, golden, problems)};
-          }};
+          },
+          true};
 }
 
 }  // namespace dflash

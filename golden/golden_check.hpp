@@ -44,6 +44,9 @@ struct GoldenImplementation {
   std::string name;         // what --impl selects
   std::string description;  // one line for --help and the table
   std::function<GoldenOutputs(MemoryTracker&, const Golden&)> compute;
+  // Runs only on a GPU: where none is usable `golden check` reports SKIPPED with the reason
+  // instead of failing every golden (a failure under DFLASH_REQUIRE_GPU=1).
+  bool needs_gpu = false;
 };
 
 // The whole reference step (trunk, loss head, backward) recomputed from the stored inputs and

@@ -20,4 +20,8 @@ std::vector<VerifyRow> verify_golden_rows();
 // row SKIPPED, with the reason, where no GPU is usable.
 std::vector<VerifyRow> verify_cuda_rows();
 
+// Only in builds with CUDA: the whole CUDA step (trunk, loss head, backward) against the reference
+// under the bf16 rule, its policies bitwise, hidden-dropout masks vs the CPU; SKIPPED without a GPU.
+std::vector<VerifyRow> verify_cuda_step_rows();
+
 }  // namespace dflash

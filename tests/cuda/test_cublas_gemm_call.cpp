@@ -1,11 +1,10 @@
 // Every cublasGemmEx call of the loss head (cuda/cublas_gemm_call.hpp), executed on the CPU by a
-// textbook column-major GEMM that reads exactly the arguments cuBLAS would get (operations, m, n,
-// k, leading dimensions, element types, and which buffer is A, B and C) with every index checked
-// against its buffer, and compared with the row-major product the call is meant to compute.
+// textbook column-major GEMM that reads exactly the arguments cuBLAS would get
+// (tests/cuda/textbook_gemm.hpp), and compared with the row-major product the call is meant to
+// compute. (The trunk's calls: test_linear_gemm_call.cpp.)
 // Shapes have all dimensions distinct, so a transposed operand or a wrong stride cannot pass.
 #include <cstdint>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,56 +13,10 @@
 #include "common/bf16.hpp"
 #include "cuda/cublas_gemm_call.hpp"
 #include "reference/errors.hpp"
+#include "tests/cuda/textbook_gemm.hpp"
 
 namespace dflash {
 namespace {
-
-struct Buffer {
-  const void* data;
-  std::size_t elements;
-};
-
-double read(const Buffer& b, cudaDataType_t type, std::int64_t index, const char* name) {
-  if (index < 0 || static_cast<std::size_t>(index) >= b.elements) {
-    throw std::out_of_range(str(name, "[", index, "] is outside its ", b.elements, " elements"));
-  }
-  if (type == CUDA_R_16BF) return float_from_bf16_bits(static_cast<const Bf16Bits*>(b.data)[index]);
-  if (type == CUDA_R_32F) return static_cast<const float*>(b.data)[index];
-  throw std::invalid_argument(str(name, ": element type ", int(type), " is not bf16 or fp32"));
-}
-
-// C = op(A) op(B), column-major, summed in double in the order l = 0..k-1, stored in C's type.
-void textbook_column_major_gemm(const GemmCall& g, Buffer a, Buffer b, void* c, std::size_t c_elements) {
-  for (int j = 0; j < g.n; ++j) {
-    for (int i = 0; i < g.m; ++i) {
-      double sum = 0;
-      for (int l = 0; l < g.k; ++l) {
-        const std::int64_t ai = g.transa == CUBLAS_OP_N ? i + std::int64_t(l) * g.lda : l + std::int64_t(i) * g.lda;
-        const std::int64_t bi = g.transb == CUBLAS_OP_N ? l + std::int64_t(j) * g.ldb : j + std::int64_t(l) * g.ldb;
-        sum += read(a, g.a_type, ai, "A") * read(b, g.b_type, bi, "B");
-      }
-      const std::int64_t ci = i + std::int64_t(j) * g.ldc;
-      if (ci < 0 || static_cast<std::size_t>(ci) >= c_elements) {
-        throw std::out_of_range(str("C[", ci, "] is outside its ", c_elements, " elements"));
-      }
-      if (g.c_type == CUDA_R_16BF) {
-        static_cast<Bf16Bits*>(c)[ci] = bf16_bits_from_float(static_cast<float>(sum));
-      } else if (g.c_type == CUDA_R_32F) {
-        static_cast<float*>(c)[ci] = static_cast<float>(sum);
-      } else {
-        throw std::invalid_argument("C: element type is not bf16 or fp32");
-      }
-    }
-  }
-}
-
-std::vector<Bf16Bits> random_bf16(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
-  std::vector<Bf16Bits> out(n);
-  for (Bf16Bits& x : out) x = bf16_bits_from_float(d(rng));
-  return out;
-}
 
 double bf(Bf16Bits x) { return float_from_bf16_bits(x); }
 
@@ -77,6 +30,7 @@ TEST(CublasGemmCall, LogitsAreXTimesWTransposedRowMajorInBf16) {
   EXPECT_EQ(g.b, x.data());
   EXPECT_EQ(g.c, z.data());
   EXPECT_EQ(g.c_type, CUDA_R_16BF);
+  EXPECT_EQ(g.beta, 0.0f);
   textbook_column_major_gemm(g, {g.a, w.size()}, {g.b, x.size()}, g.c, z.size());
   for (std::int64_t r = 0; r < kRows; ++r) {
     for (std::int64_t v = 0; v < kVocab; ++v) {
@@ -95,6 +49,7 @@ TEST(CublasGemmCall, InputGradIsDzTimesWRowMajorInFp32) {
   EXPECT_EQ(g.b, dz.data());
   EXPECT_EQ(g.c, dx.data());
   EXPECT_EQ(g.c_type, CUDA_R_32F);
+  EXPECT_EQ(g.beta, 0.0f);
   textbook_column_major_gemm(g, {g.a, w.size()}, {g.b, dz.size()}, g.c, dx.size());
   for (std::int64_t r = 0; r < kRows; ++r) {
     for (std::int64_t h = 0; h < kHidden; ++h) {

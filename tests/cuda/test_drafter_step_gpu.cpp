@@ -19,6 +19,7 @@
 #include "planner/training_plan.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
+#include "tests/cuda/config_path.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
 #include "tests/cuda/host_backend.hpp"
 #include "tests/cuda/trunk_twin_support.hpp"
@@ -36,7 +37,7 @@ struct StepProblem {
   DrafterBatch<double> batch;
 
   StepProblem(const char* name, std::int64_t context_length)
-      : config(load_drafter_config(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / name)) {
+      : config(load_drafter_config(test_config_file(name))) {
     config.attention_dropout = 0.1;
     config.hidden_dropout = 0.1;
     params = init_drafter_parameters<double>(tracker, config, 11, 0.2);

@@ -16,6 +16,8 @@
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
 #include "tests/cuda/attention_program_support.hpp"
+#include "tests/cuda/config_path.hpp"
+#include "tests/cuda/device_formats.hpp"
 
 namespace dflash {
 
@@ -43,7 +45,7 @@ struct TrunkProblem {
   std::vector<std::int64_t> context_positions;
 
   explicit TrunkProblem(const TrunkCase& c)
-      : config(load_drafter_config(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / c.config)) {
+      : config(load_drafter_config(test_config_file(c.config))) {
     config.attention_dropout = 0.1;
     config.hidden_dropout = 0.1;
     config.max_anchors = c.max_anchors;
@@ -68,18 +70,9 @@ struct TrunkProblem {
   // Every weight matrix, E and F rounded to bf16, norm weights to float: the values the GPU sees,
   // so that the reference computes exactly on the device's inputs.
   void round_to_device_formats() {
-    auto bf16 = [](Tensor<double>& t) {
-      for (std::int64_t e = 0; e < t.numel(); ++e) t[e] = round_to_bf16(static_cast<float>(t[e]));
-    };
-    params.for_each([&](const std::string&, Tensor<double>& t) {
-      if (t.rank() == 2) {
-        bf16(t);
-      } else {
-        for (std::int64_t e = 0; e < t.numel(); ++e) t[e] = static_cast<float>(t[e]);
-      }
-    });
-    bf16(frozen.embed_tokens);
-    bf16(batch.target_features);
+    round_parameters_to_device_formats(params);
+    round_to_bf16_in_place(frozen.embed_tokens);
+    round_to_bf16_in_place(batch.target_features);
   }
 };
 
