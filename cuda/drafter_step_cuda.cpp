@@ -22,12 +22,6 @@ DeviceBuffer<T> upload(DeviceAllocator& a, MemoryCategory c, const std::vector<T
   return b;
 }
 
-DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& a, MemoryCategory c, const double* x, std::int64_t n) {
-  std::vector<Bf16Bits> host(static_cast<std::size_t>(n));
-  for (std::size_t e = 0; e < host.size(); ++e) host[e] = bf16_bits_from_float(static_cast<float>(x[e]));
-  return upload(a, c, host);
-}
-
 DeviceBuffer<float> upload_f32(DeviceAllocator& a, MemoryCategory c, const double* x, std::int64_t n) {
   return upload(a, c, std::vector<float>(x, x + n));
 }
@@ -59,30 +53,23 @@ struct DeviceParameters {
 
 }  // namespace
 
-CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
-                                        const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
-                                        const DrafterBatch<double>& batch, const DrafterStepOptions& options,
-                                        const std::optional<double>& global_weight_sum) {
-  const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
-  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
-  drafter_detail::validate_teacher_rows(batch, seqs);
+DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& a, MemoryCategory c, const double* x, std::int64_t n) {
+  std::vector<Bf16Bits> host(static_cast<std::size_t>(n));
+  for (std::size_t e = 0; e < host.size(); ++e) host[e] = bf16_bits_from_float(static_cast<float>(x[e]));
+  return upload(a, c, host);
+}
 
+LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
+                                             const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
+                                             const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+                                             const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+                                             Tensor<double>* features_grad) {
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
   const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
   const std::int64_t T = dims.T, H = dims.H, KH = dims.feature_width();
-  CudaDrafterStepResult result;
-  result.weight_sum = global_weight_sum ? *global_weight_sum : drafter_detail::total_weight(seqs);
-  result.grads = make_drafter_parameters<double>(host, config, MemoryCategory::gradients);
-  result.target_features_grad = Tensor<double>(host, MemoryCategory::gradients, batch.target_features.shape());
-
-  const DeviceParameters device(allocator, params);
-  const DeviceBuffer<Bf16Bits> embed =
-      upload_bf16(allocator, MemoryCategory::parameters, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
-  const DeviceBuffer<Bf16Bits> lm_head =
-      upload_bf16(allocator, MemoryCategory::parameters, frozen.lm_head.data(), frozen.lm_head.numel());
-  TrunkWeights<Bf16Bits> weights;
+  TrunkWeights<Bf16Bits> trunk_weights;
   TrunkGrads grads;
-  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights, grads);
+  bind_trunk_parameters(config, weights.values, weights.grads, weights.embed_tokens, trunk_weights, grads);
   LinearGemm gemm(allocator);
   const CudaBackend backend{allocator, gemm};
   CudaLossHead head(allocator, loss_options);
@@ -91,6 +78,7 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
   const MemoryCategory in = MemoryCategory::inputs;
   const DeviceBuffer<std::int64_t> ctx_pos = upload(allocator, in, context_positions);
 
+  LossHeadStats<double> stats;
   for (std::int64_t b = 0; b < nseq; ++b) {
     const PreparedSequence<double>& s = seqs[static_cast<std::size_t>(b)];
     const DeviceBuffer<std::int64_t> anchors = upload(allocator, in, s.slots.anchors);
@@ -120,28 +108,57 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
     ctx.sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
     ctx.attention_dropout = config.attention_dropout;
     ctx.hidden_dropout = config.hidden_dropout;
-    DeviceBuffer<float> d_features(allocator, MemoryCategory::gradients, static_cast<std::size_t>(S * KH));
-    d_features.zero();
+    DeviceBuffer<float> d_features;
+    if (features_grad != nullptr) {
+      d_features = DeviceBuffer<float>(allocator, MemoryCategory::gradients, static_cast<std::size_t>(S * KH));
+      d_features.zero();
+    }
     grads.target_features = d_features.data();
 
-    Trunk<CudaBackend> trunk(backend, weights, ctx, dims.K, features.data(), tokens.data(), options.trunk_policy,
+    Trunk<CudaBackend> trunk(backend, trunk_weights, ctx, dims.K, features.data(), tokens.data(), options.trunk_policy,
                              options.checkpoint_every);
     DeviceBuffer<Bf16Bits> y = trunk.forward();
-    const CudaLossHeadTargets targets{teacher16.data(), lm_head.data(),
+    const CudaLossHeadTargets targets{teacher16.data(), weights.lm_head,
                                       DeviceRowTargets{labels.data(), row_weights.data(), valid.data()}};
-    CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{T, H, dims.V}, targets, result.weight_sum);
+    CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{T, H, dims.V}, targets, weight_sum);
     y.release();
-    result.stats.loss += f.stats.loss;
-    result.stats.ce += f.stats.ce;
-    result.stats.kl += f.stats.kl;
-    result.stats.magnitude = std::max(result.stats.magnitude, f.stats.magnitude);
-    result.stats.correct += f.stats.correct;
-    result.stats.valid_rows += f.stats.valid_rows;
+    stats.loss += f.stats.loss;
+    stats.ce += f.stats.ce;
+    stats.kl += f.stats.kl;
+    stats.magnitude = std::max(stats.magnitude, f.stats.magnitude);
+    stats.correct += f.stats.correct;
+    stats.valid_rows += f.stats.valid_rows;
     DeviceBuffer<float> d_hidden = head.backward(targets, std::move(f.saved));
     trunk.backward(std::move(d_hidden), grads);
-    const std::vector<float> df = d_features.download();
-    std::copy(df.begin(), df.end(), result.target_features_grad.data() + b * S * KH);
+    if (features_grad != nullptr) {
+      const std::vector<float> df = d_features.download();
+      std::copy(df.begin(), df.end(), features_grad->data() + b * S * KH);
+    }
   }
+  return stats;
+}
+
+CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
+                                        const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
+                                        const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                        const std::optional<double>& global_weight_sum) {
+  const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
+  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
+  drafter_detail::validate_teacher_rows(batch, seqs);
+
+  CudaDrafterStepResult result;
+  result.weight_sum = global_weight_sum ? *global_weight_sum : drafter_detail::total_weight(seqs);
+  result.grads = make_drafter_parameters<double>(host, config, MemoryCategory::gradients);
+  result.target_features_grad = Tensor<double>(host, MemoryCategory::gradients, batch.target_features.shape());
+
+  const DeviceParameters device(allocator, params);
+  const DeviceBuffer<Bf16Bits> embed =
+      upload_bf16(allocator, MemoryCategory::parameters, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
+  const DeviceBuffer<Bf16Bits> lm_head =
+      upload_bf16(allocator, MemoryCategory::parameters, frozen.lm_head.data(), frozen.lm_head.numel());
+  const CudaDrafterWeights weights{device.values, device.grad_of, embed.data(), lm_head.data()};
+  result.stats = cuda_drafter_sequences(allocator, host, config, weights, batch, options, loss_options, seqs,
+                                        result.weight_sum, &result.target_features_grad);
 
   std::size_t at = 0;
   result.grads.for_each([&](const std::string&, Tensor<double>& t) {

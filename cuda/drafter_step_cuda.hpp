@@ -15,8 +15,11 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
+#include "cuda/bf16_bits.hpp"
 #include "cuda/device_allocator.hpp"
+#include "cuda/device_buffer.hpp"
 #include "reference/drafter.hpp"
 
 namespace dflash {
@@ -34,5 +37,29 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
                                         const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
                                         const DrafterBatch<double>& batch, const DrafterStepOptions& options,
                                         const std::optional<double>& global_weight_sum = std::nullopt);
+
+// x[0, n) rounded to bf16 (through float, nearest even) in a new device buffer of category c.
+DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& allocator, MemoryCategory c, const double* x, std::int64_t n);
+
+// What the per-sequence loop reads and adds into, all on the device: per trainable parameter in
+// DrafterParameters::for_each order, its value (bf16 matrix or fp32 norm weight) and its fp32
+// gradient accumulator; the frozen embedding and lm_head in bf16. cuda_drafter_step uploads its
+// own; the training step (distributed/cuda_train_step.hpp) points into its resident buffers.
+struct CudaDrafterWeights {
+  std::vector<const void*> values;
+  std::vector<float*> grads;
+  const Bf16Bits* embed_tokens = nullptr;
+  const Bf16Bits* lm_head = nullptr;
+};
+
+// The step's loop over the batch's sequences (prepared by prepare_sequences with `options`, the
+// batch validated by the caller): forward, loss head over `weight_sum`, backward, every gradient
+// added into weights.grads in sequence order; dL/dF written into *features_grad ([nseq, S, K H],
+// host) when it is given. Returns the loss statistics summed over the sequences.
+LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
+                                             const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
+                                             const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+                                             const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+                                             Tensor<double>* features_grad);
 
 }  // namespace dflash

@@ -61,4 +61,20 @@ void require_finite_everywhere(Communicator& comm, const FlatLayout& layout, std
   }
 }
 
+StepMetrics step_metrics(std::int64_t step, const double (&sums)[3], const std::int64_t (&counts)[2], double weight_sum,
+                         double lr, double grad_norm, bool clipped) {
+  StepMetrics m;
+  m.step = step;
+  m.loss = sums[0];
+  m.ce = sums[1];
+  m.kl = sums[2];
+  m.tokens = counts[1];
+  m.accuracy = counts[1] == 0 ? 0.0 : double(counts[0]) / double(counts[1]);
+  m.weight_sum = weight_sum;
+  m.lr = lr;
+  m.grad_norm = grad_norm;
+  m.clipped = clipped;
+  return m;
+}
+
 }  // namespace dflash

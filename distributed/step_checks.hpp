@@ -1,6 +1,6 @@
-// The checks a training step runs on every backend (TRAINING §11–§12), shared by the reference
-// step (train_step.cpp) and the CUDA step (cuda_train_step.cpp): the rank's share of the global
-// batch, and the non-finite rule with its one message.
+// What a training step does the same on every backend (TRAINING §11–§12), shared by the reference
+// step (train_step.cpp) and the CUDA step (cuda_train_step.cpp): the check of the rank's share of
+// the global batch, the non-finite rule with its one message, the metrics.
 #pragma once
 
 #include <cstdint>
@@ -32,5 +32,10 @@ struct NonFiniteReport {
 // lowest rank that saw one.
 void require_finite_everywhere(Communicator& comm, const FlatLayout& layout, std::int64_t step,
                                const NonFiniteReport& mine, const std::string& last_good_checkpoint);
+
+// The step's global metrics from the all-reduced sums (loss, ce, kl) and counts (correct,
+// labelled rows), W and what the optimizer applied.
+StepMetrics step_metrics(std::int64_t step, const double (&sums)[3], const std::int64_t (&counts)[2], double weight_sum,
+                         double lr, double grad_norm, bool clipped);
 
 }  // namespace dflash

@@ -222,18 +222,7 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   grads = DrafterParameters<double>{};  // the gradients are spent before the parameters are published
   publish_parameters(comm, layout, opt, state.params, &bucket);
 
-  StepMetrics m;
-  m.step = t;
-  m.loss = sums[0];
-  m.ce = sums[1];
-  m.kl = sums[2];
-  m.tokens = counts[1];
-  m.accuracy = counts[1] == 0 ? 0.0 : double(counts[0]) / double(counts[1]);
-  m.weight_sum = W;
-  m.lr = applied.lr;
-  m.grad_norm = applied.grad_norm;
-  m.clipped = applied.clipped;
-  return m;
+  return step_metrics(t, sums, counts, W, applied.lr, applied.grad_norm, applied.clipped);
 }
 
 }  // namespace dflash
