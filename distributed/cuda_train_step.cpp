@@ -53,11 +53,12 @@ NonFiniteReport find_non_finite(CudaTrainingState& state, double local_loss) {
 }
 
 // Sums the flat gradient over ranks in place: ZeRO-0 every rank gets the whole sum (chunks of the
-// plan's bucket), ZeRO-1 rank r gets shard r's sums at [r s, (r + 1) s).
+// plan's bucket), ZeRO-1 rank r gets shard r's sums at [r s, (r + 1) s). Called on one rank too:
+// the single-process communicator's in-place collectives do nothing, NCCL's copy in place, and
+// the one-rank NCCL run takes the same path as R ranks.
 void reduce_gradients(CudaTrainingState& state, std::int64_t bucket_bytes) {
   const FlatLayout& layout = state.layout();
   Communicator& device = state.communicators().device;
-  if (layout.ranks() == 1) return;  // one rank: its sums are the sums
   state.allocator().synchronize();  // the gradient is finished on the allocator's stream
   if (layout.zero_stage() == 0) {
     const ParallelLayout plan = layout.parallel_layout(bucket_bytes, 1);

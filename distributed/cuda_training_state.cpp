@@ -68,7 +68,7 @@ void CudaTrainingState::write_working_copy(const float* values, std::int64_t beg
 }
 
 void CudaTrainingState::refresh_working_copy() {
-  if (layout_.zero_stage() == 0 || layout_.ranks() == 1) {
+  if (layout_.zero_stage() == 0) {
     write_working_copy(master_.data(), owned_.begin, owned_.size());
     return;
   }
@@ -88,7 +88,7 @@ OptimizerState CudaTrainingState::host_state(MemoryTracker& tracker) const {
 
 std::vector<double> CudaTrainingState::gather_full(Part which) {
   const DeviceBuffer<float>& part = which == Part::master ? master_ : which == Part::exp_avg ? exp_avg_ : exp_avg_sq_;
-  if (layout_.zero_stage() == 0 || layout_.ranks() == 1) {
+  if (layout_.zero_stage() == 0) {
     const std::vector<float> all = part.download();
     return std::vector<double>(all.begin(), all.end());
   }

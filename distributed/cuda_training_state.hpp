@@ -52,12 +52,12 @@ class CudaTrainingState {
   const DecayTable& device_decay_table() const { return decay_table_device_; }
   void advance_step() { ++step_; }
 
-  // The working copy from the updated master weights: ZeRO-1 over R > 1 ranks all-gathers every
-  // rank's owned part in place in the flat gradient buffer first (the gradient is spent by then).
+  // The working copy from the updated master weights: ZeRO-1 all-gathers every rank's owned part
+  // in place in the flat gradient buffer first (the gradient is spent by then).
   void refresh_working_copy();
 
   // This rank's part as the host OptimizerState (double, exact) and as full flat vectors (P
-  // values, a collective over every rank; ZeRO-1 over R > 1 gathers through the gradient buffer):
+  // values, a collective over every rank; ZeRO-1 gathers through the gradient buffer):
   // what checkpoints store, whatever the backend.
   OptimizerState host_state(MemoryTracker& tracker) const;
   enum class Part { master, exp_avg, exp_avg_sq };
