@@ -21,7 +21,9 @@ std::int64_t padded_count(std::int64_t count, const ParallelLayout& layout) {
 }
 
 std::int64_t elements_per_gpu(std::int64_t count, const ParallelLayout& layout, bool sharded_by_zero1) {
-  return sharded_by_zero1 && layout.zero_stage >= 1 ? padded_count(count, layout) / layout.gpus : count;
+  if (!sharded_by_zero1 || layout.zero_stage < 1) return count;
+  const std::int64_t shard = padded_count(count, layout) / layout.gpus;
+  return layout.in_place_flat ? std::min(shard, count) : shard;
 }
 
 std::int64_t bucket_elements(std::int64_t count, const ParallelLayout& layout, std::int64_t element_bytes) {
@@ -33,7 +35,7 @@ std::int64_t bucket_elements(std::int64_t count, const ParallelLayout& layout, s
 }
 
 std::int64_t communication_bytes(const ParallelLayout& layout, std::int64_t count, std::int64_t element_bytes) {
-  if (layout.gpus <= 1) return 0;
+  if (layout.gpus <= 1 || layout.in_place_flat) return 0;
   return checked_product({layout.buckets_in_flight, bucket_elements(count, layout, element_bytes), element_bytes});
 }
 

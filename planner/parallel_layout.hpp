@@ -20,6 +20,10 @@ struct ParallelLayout {
   int zero_stage = 1;  // 0 or 1
   std::int64_t bucket_bytes = kDefaultBucketBytes;
   std::int64_t buckets_in_flight = 2;
+  // The CUDA training step's layout (distributed/cuda_train_step.hpp): one flat gradient of the
+  // padded size, reduced in place (no bucket buffers), master weights and moments of the shard
+  // clipped to P (the padding never stored).
+  bool in_place_flat = false;
 };
 
 // ZeRO-1 pads the flat parameter vector with zeros to a multiple of G x 128 elements so that every
@@ -34,7 +38,8 @@ void validate_parallel_layout(const ParallelLayout& layout);
 std::int64_t padded_count(std::int64_t count, const ParallelLayout& layout);
 
 // Elements of a replicated-or-sharded state of `count` elements one GPU holds: all of them
-// unless sharded (ZeRO-1 over G GPUs: padded_count / G, the shard).
+// unless sharded (ZeRO-1 over G GPUs: padded_count / G, the shard; in_place_flat: the shard
+// clipped to count, rank 0's).
 std::int64_t elements_per_gpu(std::int64_t count, const ParallelLayout& layout, bool sharded_by_zero1);
 
 // Elements of one gradient bucket for a flat vector of `count` elements of `element_bytes`:
@@ -43,7 +48,7 @@ std::int64_t elements_per_gpu(std::int64_t count, const ParallelLayout& layout, 
 // at once, piece r taken from shard r, so a bucket holds G c elements.
 std::int64_t bucket_elements(std::int64_t count, const ParallelLayout& layout, std::int64_t element_bytes);
 
-// buckets_in_flight buckets when gpus > 1 (one GPU reduces nothing).
+// buckets_in_flight buckets when gpus > 1 (one GPU reduces nothing); none when in_place_flat.
 std::int64_t communication_bytes(const ParallelLayout& layout, std::int64_t count, std::int64_t element_bytes);
 
 }  // namespace dflash

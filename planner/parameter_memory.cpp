@@ -6,7 +6,11 @@
 namespace dflash {
 
 ParameterCounts drafter_parameter_counts(const DrafterConfig& config) {
-  return {drafter_parameter_count(config), checked_product({2, config.vocab_size, config.hidden_size})};
+  std::int64_t norm_weights = 0;
+  for (const ParameterShape& s : drafter_parameter_shapes(config)) {
+    if (s.shape.size() == 1) norm_weights += shape_numel(s.shape);
+  }
+  return {drafter_parameter_count(config), checked_product({2, config.vocab_size, config.hidden_size}), norm_weights};
 }
 
 CategoryBytes parameter_memory(const ParameterCounts& n, const TrainingPrecision& p, const ParallelLayout& layout) {
@@ -14,10 +18,12 @@ CategoryBytes parameter_memory(const ParameterCounts& n, const TrainingPrecision
   validate_parallel_layout(layout);
   const std::int64_t sharded = elements_per_gpu(n.trainable, layout, /*sharded_by_zero1=*/true);
   CategoryBytes m;
-  m[PlanCategory::parameters] = checked_product({n.trainable, p.parameter_bytes});
+  m[PlanCategory::parameters] = checked_sum(checked_product({n.trainable - n.norm_weights, p.parameter_bytes}),
+                                            checked_product({n.norm_weights, p.norm_weight_bytes}));
   m[PlanCategory::frozen] = checked_product({n.frozen, p.frozen_bytes});
   m[PlanCategory::master_weights] = checked_product({sharded, p.master_bytes});
-  m[PlanCategory::gradients] = checked_product({n.trainable, p.gradient_bytes});
+  const std::int64_t gradient_elements = layout.in_place_flat ? padded_count(n.trainable, layout) : n.trainable;
+  m[PlanCategory::gradients] = checked_product({gradient_elements, p.gradient_bytes});
   m[PlanCategory::optimizer_state] = checked_product({sharded, p.optimizer_state_bytes});
   m[PlanCategory::communication] = communication_bytes(layout, n.trainable, p.gradient_bytes);
   return m;

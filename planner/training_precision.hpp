@@ -1,6 +1,6 @@
 // Element sizes of a training step, per kind of tensor. Production (the default) is the usual
 // mixed-precision recipe:
-//   bf16 weights for forward/backward (2 B), fp32 master weights (4 B), fp32 AdamW m and v (8 B
+//   bf16 weight matrices for forward/backward (2 B; the norm weights stay fp32, 4 B), fp32 master weights (4 B), fp32 AdamW m and v (8 B
 //   per parameter), fp32 gradients (4 B: accumulated over micro-steps and reduced across ranks
 //   without bf16 rounding; also the loss head's dL/dY, as the CUDA loss head produces it),
 //   bf16 activations, logits and saved tensors (2 B), fp32 per-row
@@ -24,10 +24,11 @@ struct TrainingPrecision {
   std::int64_t activation_bytes = 2;       // activations, logits, saved tensors, the trunk's scratch
   std::int64_t statistic_bytes = 4;        // per-row statistics (rstd, logsumexp, ...)
   std::int64_t input_bytes = 2;            // target features, teacher hidden states
+  std::int64_t norm_weight_bytes = 4;      // trainable norm weights (vectors): fp32, as the CUDA trunk reads them
 
   static TrainingPrecision production() { return {}; }
-  static TrainingPrecision reference() { return {8, 0, 0, 8, 8, 8, 8, 8}; }
-  static TrainingPrecision reference_training() { return {8, 8, 16, 8, 8, 8, 8, 8}; }
+  static TrainingPrecision reference() { return {8, 0, 0, 8, 8, 8, 8, 8, 8}; }
+  static TrainingPrecision reference_training() { return {8, 8, 16, 8, 8, 8, 8, 8, 8}; }
 };
 
 // Throws InputError naming the field: sizes >= 1, except master and optimizer state (>= 0).
