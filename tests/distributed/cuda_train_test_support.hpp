@@ -12,7 +12,7 @@
 namespace dflash::testing {
 
 inline constexpr std::int64_t kCudaSteps = 3;
-inline constexpr std::int64_t kCudaGlobalBatch = 4;
+inline constexpr std::int64_t kCudaGlobalBatch = 8;  // R = 1, 2, 4, 8 divide it
 inline constexpr std::int64_t kCudaContext = 12;
 
 // The host side of the problem: config, frozen weights, initial parameters (as training_problem.hpp's TinyTrainer).

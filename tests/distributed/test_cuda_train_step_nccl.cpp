@@ -43,7 +43,7 @@ class CudaTrainStepNccl : public ::testing::TestWithParam<int> {
 TEST_P(CudaTrainStepNccl, EqualsTheSingleProcessStep) {
   const int zero = GetParam(), R = world().size(), r = world().rank();
   CudaTinyProblem p(zero);
-  if (kCudaGlobalBatch % R != 0) GTEST_SKIP() << "the global batch of " << kCudaGlobalBatch << " needs R | 4, R = " << R;
+  if (kCudaGlobalBatch % R != 0) GTEST_SKIP() << "the global batch of " << kCudaGlobalBatch << " needs R to divide it, R = " << R;
   SingleProcessCommunicator single;
   CudaTrainingState ranks(*allocator_, {world(), *nccl_}, p.config, p.training, p.frozen, p.initial_state(R, r));
   CudaTrainingState one(*allocator_, {single, single}, p.config, p.training, p.frozen, p.initial_state(1, 0));
