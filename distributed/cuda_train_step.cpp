@@ -11,17 +11,6 @@
 namespace dflash {
 namespace {
 
-// What validate_drafter_step checks besides the parameters (resident and checked when the state
-// was made): the policies and the loss head's options. The batch is checked by drafter_weight_sum.
-LossHeadOptions loss_options_of(const DrafterConfig& config, const DrafterStepOptions& options) {
-  trunk_segment_length(options.trunk_policy, options.checkpoint_every, config.num_hidden_layers);  // validates k
-  LossHeadOptions o = config.loss_head_options();
-  o.policy = options.loss_policy;
-  o.chunk_rows = options.loss_chunk_rows;
-  validate_loss_head_options(o);
-  return o;
-}
-
 // The squared norm of g[0, n) on the device (cuda/optimizer_program.hpp's tree), into *out.
 void squared_norm(DeviceAllocator& a, const float* g, std::int64_t n, double* partials, double* out) {
   launch_squared_norm_partials(g, n, partials, a.stream());
@@ -153,7 +142,7 @@ StepMetrics cuda_train_step(MemoryTracker& host, CudaTrainingState& state, const
   std::int64_t counts[2] = {0, 0};  // correct, labelled rows
   for (const RankSequences& s : sequences) {
     const DrafterStepOptions o = step_options(s);
-    const LossHeadOptions loss_options = loss_options_of(config, o);
+    const LossHeadOptions loss_options = validate_drafter_step_options(config, o);  // the batch: drafter_weight_sum
     const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, *s.batch, o);
     drafter_detail::validate_teacher_rows(*s.batch, seqs);
     const LossHeadStats<double> stats = cuda_drafter_sequences(state.allocator(), host, config, state.weights(), *s.batch,

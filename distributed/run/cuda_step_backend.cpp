@@ -2,8 +2,11 @@
 
 #include <optional>
 
+#include <cuda_runtime_api.h>
+
 #include "cuda/device_probe.hpp"
 #include "distributed/cuda_train_step.hpp"
+#include "distributed/mpi_communicator.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "reference/errors.hpp"
 #if DFLASH_WITH_NCCL
@@ -12,7 +15,12 @@
 
 namespace dflash {
 
-void require_cuda_training_available() {
+void require_cuda_training_available(Communicator& comm) {
+  if (const auto* mpi = dynamic_cast<const MpiCommunicator*>(&comm)) {
+    const int local = mpi->node_local_rank();
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && local < devices) cudaSetDevice(local);  // else the probe says why
+  }
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
     throw_input_error("--backend", str("cuda: no GPU is available to this process (", gpu.reason,
@@ -77,7 +85,7 @@ class CudaStepBackend final : public StepBackend {
 std::unique_ptr<StepBackend> make_cuda_step_backend(Communicator& comm, const DrafterConfig& config,
                                                     const TrainingConfig& training, const FrozenWeights<double>& frozen,
                                                     TrainingState state) {
-  require_cuda_training_available();
+  require_cuda_training_available(comm);
   return std::make_unique<CudaStepBackend>(comm, config, training, frozen, std::move(state));
 }
 

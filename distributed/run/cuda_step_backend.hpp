@@ -13,7 +13,9 @@ namespace dflash {
 
 // Throws InputError naming --backend when this build or this machine cannot run the CUDA step:
 // built without CUDA, or no usable GPU (the probe's reason). The run calls it after the plan gate.
-void require_cuda_training_available();
+// An MPI rank takes the GPU of its node-local rank first, so that the probe's context is made
+// there, not on GPU 0 (a collective over `comm`).
+void require_cuda_training_available(Communicator& comm);
 
 // The CUDA backend from this rank's host state (fresh or restored: its optimizer part is rounded
 // to fp32 and put on the device; the host copy is freed). comm, config, training and frozen must

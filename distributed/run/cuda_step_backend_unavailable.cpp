@@ -13,7 +13,7 @@ namespace {
 
 }  // namespace
 
-void require_cuda_training_available() { refuse(); }
+void require_cuda_training_available(Communicator&) { refuse(); }
 
 std::unique_ptr<StepBackend> make_cuda_step_backend(Communicator&, const DrafterConfig&, const TrainingConfig&,
                                                     const FrozenWeights<double>&, TrainingState) {

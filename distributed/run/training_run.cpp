@@ -106,7 +106,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
                                   training_backend_name(o.backend), " (table above); change the config or the ranks, "
                                   "or pass --force to try anyway"));
   }
-  if (o.backend == TrainingBackend::cuda) require_cuda_training_available();
+  if (o.backend == TrainingBackend::cuda) require_cuda_training_available(comm);
 
   // 3. Output directory.
   check_output_directory(o.out, o.resume);

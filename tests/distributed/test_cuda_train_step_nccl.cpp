@@ -9,10 +9,9 @@
 
 #include <cmath>
 
-#include "common/gpu_required.hpp"
-#include "cuda/device_probe.hpp"
 #include "distributed/nccl_communicator.hpp"
 #include "distributed/single_process_communicator.hpp"
+#include "tests/cuda/gpu_test_support.hpp"
 #include "tests/distributed/cuda_train_test_support.hpp"
 #include "tests/distributed/mpi_test_world.hpp"
 
@@ -28,11 +27,7 @@ constexpr double kCrossRankNormTolerance = 1e-5;
 class CudaTrainStepNccl : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    const CudaDeviceStatus& gpu = cuda_device_status();
-    if (!gpu.available) {
-      if (gpu_required()) FAIL() << "DFLASH_REQUIRE_GPU=1, but " << gpu.reason;
-      GTEST_SKIP() << gpu.reason;
-    }
+    DFLASH_SKIP_WITHOUT_GPU();
     nccl_ = std::make_unique<NcclCommunicator>(world());  // before the allocator: it selects the GPU
     allocator_ = std::make_unique<DeviceAllocator>();
   }

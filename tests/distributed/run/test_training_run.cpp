@@ -262,7 +262,8 @@ TEST(RunBadInput, ResumeWithAnotherConfigNamesTheField) {
 TEST(RunBadInput, CudaBackendWithoutAGpuIsRefusedAfterThePlanGate) {
   std::string why;
   try {
-    require_cuda_training_available();
+    SingleProcessCommunicator one;
+    require_cuda_training_available(one);
     GTEST_SKIP() << "a GPU is available here: the CUDA run is ci/gpu's (dflash train --backend cuda on mid)";
   } catch (const InputError& e) {
     why = e.what();
