@@ -133,26 +133,26 @@ DFLASH_HD HybridRowResult<Real> finish_row(const HybridRowStats<Real, Index>& s,
   return r;
 }
 
-// dL/dz_v for one column: scale * [hard (p_v - [v = y]) + soft tau (p_tau_v - q_v)], scale = w/W.
-// Takes log q_v = t_v/tau - lse_tt so that a policy that kept log q (chunk_retain) and one that
-// recomputes it from t produce bitwise the same value. zt = z/tau, computed by the caller (a
-// kernel multiplies by a precomputed 1/tau; hybrid_logit_grad below divides).
+// dL/dz_v for one column from its probabilities p_v = softmax(z)_v, p_tau_v = softmax(z/tau)_v and
+// q_v = softmax(t/tau)_v: scale * [hard (p_v - [v = y]) + soft tau (p_tau_v - q_v)], scale = w/W.
+// The one formula every implementation evaluates; how it gets the three exponentials is its own
+// (the reference below; the CUDA kernels by exp2 with log2 e folded into the scale).
 template <class Real>
-DFLASH_HD Real hybrid_logit_grad_scaled(const Real& z, const Real& zt, const Real& log_q, bool is_label,
-                                        const HybridRowResult<Real>& row, const Real& tau, const Real& hard,
-                                        const Real& soft, const Real& scale) {
-  const Real p = exp_of(Real(z - row.lse_z));
-  const Real p_tau = exp_of(Real(zt - row.lse_zt));
-  const Real q = exp_of(log_q);
+DFLASH_HD Real hybrid_logit_grad_of_probs(const Real& p, const Real& p_tau, const Real& q, bool is_label,
+                                          const Real& tau, const Real& hard, const Real& soft, const Real& scale) {
   const Real onehot = is_label ? Real(1) : Real(0);
   return scale * (hard * (p - onehot) + soft * tau * (p_tau - q));
 }
 
-// The same, z/tau by division (the reference).
+// The same from z, log q_v = t_v/tau - lse_tt and the row's statistics. Takes log q so that a policy
+// that kept log q (chunk_retain) and one that recomputes it from t produce bitwise the same value.
 template <class Real>
 DFLASH_HD Real hybrid_logit_grad(const Real& z, const Real& log_q, bool is_label, const HybridRowResult<Real>& row,
                                  const Real& tau, const Real& hard, const Real& soft, const Real& scale) {
-  return hybrid_logit_grad_scaled(z, Real(z / tau), log_q, is_label, row, tau, hard, soft, scale);
+  const Real p = exp_of(Real(z - row.lse_z));
+  const Real p_tau = exp_of(Real(Real(z / tau) - row.lse_zt));
+  const Real q = exp_of(log_q);
+  return hybrid_logit_grad_of_probs(p, p_tau, q, is_label, tau, hard, soft, scale);
 }
 
 template <class Real>

@@ -10,7 +10,7 @@
 #include "cuda/linear_gemm.hpp"
 #include "cuda/loss_head_cuda.hpp"
 #include "cuda/cuda_backend.hpp"
-#include "cuda/trunk.hpp"
+#include "cuda/drafter_sequence_step.hpp"
 
 namespace dflash {
 namespace {
@@ -66,10 +66,7 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
                                              Tensor<double>* features_grad) {
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
   const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
-  const std::int64_t T = dims.T, H = dims.H, KH = dims.feature_width();
-  TrunkWeights<Bf16Bits> trunk_weights;
-  TrunkGrads grads;
-  bind_trunk_parameters(config, weights.values, weights.grads, weights.embed_tokens, trunk_weights, grads);
+  const std::int64_t KH = dims.feature_width();
   LinearGemm gemm(allocator);
   const CudaBackend backend{allocator, gemm};
   CudaLossHead head(allocator, loss_options);
@@ -78,7 +75,7 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
   const MemoryCategory in = MemoryCategory::inputs;
   const DeviceBuffer<std::int64_t> ctx_pos = upload(allocator, in, context_positions);
 
-  LossHeadStats<double> stats;
+  LossHeadStats<double> total;
   for (std::int64_t b = 0; b < nseq; ++b) {
     const PreparedSequence<double>& s = seqs[static_cast<std::size_t>(b)];
     const DeviceBuffer<std::int64_t> anchors = upload(allocator, in, s.slots.anchors);
@@ -94,48 +91,30 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
         upload(allocator, in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
     const DeviceBuffer<std::uint8_t> valid = upload(allocator, in, s.blocks.valid);
 
-    TrunkLayerContext<Bf16Bits> ctx;
-    ctx.dims = dims;
-    ctx.eps = static_cast<float>(config.rms_norm_eps);
-    ctx.rope_theta = config.rope_theta;
-    ctx.sliding_window = config.sliding_window.value_or(0);
-    ctx.anchors = anchors.data();
-    ctx.keep = keep.data();
-    ctx.block_positions = positions.data();
-    ctx.context_positions = ctx_pos.data();
-    ctx.seed = config.seed;
-    ctx.step = options.step;
-    ctx.sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
-    ctx.attention_dropout = config.attention_dropout;
-    ctx.hidden_dropout = config.hidden_dropout;
     DeviceBuffer<float> d_features;
     if (features_grad != nullptr) {
       d_features = DeviceBuffer<float>(allocator, MemoryCategory::gradients, static_cast<std::size_t>(S * KH));
       d_features.zero();
     }
-    grads.target_features = d_features.data();
-
-    Trunk<CudaBackend> trunk(backend, trunk_weights, ctx, dims.K, features.data(), tokens.data(), options.trunk_policy,
-                             options.checkpoint_every);
-    DeviceBuffer<Bf16Bits> y = trunk.forward();
-    const CudaLossHeadTargets targets{teacher16.data(), weights.lm_head,
-                                      DeviceRowTargets{labels.data(), row_weights.data(), valid.data()}};
-    CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{T, H, dims.V}, targets, weight_sum);
-    y.release();
-    stats.loss += f.stats.loss;
-    stats.ce += f.stats.ce;
-    stats.kl += f.stats.kl;
-    stats.magnitude = std::max(stats.magnitude, f.stats.magnitude);
-    stats.correct += f.stats.correct;
-    stats.valid_rows += f.stats.valid_rows;
-    DeviceBuffer<float> d_hidden = head.backward(targets, std::move(f.saved));
-    trunk.backward(std::move(d_hidden), grads);
+    const CudaSequenceInputs inputs{anchors.data(), keep.data(), positions.data(), ctx_pos.data(), tokens.data(),
+                                    features.data(), teacher16.data(),
+                                    DeviceRowTargets{labels.data(), row_weights.data(), valid.data()},
+                                    d_features.data()};
+    const LossHeadStats<double> stats =
+        cuda_drafter_sequence_step(backend, head, config, dims, weights, inputs, options,
+                                   options.sequence_offset + static_cast<std::uint32_t>(b), weight_sum);
+    total.loss += stats.loss;
+    total.ce += stats.ce;
+    total.kl += stats.kl;
+    total.magnitude = std::max(total.magnitude, stats.magnitude);
+    total.correct += stats.correct;
+    total.valid_rows += stats.valid_rows;
     if (features_grad != nullptr) {
       const std::vector<float> df = d_features.download();
       std::copy(df.begin(), df.end(), features_grad->data() + b * S * KH);
     }
   }
-  return stats;
+  return total;
 }
 
 CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
@@ -153,10 +132,12 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
 
   const DeviceParameters device(allocator, params);
   const DeviceBuffer<Bf16Bits> embed =
-      upload_bf16(allocator, MemoryCategory::parameters, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
+      upload_bf16(allocator, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
   const DeviceBuffer<Bf16Bits> lm_head =
-      upload_bf16(allocator, MemoryCategory::parameters, frozen.lm_head.data(), frozen.lm_head.numel());
-  const CudaDrafterWeights weights{device.values, device.grad_of, embed.data(), lm_head.data()};
+      upload_bf16(allocator, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel());
+  CudaDrafterWeights weights;
+  weights.lm_head = lm_head.data();
+  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights.trunk, weights.grads);
   result.stats = cuda_drafter_sequences(allocator, host, config, weights, batch, options, loss_options, seqs,
                                         result.weight_sum, &result.target_features_grad);
 

@@ -8,8 +8,8 @@
 // and the trunk's backward, accumulating the gradients on the device in fp32 (sequence order).
 // Weight matrices, E, W_lm, F and G are rounded to bf16 on upload; norm weights stay fp32.
 //
-// Device memory, by category: parameters (bf16 matrices, fp32 norm weights, E and W_lm),
-// gradients (fp32, one per parameter, and dL/dF of one sequence), inputs (one sequence's F, G
+// Device memory, by category (as `dflash plan` plans it at production precision): parameters
+// (bf16 matrices, fp32 norm weights), frozen (E and W_lm in bf16), gradients (fp32, one per parameter, and dL/dF of one sequence), inputs (one sequence's F, G
 // rows, anchors, tokens, labels, weights), plus what the trunk and loss head policies keep
 // (saved, loss_saved) and their transient workspace.
 #pragma once
@@ -17,9 +17,9 @@
 #include <optional>
 #include <vector>
 
-#include "cuda/bf16_bits.hpp"
 #include "cuda/device_allocator.hpp"
 #include "cuda/device_buffer.hpp"
+#include "cuda/drafter_sequence_step.hpp"
 #include "reference/drafter.hpp"
 
 namespace dflash {
@@ -41,21 +41,12 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
 // x[0, n) rounded to bf16 (through float, nearest even) in a new device buffer of category c.
 DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& allocator, MemoryCategory c, const double* x, std::int64_t n);
 
-// What the per-sequence loop reads and adds into, all on the device: per trainable parameter in
-// DrafterParameters::for_each order, its value (bf16 matrix or fp32 norm weight) and its fp32
-// gradient accumulator; the frozen embedding and lm_head in bf16. cuda_drafter_step uploads its
-// own; the training step (distributed/cuda_train_step.hpp) points into its resident buffers.
-struct CudaDrafterWeights {
-  std::vector<const void*> values;
-  std::vector<float*> grads;
-  const Bf16Bits* embed_tokens = nullptr;
-  const Bf16Bits* lm_head = nullptr;
-};
-
-// The step's loop over the batch's sequences (prepared by prepare_sequences with `options`, the
-// batch validated by the caller): forward, loss head over `weight_sum`, backward, every gradient
-// added into weights.grads in sequence order; dL/dF written into *features_grad ([nseq, S, K H],
-// host) when it is given. Returns the loss statistics summed over the sequences.
+// cuda_drafter_step's loop over the batch's sequences (prepared by prepare_sequences with
+// `options`, the batch validated by the caller) on device-resident weights: each sequence's inputs
+// uploaded, cuda_drafter_sequence_step over `weight_sum`, every gradient added into weights.grads
+// in sequence order; dL/dF written into *features_grad ([nseq, S, K H], host) when it is given.
+// The training step (distributed/cuda_train_step.hpp) calls it on its resident state. Returns the
+// loss statistics summed over the sequences.
 LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
                                              const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
                                              const DrafterStepOptions& options, const LossHeadOptions& loss_options,

@@ -11,17 +11,29 @@
 
 namespace dflash {
 
-std::vector<std::int64_t> gate_sample_rows(std::int64_t T, std::int64_t V, std::span<const std::int64_t> chunks) {
-  std::vector<std::int64_t> want = {1, T - 2, T - 1};
-  const std::int64_t overflow_row = V > 0 ? (std::int64_t(1) << 31) / V : T;
-  for (std::int64_t i : {overflow_row - 1, overflow_row, overflow_row + 1}) want.push_back(i);
-  for (std::int64_t c : chunks) {
-    for (std::int64_t i : {c - 1, c, c + 1, T - c - 1, T - c + 1}) want.push_back(i);
-  }
+std::vector<std::int64_t> gate_sample_rows(std::span<const std::uint8_t> valid, std::int64_t V,
+                                           std::span<const std::int64_t> chunks) {
+  std::vector<std::int64_t> listed, unlabelled;  // the valid rows in order (what the loss head lists); the others
+  for (std::size_t i = 0; i < valid.size(); ++i) (valid[i] != 0 ? listed : unlabelled).push_back(std::int64_t(i));
   std::vector<std::int64_t> rows;
-  for (std::int64_t i : want) {
-    if (i >= 0 && i < T && std::find(rows.begin(), rows.end(), i) == rows.end()) rows.push_back(i);
-    if (static_cast<int>(rows.size()) == kGateMaxRows) break;
+  const auto take = [&](std::int64_t i) {
+    if (static_cast<int>(rows.size()) < kGateMaxRows && std::find(rows.begin(), rows.end(), i) == rows.end()) {
+      rows.push_back(i);
+    }
+  };
+  if (!unlabelled.empty()) {
+    take(unlabelled.front());
+    take(unlabelled.back());
+  }
+  const auto n = static_cast<std::int64_t>(listed.size());
+  std::vector<std::int64_t> want = {1, n - 2, n - 1};  // positions among the valid rows
+  const std::int64_t overflow_row = V > 0 ? (std::int64_t(1) << 31) / V : n;
+  for (std::int64_t p : {overflow_row - 1, overflow_row, overflow_row + 1}) want.push_back(p);
+  for (std::int64_t c : chunks) {
+    for (std::int64_t p : {c - 1, c, c + 1, n - c - 1, n - c + 1}) want.push_back(p);
+  }
+  for (std::int64_t p : want) {
+    if (p >= 0 && p < n) take(listed[static_cast<std::size_t>(p)]);
   }
   std::sort(rows.begin(), rows.end());
   return rows;

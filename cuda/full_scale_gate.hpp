@@ -15,11 +15,15 @@
 
 namespace dflash {
 
-// The rows checked: first and last rows of the chunks at every chunk size, the rows around
-// 2^31 / V (where a 32-bit flat index into a [T, V] tensor would overflow) and the last row
-// (materialize's). Sorted, distinct, at most kGateMaxRows.
+// The rows checked, for valid flags `valid` [T]: the first and last rows without a label (their
+// results must be exactly 0), then, counted in valid rows (the loss head computes the valid rows
+// only, in chunks of c of them: cuda/loss_head_row_gather.hpp), the first and last rows of the
+// chunks at every chunk size, the rows around 2^31 / V (where a 32-bit flat index into an [n, V]
+// tensor would overflow: materialize's logits) and the last row. Sorted, distinct, at most
+// kGateMaxRows.
 inline constexpr int kGateMaxRows = 16;
-std::vector<std::int64_t> gate_sample_rows(std::int64_t T, std::int64_t V, std::span<const std::int64_t> chunks);
+std::vector<std::int64_t> gate_sample_rows(std::span<const std::uint8_t> valid, std::int64_t V,
+                                           std::span<const std::int64_t> chunks);
 
 // The sampled rows' exact and plain-bf16 results, from their fp64 logits.
 struct GateRows {

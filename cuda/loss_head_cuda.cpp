@@ -140,6 +140,43 @@ void CudaLossHead::check_inputs(const Bf16Bits* hidden, const CudaLossHeadShape&
   }
 }
 
+namespace {
+
+// One chunk's [c', H] fp32 buffer: first its gathered Y rows and G rows (bf16, one half each), then,
+// once z and t are made from them, the chunk's dL/dY (fp32): two bf16 rows fill one fp32 row.
+static_assert(2 * sizeof(Bf16Bits) == sizeof(float));
+Bf16Bits* gathered_student_rows(DeviceBuffer<float>& rows) { return reinterpret_cast<Bf16Bits*>(rows.data()); }
+Bf16Bits* gathered_teacher_rows(DeviceBuffer<float>& rows) {
+  return reinterpret_cast<Bf16Bits*>(rows.data()) + rows.size();
+}
+
+}  // namespace
+
+std::int64_t CudaLossHead::list_valid_rows(const std::uint8_t* valid, std::int64_t T, std::int32_t* list) {
+  DeviceBuffer<std::int32_t> count(allocator_, MemoryCategory::transient, 1);
+  launch_compact_valid_rows(valid, T, list, count.data(), allocator_.stream());
+  return count.download()[0];
+}
+
+void CudaLossHead::chunk_logits(const Bf16Bits* hidden, const CudaLossHeadTargets& in, const std::int32_t* list,
+                                std::int64_t rows, const CudaLossHeadShape& shape, DeviceBuffer<float>& rows_buffer,
+                                Bf16Bits* z, Bf16Bits* t) {
+  const std::int64_t H = shape.hidden, V = shape.vocab;
+  Bf16Bits* y = gathered_student_rows(rows_buffer);
+  Bf16Bits* g = gathered_teacher_rows(rows_buffer);
+  launch_gather_rows(hidden, list, rows, H, y, allocator_.stream());
+  launch_gather_rows(in.teacher_hidden, list, rows, H, g, allocator_.stream());
+  gemm_.logits(y, in.lm_head, z, rows, V, H);
+  gemm_.logits(g, in.lm_head, t, rows, V, H);
+}
+
+void CudaLossHead::chunk_hidden_grad(const Bf16Bits* dz, const CudaLossHeadTargets& in, const std::int32_t* list,
+                                     std::int64_t rows, const CudaLossHeadShape& shape,
+                                     DeviceBuffer<float>& rows_buffer, float* hidden_grad) {
+  gemm_.input_grad(dz, in.lm_head, rows_buffer.data(), rows, shape.vocab, shape.hidden);
+  launch_scatter_rows(rows_buffer.data(), list, rows, shape.hidden, hidden_grad, allocator_.stream());
+}
+
 CudaLossHeadForward CudaLossHead::forward(const Bf16Bits* hidden, const CudaLossHeadShape& shape,
                                           const CudaLossHeadTargets& in, double weight_sum) {
   check_inputs(hidden, shape, in, weight_sum);
@@ -156,6 +193,8 @@ CudaLossHeadForward CudaLossHead::forward(const Bf16Bits* hidden, const CudaLoss
                         DeviceBuffer<float>(allocator_, MemoryCategory::outputs, Tu),
                         DeviceBuffer<float>(allocator_, MemoryCategory::outputs, Tu),
                         {}};
+  f.lse.zero();  // the invalid rows' outputs: the kernels visit valid rows only
+  f.token_loss.zero();
   CudaLossHeadSaved& saved = f.saved;
   saved.policy = policy;
   saved.shape = shape;
@@ -170,24 +209,35 @@ CudaLossHeadForward CudaLossHead::forward(const Bf16Bits* hidden, const CudaLoss
   DeviceBuffer<float> ce(allocator_, MemoryCategory::transient, Tu);
   DeviceBuffer<float> kl(allocator_, MemoryCategory::transient, Tu);
   DeviceBuffer<std::uint8_t> correct(allocator_, MemoryCategory::transient, Tu);
-  if (grad_in_forward) saved.hidden_grad.emplace(allocator_, MemoryCategory::loss_saved, Tu * std::size_t(H));
+  if (grad_in_forward) {
+    saved.hidden_grad.emplace(allocator_, MemoryCategory::loss_saved, Tu * std::size_t(H));
+    saved.hidden_grad->zero();  // the invalid rows' dL/dY; the valid rows' are scattered in
+  }
+
+  // The valid rows, listed once (kept for backward by the policies that recompute there): every
+  // product below runs on them only.
+  DeviceBuffer<std::int32_t> list(allocator_, grad_in_forward ? MemoryCategory::transient : MemoryCategory::loss_saved,
+                                  Tu);
+  const std::int64_t n = list_valid_rows(in.rows.valid, T, list.data());
 
   // materialize keeps every row's logits (one chunk of all rows); the others reuse one chunk.
-  const std::size_t chunk_elems = static_cast<std::size_t>(std::min(C, T)) * std::size_t(V);
+  const std::size_t chunk_rows = static_cast<std::size_t>(std::min(C, T));
+  const std::size_t chunk_elems = chunk_rows * std::size_t(V);
   const MemoryCategory chunk_category = materialize ? MemoryCategory::loss_saved : MemoryCategory::transient;
   DeviceBuffer<Bf16Bits> z(allocator_, chunk_category, chunk_elems);
   DeviceBuffer<Bf16Bits> t(allocator_, chunk_category, chunk_elems);
+  DeviceBuffer<float> rows_buffer(allocator_, MemoryCategory::transient, chunk_rows * std::size_t(H));
 
   const DeviceRowOutputs out{row_stats.data(), f.lse.data(), f.token_loss.data(), ce.data(), kl.data(), correct.data()};
-  for (std::int64_t r0 = 0; r0 < T; r0 += C) {
-    const std::int64_t rows = std::min(C, T - r0);
-    gemm_.logits(hidden + r0 * H, in.lm_head, z.data(), rows, V, H);
-    gemm_.logits(in.teacher_hidden + r0 * H, in.lm_head, t.data(), rows, V, H);
-    launch_hybrid_row_stats(z.data(), t.data(), rows, V, r0, in.rows, hw, out, stream);
+  for (std::int64_t c0 = 0; c0 < n; c0 += C) {
+    const std::int64_t rows = std::min(C, n - c0);
+    const std::int32_t* chunk_list = list.data() + c0;
+    chunk_logits(hidden, in, chunk_list, rows, shape, rows_buffer, z.data(), t.data());
+    launch_hybrid_row_stats(z.data(), t.data(), rows, V, chunk_list, in.rows, hw, out, stream);
     if (grad_in_forward) {
-      launch_hybrid_logit_grad(z.data(), t.data(), rows, V, r0, in.rows, hw, row_stats.data(),
+      launch_hybrid_logit_grad(z.data(), t.data(), rows, V, chunk_list, in.rows, hw, row_stats.data(),
                                static_cast<float>(weight_sum), stream);
-      gemm_.input_grad(z.data(), in.lm_head, saved.hidden_grad->data() + r0 * H, rows, V, H);
+      chunk_hidden_grad(z.data(), in, chunk_list, rows, shape, rows_buffer, saved.hidden_grad->data());
     }
   }
 
@@ -195,7 +245,11 @@ CudaLossHeadForward CudaLossHead::forward(const Bf16Bits* hidden, const CudaLoss
   launch_loss_totals(out, in.rows, T, totals.data(), stream);
   f.stats = totals.download()[0];
   f.stats.finish(weight_sum);
-  if (!grad_in_forward) saved.row_stats.emplace(std::move(row_stats));
+  if (!grad_in_forward) {
+    saved.row_stats.emplace(std::move(row_stats));
+    saved.valid_list.emplace(std::move(list));
+    saved.valid_rows = n;
+  }
   if (materialize) {
     saved.logits.emplace(std::move(z));
     saved.teacher_logits.emplace(std::move(t));
@@ -213,28 +267,36 @@ DeviceBuffer<float> CudaLossHead::backward(const CudaLossHeadTargets& in, CudaLo
     g.recategorize(MemoryCategory::gradients);
     return g;
   }
-  const std::int64_t T = saved.shape.rows, H = saved.shape.hidden, V = saved.shape.vocab, C = saved.chunk_rows;
+  const CudaLossHeadShape& shape = saved.shape;
+  const std::int64_t T = shape.rows, H = shape.hidden, V = shape.vocab, C = saved.chunk_rows, n = saved.valid_rows;
   const HybridWeights hw = hybrid_weights();
   const cudaStream_t stream = allocator_.stream();
+  const float weight_sum = static_cast<float>(saved.weight_sum);
   DeviceBuffer<float> hidden_grad(allocator_, MemoryCategory::gradients, static_cast<std::size_t>(T * H));
+  hidden_grad.zero();  // the invalid rows' dL/dY; the valid rows' are scattered in
+  const std::size_t chunk_rows = static_cast<std::size_t>(std::min(C, T));
+  DeviceBuffer<float> rows_buffer(allocator_, MemoryCategory::transient, chunk_rows * std::size_t(H));
+  const std::int32_t* list = saved.valid_list->data();
 
   if (saved.policy == LossPolicy::materialize) {
-    launch_hybrid_logit_grad(saved.logits->data(), saved.teacher_logits->data(), T, V, 0, in.rows, hw,
-                             saved.row_stats->data(), static_cast<float>(saved.weight_sum), stream);
-    gemm_.input_grad(saved.logits->data(), in.lm_head, hidden_grad.data(), T, V, H);
+    if (n > 0) {
+      launch_hybrid_logit_grad(saved.logits->data(), saved.teacher_logits->data(), n, V, list, in.rows, hw,
+                               saved.row_stats->data(), weight_sum, stream);
+      chunk_hidden_grad(saved.logits->data(), in, list, n, shape, rows_buffer, hidden_grad.data());
+    }
     return hidden_grad;
   }
 
-  const std::size_t chunk_elems = static_cast<std::size_t>(std::min(C, T)) * std::size_t(V);
+  const std::size_t chunk_elems = chunk_rows * std::size_t(V);
   DeviceBuffer<Bf16Bits> z(allocator_, MemoryCategory::transient, chunk_elems);
   DeviceBuffer<Bf16Bits> t(allocator_, MemoryCategory::transient, chunk_elems);
-  for (std::int64_t r0 = 0; r0 < T; r0 += C) {
-    const std::int64_t rows = std::min(C, T - r0);
-    gemm_.logits(saved.hidden->data() + r0 * H, in.lm_head, z.data(), rows, V, H);
-    gemm_.logits(in.teacher_hidden + r0 * H, in.lm_head, t.data(), rows, V, H);
-    launch_hybrid_logit_grad(z.data(), t.data(), rows, V, r0, in.rows, hw, saved.row_stats->data(),
-                             static_cast<float>(saved.weight_sum), stream);
-    gemm_.input_grad(z.data(), in.lm_head, hidden_grad.data() + r0 * H, rows, V, H);
+  for (std::int64_t c0 = 0; c0 < n; c0 += C) {
+    const std::int64_t rows = std::min(C, n - c0);
+    const std::int32_t* chunk_list = list + c0;
+    chunk_logits(saved.hidden->data(), in, chunk_list, rows, shape, rows_buffer, z.data(), t.data());
+    launch_hybrid_logit_grad(z.data(), t.data(), rows, V, chunk_list, in.rows, hw, saved.row_stats->data(), weight_sum,
+                             stream);
+    chunk_hidden_grad(z.data(), in, chunk_list, rows, shape, rows_buffer, hidden_grad.data());
   }
   return hidden_grad;
 }

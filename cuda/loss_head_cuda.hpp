@@ -1,22 +1,21 @@
 // The production loss head (SPEC §5, §7) on the GPU: bf16 inputs, cuBLAS products with fp32
 // accumulation, fp32 row statistics, never a [T, V] tensor except under `materialize`.
 //
-// Per chunk of c rows: student logits z = Y_c W^T and teacher logits t = G_c W^T (bf16, [c, V]
-// each), one statistics pass over both (loss_head_kernels.hpp), and when the gradient is wanted
-// one pass turning z into dL/dz in place, then dL/dY_c = dz W (fp32 out). GEMM passes per
-// forward + backward: chunk_grad_in_forward 3 (z, t, dY), chunk_recompute 5 (z, t; z, t, dY again
-// in backward), materialize 3.
+// Only the valid rows (valid_i = 1; SPEC §4: the others carry no label, no teacher and no weight)
+// are computed: forward lists them once (loss_head_row_gather.hpp), and each chunk is up to c of
+// them, its Y and G rows gathered into a [c, H] buffer. Per chunk: student logits z = Y_c W^T and
+// teacher logits t = G_c W^T (bf16, [c, V] each), one statistics pass over both
+// (loss_head_kernels.hpp), and when the gradient is wanted one pass turning z into dL/dz in place,
+// then dL/dY_c = dz W (fp32), scattered back to the chunk's rows. Invalid rows' outputs and dL/dY
+// are exact zeros. GEMM passes per forward + backward, each over the n valid rows:
+// chunk_grad_in_forward 3 (z, t, dY), chunk_recompute 5 (z, t; z, t, dY again in backward),
+// materialize 3.
 //
-// What each policy holds on the device (b = 2 for bf16, T rows, c' = min(c, T), H, V; fp32
-// statistics 4 B), every byte counted by the DeviceAllocator under the category named:
-//   chunk_recompute        loss_saved: Y copy T H b + row statistics 3 T 4
-//                          transient: z and t of one chunk 2 c' V b, per-row scratch 9 T (forward)
-//   chunk_grad_in_forward  loss_saved: dL/dY in fp32, T H 4 (built during forward)
-//                          transient: 2 c' V b + row statistics 3 T 4 + scratch 9 T (forward)
-//   materialize            loss_saved: z and t of all rows 2 T V b + row statistics 3 T 4
-// plus, for all: outputs lse and token loss 2 T 4; gradients dL/dY T H 4 (backward's result);
-// transient: the cuBLAS workspace (CublasGemm, for the loss head's lifetime) and a few bytes of
-// input checks and totals. Y, G, W_lm and the per-row targets are the caller's.
+// What each policy holds on the device does not depend on n: planner/loss_head_memory.hpp,
+// cuda_loss_head_memory, lists it byte for byte per category (tests/cuda/test_cuda_memory_plan.cpp
+// measures it); besides it only the cuBLAS workspace (CublasGemm, for the loss head's lifetime) and
+// a few bytes of input checks, the valid-row count and totals. Y, G, W_lm and the per-row targets
+// are the caller's.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +55,8 @@ struct CudaLossHeadSaved {
   std::optional<DeviceBuffer<Bf16Bits>> teacher_logits;  // materialize: t [T,V]
   std::optional<DeviceBuffer<float>> row_stats;          // [T,3] lse(z), lse(z/tau), lse(t/tau)
   std::optional<DeviceBuffer<float>> hidden_grad;        // chunk_grad_in_forward: dL/dY [T,H]
+  std::optional<DeviceBuffer<std::int32_t>> valid_list;  // chunk_recompute, materialize: the valid rows [T]
+  std::int64_t valid_rows = 0;                           // ... their number n (list[0, n))
 };
 
 struct CudaLossHeadForward {
@@ -99,6 +100,15 @@ class CudaLossHead {
   void check_inputs(const Bf16Bits* hidden, const CudaLossHeadShape& shape, const CudaLossHeadTargets& in,
                     double weight_sum);
   HybridWeights hybrid_weights() const;
+  // Lists the valid rows in list[0, n) and returns n (one 4-byte read back).
+  std::int64_t list_valid_rows(const std::uint8_t* valid, std::int64_t T, std::int32_t* list);
+  // A chunk of rows list[0, rows): gathers their Y and G rows into rows_buffer, then z, t = those W^T.
+  void chunk_logits(const Bf16Bits* hidden, const CudaLossHeadTargets& in, const std::int32_t* list, std::int64_t rows,
+                    const CudaLossHeadShape& shape, DeviceBuffer<float>& rows_buffer, Bf16Bits* z, Bf16Bits* t);
+  // dL/dY of those rows = dz W into rows_buffer, scattered to rows list[r] of hidden_grad.
+  void chunk_hidden_grad(const Bf16Bits* dz, const CudaLossHeadTargets& in, const std::int32_t* list,
+                         std::int64_t rows, const CudaLossHeadShape& shape, DeviceBuffer<float>& rows_buffer,
+                         float* hidden_grad);
 
   DeviceAllocator& allocator_;
   LossHeadOptions options_;

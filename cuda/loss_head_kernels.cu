@@ -5,7 +5,9 @@
 
 #include "common/bf16.hpp"
 #include "common/row_stats.hpp"
+#include "cuda/block_exec_device.cuh"
 #include "cuda/cuda_check.hpp"
+#include "cuda/loss_head_row_gather.hpp"
 #include "reference/errors.hpp"
 
 namespace dflash {
@@ -21,17 +23,14 @@ __device__ inline T* shared_slots() {
   return reinterpret_cast<T*>(raw);
 }
 
-// Every phase of loss_head_row_phases.hpp in order, with a barrier between phases.
+// Every phase of loss_head_row_phases.hpp in order, with a barrier between phases. Block r: compact
+// row r of the chunk, global row list[r] (valid).
 __global__ void __launch_bounds__(kRowThreads)
     hybrid_row_stats_kernel(const Bf16Bits* __restrict__ z, const Bf16Bits* __restrict__ t, std::int32_t vocab,
-                            std::int64_t row0, DeviceRowTargets in, HybridWeights hw, DeviceRowOutputs out,
-                            bool vector) {
+                            const std::int32_t* __restrict__ list, DeviceRowTargets in, HybridWeights hw,
+                            DeviceRowOutputs out, bool vector) {
   const std::int64_t r = blockIdx.x;
-  const std::int64_t i = row0 + r;
-  if (in.valid[i] == 0) {  // the whole block: no label, no teacher
-    if (threadIdx.x == 0) write_invalid_row_outputs(i, out);
-    return;
-  }
+  const std::int64_t i = global_row_of(list, r);
   const auto label = static_cast<std::int32_t>(in.labels[i]);
   const RowScales sc = row_scales(hw);
   KernelRowStats* partial = shared_slots<KernelRowStats, kRowThreads>();
@@ -48,15 +47,31 @@ __global__ void __launch_bounds__(kRowThreads)
 
 __global__ void __launch_bounds__(kRowThreads)
     hybrid_logit_grad_kernel(Bf16Bits* __restrict__ z, const Bf16Bits* __restrict__ t, std::int32_t vocab,
-                             std::int64_t row0, DeviceRowTargets in, HybridWeights hw,
+                             const std::int32_t* __restrict__ list, DeviceRowTargets in, HybridWeights hw,
                              const float* __restrict__ row_stats, float weight_sum, bool vector) {
   const std::int64_t r = blockIdx.x;
-  const std::int64_t i = row0 + r;
+  const std::int64_t i = global_row_of(list, r);
   const float scale = row_logit_grad_scale(in, i, weight_sum);
   const std::int32_t label = scale == 0.0f ? -1 : static_cast<std::int32_t>(in.labels[i]);
   const HybridRowResult<float> row = scale == 0.0f ? HybridRowResult<float>{} : load_row_stats(row_stats, i);
   logit_grad_thread(z + r * vocab, t + r * vocab, vocab, label, row, hw, row_scales(hw), scale,
                     static_cast<int>(threadIdx.x), vector);
+}
+
+__global__ void __launch_bounds__(kCompactThreads)
+    compact_valid_rows_kernel(const std::uint8_t* __restrict__ valid, std::int64_t T, std::int32_t* __restrict__ list,
+                              std::int32_t* __restrict__ count) {
+  __shared__ std::int32_t offsets[kCompactThreads];
+  DeviceBlockExec exec;
+  compact_valid_rows_program(exec, valid, T, offsets, list, count);
+}
+
+template <ListedRows kDirection, class T>
+__global__ void __launch_bounds__(kGatherThreads)
+    copy_listed_rows_kernel(const T* __restrict__ src, const std::int32_t* __restrict__ list, std::int32_t cols,
+                            T* __restrict__ dst) {
+  DeviceBlockExec exec;
+  copy_listed_row_program<kDirection>(exec, src, list, blockIdx.x, cols, dst);
 }
 
 __global__ void __launch_bounds__(kTotalsThreads)
@@ -126,9 +141,9 @@ unsigned int row_blocks(std::int64_t rows) {
   return static_cast<unsigned int>(rows);
 }
 
-// Column indices are 32-bit in the row kernels.
-std::int32_t column_count(std::int64_t vocab) {
-  if (vocab > 0x7FFFFFFF) throw_input_error("vocab_size", str(vocab, " does not fit the kernels' 32-bit column index"));
+// Column indices are 32-bit in the row kernels (and in the gather/scatter of [., H] rows).
+std::int32_t column_count(std::int64_t vocab, const char* name = "vocab_size") {
+  if (vocab > 0x7FFFFFFF) throw_input_error(name, str(vocab, " does not fit the kernels' 32-bit column index"));
   return static_cast<std::int32_t>(vocab);
 }
 
@@ -140,22 +155,45 @@ unsigned int flat_blocks(std::int64_t work_items) {
 }  // namespace
 
 void launch_hybrid_row_stats(const Bf16Bits* z, const Bf16Bits* t, std::int64_t rows, std::int64_t vocab,
-                             std::int64_t row0, DeviceRowTargets targets, HybridWeights weights,
+                             const std::int32_t* list, DeviceRowTargets targets, HybridWeights weights,
                              DeviceRowOutputs out, cudaStream_t stream) {
   if (rows == 0) return;
-  hybrid_row_stats_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(z, t, column_count(vocab), row0, targets,
+  hybrid_row_stats_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(z, t, column_count(vocab), list, targets,
                                                                          weights, out, vector_rows(z, t, vocab));
   DFLASH_CUDA_CHECK_LAUNCH("hybrid_row_stats_kernel");
 }
 
 void launch_hybrid_logit_grad(Bf16Bits* z, const Bf16Bits* t, std::int64_t rows, std::int64_t vocab,
-                              std::int64_t row0, DeviceRowTargets targets, HybridWeights weights,
+                              const std::int32_t* list, DeviceRowTargets targets, HybridWeights weights,
                               const float* row_stats, float weight_sum, cudaStream_t stream) {
   if (rows == 0) return;
-  hybrid_logit_grad_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(z, t, column_count(vocab), row0, targets,
+  hybrid_logit_grad_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(z, t, column_count(vocab), list, targets,
                                                                           weights, row_stats, weight_sum,
                                                                           vector_rows(z, t, vocab));
   DFLASH_CUDA_CHECK_LAUNCH("hybrid_logit_grad_kernel");
+}
+
+void launch_compact_valid_rows(const std::uint8_t* valid, std::int64_t T, std::int32_t* list, std::int32_t* count,
+                               cudaStream_t stream) {
+  if (T > 0x7FFFFFFF) throw_input_error("rows", str(T, " do not fit the 32-bit row list"));
+  compact_valid_rows_kernel<<<1, kCompactThreads, 0, stream>>>(valid, T, list, count);
+  DFLASH_CUDA_CHECK_LAUNCH("compact_valid_rows_kernel");
+}
+
+void launch_gather_rows(const Bf16Bits* src, const std::int32_t* list, std::int64_t rows, std::int64_t cols,
+                        Bf16Bits* dst, cudaStream_t stream) {
+  if (rows == 0) return;
+  copy_listed_rows_kernel<ListedRows::gather>
+      <<<row_blocks(rows), kGatherThreads, 0, stream>>>(src, list, column_count(cols, "hidden_size"), dst);
+  DFLASH_CUDA_CHECK_LAUNCH("copy_listed_rows_kernel (gather)");
+}
+
+void launch_scatter_rows(const float* src, const std::int32_t* list, std::int64_t rows, std::int64_t cols, float* dst,
+                         cudaStream_t stream) {
+  if (rows == 0) return;
+  copy_listed_rows_kernel<ListedRows::scatter>
+      <<<row_blocks(rows), kGatherThreads, 0, stream>>>(src, list, column_count(cols, "hidden_size"), dst);
+  DFLASH_CUDA_CHECK_LAUNCH("copy_listed_rows_kernel (scatter)");
 }
 
 void launch_loss_totals(const DeviceRowOutputs& rows_out, DeviceRowTargets targets, std::int64_t T,

@@ -15,16 +15,30 @@
 
 namespace dflash {
 
-// Statistics of chunk rows r in [0, rows): student logits z[r,:], teacher logits t[r,:] (bf16,
-// row-major, V columns), global row index row0 + r.
+// The valid rows (valid_i = 1), ascending, in list[0, n), and n in *count (one block;
+// cuda/loss_head_row_gather.hpp). valid must hold only 0 and 1.
+void launch_compact_valid_rows(const std::uint8_t* valid, std::int64_t T, std::int32_t* list, std::int32_t* count,
+                               cudaStream_t stream);
+
+// dst[r,:] <- src[list[r],:] for r < rows (rows of `cols` bf16): a chunk's compact input rows.
+void launch_gather_rows(const Bf16Bits* src, const std::int32_t* list, std::int64_t rows, std::int64_t cols,
+                        Bf16Bits* dst, cudaStream_t stream);
+
+// dst[list[r],:] <- src[r,:] for r < rows (fp32): a chunk's dL/dY back to its rows.
+void launch_scatter_rows(const float* src, const std::int32_t* list, std::int64_t rows, std::int64_t cols, float* dst,
+                         cudaStream_t stream);
+
+// Statistics of compact chunk rows r in [0, rows): student logits z[r,:], teacher logits t[r,:]
+// (bf16, row-major, V columns) of global row list[r] (a valid row). Invalid rows are not
+// visited: their outputs are the caller's zeros.
 void launch_hybrid_row_stats(const Bf16Bits* z, const Bf16Bits* t, std::int64_t rows, std::int64_t vocab,
-                             std::int64_t row0, DeviceRowTargets targets, HybridWeights weights,
+                             const std::int32_t* list, DeviceRowTargets targets, HybridWeights weights,
                              DeviceRowOutputs out, cudaStream_t stream);
 
-// z[r,:] <- dL/dz (bf16, in place) from the saved row statistics; scale w_i / W (0 when W = 0 or
-// the row is invalid: such rows become exact zeros).
+// z[r,:] <- dL/dz (bf16, in place) from the saved statistics of global row list[r]; scale w_i / W
+// (0 when W = 0 or the weight is 0: such rows become exact zeros).
 void launch_hybrid_logit_grad(Bf16Bits* z, const Bf16Bits* t, std::int64_t rows, std::int64_t vocab,
-                              std::int64_t row0, DeviceRowTargets targets, HybridWeights weights,
+                              const std::int32_t* list, DeviceRowTargets targets, HybridWeights weights,
                               const float* row_stats, float weight_sum, cudaStream_t stream);
 
 // Sums over all T rows, in double, in a fixed order (one block): LossHeadStats before finish

@@ -3,19 +3,24 @@
 // real grid and thread partition (tests/cuda/test_loss_head_row_phases.cpp): only the launch and
 // the __syncthreads() between phases are device-only.
 //
-// Partition: one block of kRowThreads threads per row of a logits chunk. With the vector path
-// (V % 8 == 0, 16-byte aligned rows) thread j takes the 8-column groups j, j + kRowThreads, ...;
+// Partition: one block of kRowThreads threads per row of a logits chunk. The chunk's rows are
+// compact (cuda/loss_head_row_gather.hpp): block r computes global row i = list[r] of the valid
+// rows, so every row a kernel sees is valid; the caller zeroes the others' outputs. With the
+// vector path (V % 8 == 0, 16-byte aligned rows) thread j takes the 8-column groups j, j + kRowThreads, ...;
 // otherwise (the scalar path) the columns j, j + kRowThreads, .... Column indices are 32-bit
 // (V < 2^31, checked by the launchers); row offsets r V are 64-bit (T V exceeds 2^31).
 //
 // Statistics kernel:  phase 1 row_stats_thread_partial (each thread, its columns)
 //                     phase 2 merge_tree_level for half = kRowThreads/2, ..., 1 (fixed tree)
 //                     phase 3 write_row_outputs (thread 0)
-//                     an invalid row: write_invalid_row_outputs (thread 0), nothing read
-// Gradient kernel:    one phase, logit_grad_thread (each thread, its columns, in place)
+// Gradient kernel:    one phase, logit_grad_thread (each thread, its columns, in place); its three
+//                     exponentials are exp2(x log2(e)/tau - lse log2(e)), the row's lse log2(e)
+//                     computed once (row_log2_offsets): one multiply and one exp2 per term
+//                     instead of a subtraction and an exp. The statistics stay in natural-log units.
 // Totals kernel:      totals_thread_partial, then the same fixed tree over LossHeadStats
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -51,14 +56,30 @@ struct DeviceRowOutputs {
   std::uint8_t* correct = nullptr;  // [T] argmax z = y
 };
 
-// 1/tau once per kernel (a multiply per column instead of a division), and whether tau = 1
-// (then z/tau = z: its statistics are not accumulated twice).
+inline constexpr float kLog2e = 1.44269504088896340736f;  // log2(e), rounded to float
+
+// 1/tau once per kernel (a multiply per column instead of a division), log2(e)/tau for the
+// gradient's exp2, and whether tau = 1 (then z/tau = z: its statistics are not accumulated twice,
+// and p_tau is p).
 struct RowScales {
   float tau;
   float inv_tau;
+  float log2e_over_tau;
   bool tau_is_one;
 };
-DFLASH_HD inline RowScales row_scales(const HybridWeights& hw) { return RowScales{hw.tau, 1.0f / hw.tau, hw.tau == 1.0f}; }
+DFLASH_HD inline RowScales row_scales(const HybridWeights& hw) {
+  const float inv_tau = 1.0f / hw.tau;
+  return RowScales{hw.tau, inv_tau, kLog2e * inv_tau, hw.tau == 1.0f};
+}
+
+// 2^x: exp2f on the device (one special-function instruction and a range fix), std::exp2 on the host.
+DFLASH_HD inline float exp2_of(float x) {
+#if defined(__CUDA_ARCH__)
+  return exp2f(x);
+#else
+  return std::exp2(x);
+#endif
+}
 
 // ---- eight bf16 columns in one 16-byte word group ----------------------------------------------
 
@@ -167,13 +188,6 @@ DFLASH_HD inline void write_row_outputs(KernelRowStats all, std::int64_t i, std:
   out.correct[i] = all.argmax == label ? 1 : 0;
 }
 
-// A row with valid_i = 0 (thread 0): no label, no teacher, outputs 0, nothing else read.
-DFLASH_HD inline void write_invalid_row_outputs(std::int64_t i, const DeviceRowOutputs& out) {
-  save_row_stats(out.row_stats, i, HybridRowResult<float>{0.0f, 0.0f, 0.0f, 0.0f, 0.0f});
-  out.lse[i] = out.token_loss[i] = out.ce[i] = out.kl[i] = 0.0f;
-  out.correct[i] = 0;
-}
-
 // ---- gradient kernel ----------------------------------------------------------------------------
 
 // Row i's factor w_i / W; 0 (the whole row becomes exact zeros) when invalid, weightless or W = 0.
@@ -181,12 +195,24 @@ DFLASH_HD inline float row_logit_grad_scale(const DeviceRowTargets& in, std::int
   return in.valid[i] != 0 ? row_grad_scale(in.weights[i], weight_sum) : 0.0f;
 }
 
-DFLASH_HD inline float column_logit_grad(float z, float t, std::int32_t v, std::int32_t label,
-                                         const HybridRowResult<float>& row, const HybridWeights& hw,
-                                         const RowScales& sc, float scale) {
-  const float zt = sc.tau_is_one ? z : z * sc.inv_tau;
-  const float log_q = (sc.tau_is_one ? t : t * sc.inv_tau) - row.lse_tt;
-  return hybrid_logit_grad_scaled(z, zt, log_q, v == label, row, hw.tau, hw.hard, hw.soft, scale);
+// A row's saved log-partitions times log2(e), once per row: exp(x - lse) = 2^(x log2(e) - lse log2(e)).
+struct RowLog2Offsets {
+  float lse_z;
+  float lse_zt;
+  float lse_tt;
+};
+DFLASH_HD inline RowLog2Offsets row_log2_offsets(const HybridRowResult<float>& row) {
+  return RowLog2Offsets{row.lse_z * kLog2e, row.lse_zt * kLog2e, row.lse_tt * kLog2e};
+}
+
+// dL/dz_v: p = exp(z - lse z), p_tau = exp(z/tau - lse z/tau), q = exp(t/tau - lse t/tau), each as
+// one exp2 of a scaled logit less the row's offset.
+DFLASH_HD inline float column_logit_grad(float z, float t, std::int32_t v, std::int32_t label, const RowLog2Offsets& m2,
+                                         const HybridWeights& hw, const RowScales& sc, float scale) {
+  const float p = exp2_of(z * kLog2e - m2.lse_z);
+  const float p_tau = sc.tau_is_one ? p : exp2_of(z * sc.log2e_over_tau - m2.lse_zt);
+  const float q = exp2_of(t * sc.log2e_over_tau - m2.lse_tt);
+  return hybrid_logit_grad_of_probs(p, p_tau, q, v == label, hw.tau, hw.hard, hw.soft, scale);
 }
 
 // The one phase: thread `thread` turns its columns of row zr into dL/dz in place (tr: teacher
@@ -198,6 +224,7 @@ DFLASH_HD inline void logit_grad_thread(Bf16Bits* zr, const Bf16Bits* tr, std::i
     for (std::int32_t v = thread; v < vocab; v += kRowThreads) zr[v] = 0;
     return;
   }
+  const RowLog2Offsets m2 = row_log2_offsets(row);
   if (vector) {
     for (std::int32_t g = thread; g < vocab / 8; g += kRowThreads) {
       std::uint32_t zw[4], tw[4];
@@ -205,14 +232,14 @@ DFLASH_HD inline void logit_grad_thread(Bf16Bits* zr, const Bf16Bits* tr, std::i
       load8(tr + 8 * g, tw);
       Bf16x8 zv = widen8(zw);
       const Bf16x8 tv = widen8(tw);
-      for (int k = 0; k < 8; ++k) zv.v[k] = column_logit_grad(zv.v[k], tv.v[k], 8 * g + k, label, row, hw, sc, scale);
+      for (int k = 0; k < 8; ++k) zv.v[k] = column_logit_grad(zv.v[k], tv.v[k], 8 * g + k, label, m2, hw, sc, scale);
       narrow8(zv, zw);
       store8(zr + 8 * g, zw);
     }
   } else {
     for (std::int32_t v = thread; v < vocab; v += kRowThreads) {
       zr[v] = bf16_bits_from_float(
-          column_logit_grad(float_from_bf16_bits(zr[v]), float_from_bf16_bits(tr[v]), v, label, row, hw, sc, scale));
+          column_logit_grad(float_from_bf16_bits(zr[v]), float_from_bf16_bits(tr[v]), v, label, m2, hw, sc, scale));
     }
   }
 }

@@ -22,6 +22,7 @@
 
 #include "common/dropout_site_view.hpp"
 #include "cuda/attention_program.hpp"
+#include "planner/cuda_trunk_memory.hpp"
 #include "reference/drafter_dims.hpp"
 #include "reference/memory_tracker.hpp"
 
@@ -142,15 +143,9 @@ struct TrunkLayerActivations {
         up(st(be, c, m.T * m.I)),
         act(st(be, c, m.T * m.I)) {}
 
-  // Bytes per layer: what the memory plan counts for these formats.
+  // Bytes per layer, from the closed form the memory plan uses (planner/cuda_trunk_memory.hpp).
   static std::size_t bytes(const DrafterDims& m) {
-    using trunk_layer_detail::count;
-    const std::size_t f = sizeof(float), b = sizeof(Storage);
-    return f * (count(m.T) * 2 + count(m.T, m.nh) * 2 + count(m.S, m.nkv) + count(m.T, m.nkv)) +  // statistics
-           f * (count(m.T, m.q_width()) + count(m.S, m.kv_width()) + count(m.T, m.kv_width())) +   // q/k projections
-           f * count(m.T, m.H) +                                                                     // X'
-           b * (count(m.T, m.H) * 2 + count(m.T, m.q_width()) * 2 + count(m.S, m.kv_width()) * 2 +
-                count(m.T, m.kv_width()) * 2 + count(m.T, m.I) * 3);                                 // Storage operands
+    return static_cast<std::size_t>(cuda_layer_activation_bytes(m, sizeof(Storage)));
   }
 
  private:

@@ -46,14 +46,16 @@ CudaTrainingState::CudaTrainingState(DeviceAllocator& allocator, CudaCommunicato
   decay_flags_ = upload(allocator, MemoryCategory::transient, table.decay);
   decay_table_device_ = {decay_ends_.data(), decay_flags_.data(), int(table.ends.size())};
 
-  weights_.embed_tokens = embed_tokens_.data();
-  weights_.lm_head = lm_head_.data();
+  std::vector<const void*> values;  // per parameter, canonical order: its slot in the working copy
+  std::vector<float*> grads;        // and its view of the flat gradient
   for (std::size_t t = 0; t < layout_.tensors().size(); ++t) {
     const WorkingSlot& slot = working_.slots[t];
-    weights_.values.push_back(slot.matrix ? static_cast<const void*>(matrices_.data() + slot.offset)
-                                          : static_cast<const void*>(vectors_.data() + slot.offset));
-    weights_.grads.push_back(gradient_.data() + layout_.tensors()[t].offset);
+    values.push_back(slot.matrix ? static_cast<const void*>(matrices_.data() + slot.offset)
+                                 : static_cast<const void*>(vectors_.data() + slot.offset));
+    grads.push_back(gradient_.data() + layout_.tensors()[t].offset);
   }
+  weights_.lm_head = lm_head_.data();
+  bind_trunk_parameters(config, values, grads, embed_tokens_.data(), weights_.trunk, weights_.grads);
   refresh_working_copy();
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/adamw.hpp"
+#include "distributed/gradient_reduction.hpp"
 #include "distributed/step_checks.hpp"
 #include "reference/errors.hpp"
 
@@ -51,65 +52,34 @@ void require_same_config(Communicator& comm, const DrafterConfig& config, const 
 
 namespace {
 
-// The gradients in canonical order first (the tensors §12 asks to name), then the loss.
-NonFiniteReport find_non_finite(double local_loss, const DrafterParameters<double>& grads) {
-  const std::vector<const Tensor<double>*> tensors = flat_tensors(grads);
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    for (std::int64_t i = 0; i < tensors[t]->numel(); ++i) {
-      if (!std::isfinite((*tensors[t])[i])) return {2, static_cast<std::int64_t>(t), i};
-    }
+// The gradients first (the tensors §12 asks to name; the reduction saw the rank's first non-finite
+// element in canonical order before summing over ranks), then the loss.
+NonFiniteReport non_finite_report(double local_loss, const FlatLayout& layout, std::int64_t first_non_finite) {
+  if (first_non_finite >= 0) {
+    const std::size_t t = layout.tensor_at(first_non_finite);
+    return {2, static_cast<std::int64_t>(t), first_non_finite - layout.tensors()[t].offset};
   }
   if (!std::isfinite(local_loss)) return {1, 0, 0};
   return {};
 }
 
-// Sums the rank's gradients over ranks, bucket by bucket (the plan's bucket size): ZeRO-0 all-reduces
-// the whole vector into every rank's `grads`; ZeRO-1 reduce-scatters so that this rank's shard of
-// `grads` holds the sums (the rest of `grads` keeps the rank's own partial sums, never read again).
-void reduce_gradients(Communicator& comm, const FlatLayout& layout, DrafterParameters<double>& grads,
-                      Tensor<double>& bucket) {
-  const int R = comm.size();
-  if (R == 1) return;  // one rank: its sums are the sums
-  if (layout.zero_stage() == 0) {
-    const std::int64_t c = bucket.numel();
-    for (std::int64_t begin = 0; begin < layout.count(); begin += c) {
-      const std::int64_t n = std::min(c, layout.count() - begin);
-      const std::span<double> piece(bucket.data(), static_cast<std::size_t>(n));
-      read_flat(layout, grads, begin, piece);
-      comm.all_reduce(piece.data(), piece.data(), piece.size(), CommType::f64, CommOp::sum);
-      write_flat(layout, grads, begin, piece);
-    }
-    return;
-  }
-  const std::int64_t s = layout.shard_size(), c = bucket.numel() / R;
-  for (std::int64_t at = 0; at < s; at += c) {
-    const std::int64_t n = std::min(c, s - at);
-    for (int r = 0; r < R; ++r) {
-      read_flat(layout, grads, r * s + at, {bucket.data() + r * n, static_cast<std::size_t>(n)});
-    }
-    double* own = bucket.data() + comm.rank() * n;
-    comm.reduce_scatter(bucket.data(), own, static_cast<std::size_t>(n), CommType::f64, CommOp::sum);
-    write_flat(layout, grads, layout.shard_offset(comm.rank()) + at, {own, static_cast<std::size_t>(n)});
-  }
-}
-
 // The updated parameters into every rank's working copy: ZeRO-0 copies the (whole) master
-// weights; ZeRO-1 all-gathers every rank's shard, bucket by bucket.
-void publish_parameters(Communicator& comm, const FlatLayout& layout, const OptimizerState& opt,
-                        DrafterParameters<double>& params, Tensor<double>* bucket) {
+// weights; ZeRO-1 all-gathers every rank's shard through the gradient buckets.
+void publish_parameters(Communicator& comm, const FlatLayout& layout, const GradientBuckets& buckets,
+                        const OptimizerState& opt, DrafterParameters<double>& params, Tensor<double>& bucket) {
   const int R = comm.size();
   if (layout.zero_stage() == 0 || R == 1) {
     write_flat(layout, params, opt.offset, opt.master.span());
     return;
   }
-  const std::int64_t s = layout.shard_size(), c = bucket->numel() / R;
-  for (std::int64_t at = 0; at < s; at += c) {
-    const std::int64_t n = std::min(c, s - at);
-    double* own = bucket->data() + comm.rank() * n;
+  const std::int64_t s = layout.shard_size();
+  for (std::int64_t k = 0; k < buckets.count(); ++k) {
+    const std::int64_t at = buckets.first(k), n = buckets.elements(k);
+    double* own = bucket.data() + comm.rank() * n;
     std::copy_n(opt.master.data() + at, n, own);
-    comm.all_gather(own, bucket->data(), static_cast<std::size_t>(n), CommType::f64);
+    comm.all_gather(own, bucket.data(), static_cast<std::size_t>(n), CommType::f64);
     for (int r = 0; r < R; ++r) {
-      write_flat(layout, params, r * s + at, {bucket->data() + r * n, static_cast<std::size_t>(n)});
+      write_flat(layout, params, r * s + at, {bucket.data() + r * n, static_cast<std::size_t>(n)});
     }
   }
 }
@@ -189,13 +159,29 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   for (const RankSequences& s : sequences) W += drafter_weight_sum(config, *s.batch, step_options(s));
   all_reduce_sum(comm, std::span<double>(&W, 1));
 
-  // Forward and backward of every sequence, gradients summed into one accumulator.
+  // Forward and backward of every sequence, gradients summed into one accumulator. The backward of
+  // the last sequence issues each bucket's sum over ranks as soon as it has finished the bucket.
   DrafterParameters<double> grads = make_drafter_parameters<double>(tracker, config, MemoryCategory::gradients);
+  const ParallelLayout plan_layout = layout.parallel_layout(options.bucket_bytes, 1);
+  const GradientBuckets buckets = gradient_buckets(layout.count(), plan_layout, sizeof(double));
+  Tensor<double> bucket;
+  if (comm.size() > 1) {
+    bucket = Tensor<double>(tracker, MemoryCategory::communication,
+                            {bucket_elements(layout.count(), plan_layout, sizeof(double))});
+  }
+  GradientReduction reduction(comm, layout, buckets, grads, bucket);
+  const RankSequences& last = sequences.back();
+  const auto last_g = static_cast<std::uint32_t>(last.first_global_index + last.batch->num_sequences() - 1);
+  const GradientsFinalObserver reduce_when_final = [&](std::uint32_t g, std::size_t first) {
+    if (g == last_g) reduction.gradients_final_from(first);
+  };
   double sums[3] = {0, 0, 0};          // loss, ce, kl
   std::int64_t counts[2] = {0, 0};     // correct, labelled rows
   for (const RankSequences& s : sequences) {
+    DrafterStepOptions o = step_options(s);
+    if (&s == &last) o.gradients_final = &reduce_when_final;
     const DrafterOutputs<double> out =
-        drafter_step_accumulate(tracker, config, state.params, frozen, *s.batch, step_options(s), std::optional<double>(W), grads);
+        drafter_step_accumulate(tracker, config, state.params, frozen, *s.batch, o, std::optional<double>(W), grads);
     sums[0] += out.stats.loss;
     sums[1] += out.stats.ce;
     sums[2] += out.stats.kl;
@@ -204,23 +190,16 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   }
 
   // §12: nothing is applied anywhere if any rank saw a non-finite loss or gradient.
-  require_finite_everywhere(comm, layout, t, find_non_finite(sums[0], grads), options.last_good_checkpoint);
+  require_finite_everywhere(comm, layout, t, non_finite_report(sums[0], layout, reduction.first_non_finite()),
+                            options.last_good_checkpoint);
   all_reduce_sum(comm, std::span<double>(sums, 3));
   all_reduce_sum(comm, std::span<std::int64_t>(counts, 2));
-
-  const ParallelLayout plan_layout = layout.parallel_layout(options.bucket_bytes, 1);
-  Tensor<double> bucket;
-  if (comm.size() > 1) {
-    bucket = Tensor<double>(tracker, MemoryCategory::communication,
-                            {bucket_elements(layout.count(), plan_layout, sizeof(double))});
-  }
-  reduce_gradients(comm, layout, grads, bucket);
 
   if (!std::isfinite(sums[0])) throw_non_finite(t, -1, "loss", "loss", options.last_good_checkpoint);
   const OptimizerStepResult applied =
       apply_optimizer_step(comm, layout, training, opt, grads, options.last_good_checkpoint);
   grads = DrafterParameters<double>{};  // the gradients are spent before the parameters are published
-  publish_parameters(comm, layout, opt, state.params, &bucket);
+  publish_parameters(comm, layout, buckets, opt, state.params, bucket);
 
   return step_metrics(t, sums, counts, W, applied.lr, applied.grad_norm, applied.clipped);
 }

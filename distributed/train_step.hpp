@@ -2,8 +2,9 @@
 // of the global batch, forward and backward of each (reference/drafter.hpp) with anchors and
 // dropout drawn for the global index g, W all-reduced before any backward, gradients summed over
 // sequences, micro-steps and ranks (reduce-scatter under ZeRO-1, all-reduce under ZeRO-0, in
-// buckets), the non-finite rule, global-norm clipping and AdamW on the rank's part of the flat
-// vector, and the updated parameters all-gathered into every rank's working copy.
+// buckets, each issued as soon as the backward of the rank's last sequence has finished it:
+// gradient_reduction.hpp), the non-finite rule, global-norm clipping and AdamW on the rank's part
+// of the flat vector, and the updated parameters all-gathered into every rank's working copy.
 //
 // Every rank calls train_step with the same config and its own sequences; the metrics it returns
 // are the global ones, equal on every rank.

@@ -4,15 +4,11 @@
 
 namespace dflash {
 
-namespace {
-
-CollectiveTime ring(std::string name, std::int64_t bytes, std::int64_t passes, std::int64_t gpus) {
+CollectiveTime ring_collective(std::string name, std::int64_t bytes, std::int64_t passes, std::int64_t gpus) {
   // passes x (G - 1)/G of the buffer, in bytes (exact: the padded buffers are multiples of G).
   const std::int64_t bus = checked_product({passes, gpus - 1, bytes}) / gpus;
   return {std::move(name), bytes, bus, double(bus) / kNvlinkBusBytesPerSecond, double(bus) / kInterNodeBusBytesPerSecond};
 }
-
-}  // namespace
 
 std::vector<CollectiveTime> step_communication(std::int64_t trainable, const TrainingPrecision& p,
                                                const ParallelLayout& layout) {
@@ -20,11 +16,11 @@ std::vector<CollectiveTime> step_communication(std::int64_t trainable, const Tra
   if (layout.gpus <= 1) return {};
   const std::int64_t G = layout.gpus;
   if (layout.zero_stage == 0) {
-    return {ring("all_reduce gradients", checked_product({trainable, p.gradient_bytes}), 2, G)};
+    return {ring_collective("all_reduce gradients", checked_product({trainable, p.gradient_bytes}), 2, G)};
   }
   const std::int64_t padded = padded_count(trainable, layout);
-  return {ring("reduce_scatter gradients", checked_product({padded, p.gradient_bytes}), 1, G),
-          ring("all_gather parameters", checked_product({padded, p.parameter_bytes}), 1, G)};
+  return {ring_collective("reduce_scatter gradients", checked_product({padded, p.gradient_bytes}), 1, G),
+          ring_collective("all_gather parameters", checked_product({padded, p.parameter_bytes}), 1, G)};
 }
 
 }  // namespace dflash

@@ -35,6 +35,10 @@ struct CollectiveTime {
   double inter_node_seconds = 0;
 };
 
+// A ring collective on a buffer of `bytes` per GPU: passes x (G - 1)/G of it in bus bytes (1 pass for
+// reduce-scatter and all-gather, 2 for all-reduce) and its time at both bandwidths.
+CollectiveTime ring_collective(std::string name, std::int64_t bytes, std::int64_t passes, std::int64_t gpus);
+
 std::vector<CollectiveTime> step_communication(std::int64_t trainable, const TrainingPrecision& precision,
                                                const ParallelLayout& layout);
 

@@ -64,4 +64,25 @@ CategoryBytes loss_head_memory(const LossHeadShape& s, LossPolicy policy) {
   return m;
 }
 
+CategoryBytes cuda_loss_head_memory(const LossHeadShape& s, LossPolicy policy) {
+  if (policy == LossPolicy::chunk_retain) {
+    throw_input_error("loss_policy", "'chunk_retain' is not offered by the CUDA loss head");
+  }
+  if (s.lm_head_grad) {
+    throw_input_error("lm_head_grad", "true is not offered by the CUDA loss head (lm_head is frozen)");
+  }
+  CategoryBytes m = loss_head_memory(s, policy);
+  constexpr std::int64_t kRowIndexBytes = 4;  // int32
+  const std::int64_t list = checked_product({s.rows, kRowIndexBytes});
+  const std::int64_t chunk = policy == LossPolicy::materialize ? s.rows : chunk_rows_used(s);
+  const std::int64_t row_bytes = std::max(2 * s.element_bytes, s.gradient_element_bytes());
+  const std::int64_t rows_buffer = checked_product({chunk, s.hidden, row_bytes});
+  const std::int64_t scratch = checked_product({s.rows, checked_sum(checked_product({2, s.statistic_bytes}), 1)});
+  PlanCategory list_category =
+      policy == LossPolicy::chunk_grad_in_forward ? PlanCategory::transient : PlanCategory::loss_saved;
+  m[list_category] = checked_sum(m[list_category], list);
+  m[PlanCategory::transient] = checked_sum(m[PlanCategory::transient], checked_sum(rows_buffer, scratch));
+  return m;
+}
+
 }  // namespace dflash

@@ -55,4 +55,15 @@ LossHeadHeadline loss_head_headline(const LossHeadShape& shape);
 // The student rows Y, the teacher rows and lm_head are the caller's (inputs, frozen).
 CategoryBytes loss_head_memory(const LossHeadShape& shape, LossPolicy policy);
 
+// The same for the CUDA loss head (cuda/loss_head_cuda.hpp), which computes only the valid rows:
+// loss_head_memory at its formats (b = 2, s = 4, g = 4 from the shape) plus, with I = 4 (an int32
+// row index) and c' = min(c, T) (materialize: T),
+//   the list of valid rows, T I: loss_saved under chunk_recompute and materialize (backward
+//     reuses it), transient under chunk_grad_in_forward;
+//   transient: one chunk's row buffer c' H max(2 b, g) (its gathered Y and G rows, then its dL/dY)
+//     and forward's per-row scratch ce, kl and the correct flag, T (2 s + 1).
+// None of it depends on how many rows are valid. chunk_retain is not offered on CUDA (InputError);
+// nor is dL/dW_lm. Not listed: the cuBLAS workspace and a few bytes of small device records.
+CategoryBytes cuda_loss_head_memory(const LossHeadShape& shape, LossPolicy policy);
+
 }  // namespace dflash

@@ -21,9 +21,7 @@ std::int64_t padded_count(std::int64_t count, const ParallelLayout& layout) {
 }
 
 std::int64_t elements_per_gpu(std::int64_t count, const ParallelLayout& layout, bool sharded_by_zero1) {
-  if (!sharded_by_zero1 || layout.zero_stage < 1) return count;
-  const std::int64_t shard = padded_count(count, layout) / layout.gpus;
-  return layout.in_place_flat ? std::min(shard, count) : shard;
+  return sharded_by_zero1 && layout.zero_stage >= 1 ? padded_count(count, layout) / layout.gpus : count;
 }
 
 std::int64_t bucket_elements(std::int64_t count, const ParallelLayout& layout, std::int64_t element_bytes) {
@@ -32,6 +30,12 @@ std::int64_t bucket_elements(std::int64_t count, const ParallelLayout& layout, s
   if (layout.zero_stage < 1) return std::max<std::int64_t>(1, std::min(count, fit));
   const std::int64_t piece = std::min(elements_per_gpu(count, layout, true), std::max<std::int64_t>(1, fit / layout.gpus));
   return checked_product({layout.gpus, piece});
+}
+
+GradientBuckets gradient_buckets(std::int64_t count, const ParallelLayout& layout, std::int64_t element_bytes) {
+  const std::int64_t elements = bucket_elements(count, layout, element_bytes);
+  if (layout.zero_stage < 1) return {elements, count};
+  return {elements / layout.gpus, elements_per_gpu(count, layout, true)};
 }
 
 std::int64_t communication_bytes(const ParallelLayout& layout, std::int64_t count, std::int64_t element_bytes) {

@@ -1,6 +1,6 @@
 // Parameters, their gradients, master copies and AdamW moments, per GPU (SPEC §8 "parameters
 // (trainable and frozen), gradients, optimizer state"), under a precision and a parallel layout:
-//   parameters       (P - N) x parameter_bytes + N x norm_weight_bytes   (every GPU runs the whole model; N norm weights)
+//   parameters       P x parameter_bytes                    (every GPU runs the whole model)
 //   frozen           2 V H x frozen_bytes                   (embedding and lm_head, untied)
 //   master_weights   P' x master_bytes                      P' = the ZeRO-1 shard (P padded to G 128, / G), else P;
 //                                                           in_place_flat: the shard clipped to P (rank 0's, the largest)
@@ -22,7 +22,7 @@ namespace dflash {
 struct ParameterCounts {
   std::int64_t trainable = 0;  // P: every tensor of SPEC §3's parameter list
   std::int64_t frozen = 0;     // E and W_lm: 2 V H
-  std::int64_t norm_weights = 0;  // N: the trainable vectors (every RMSNorm weight), part of P
+  std::int64_t norm_weights = 0;  // of P, the RMSNorm weights (every vector): fp32 on the CUDA step
 };
 
 ParameterCounts drafter_parameter_counts(const DrafterConfig& config);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "planner/communication_time.hpp"
+#include "planner/gradient_overlap.hpp"
 #include "planner/memory_size.hpp"
 
 namespace dflash {
@@ -46,7 +47,60 @@ json precision_json(const TrainingPrecision& p) {
   return {{"parameter_bytes", p.parameter_bytes},         {"master_bytes", p.master_bytes},
           {"optimizer_state_bytes", p.optimizer_state_bytes}, {"gradient_bytes", p.gradient_bytes},
           {"frozen_bytes", p.frozen_bytes},               {"activation_bytes", p.activation_bytes},
-          {"statistic_bytes", p.statistic_bytes},         {"input_bytes", p.input_bytes}};
+          {"statistic_bytes", p.statistic_bytes},         {"input_bytes", p.input_bytes},
+          {"trunk", p.trunk == TrunkMemoryModel::cuda ? "cuda" : "reference"}};
+}
+
+json link_overlap_json(const LinkOverlap& l) {
+  return {{"gradient_seconds", l.gradient_seconds},
+          {"exposed_seconds", l.exposed_seconds},
+          {"after_backward_seconds", l.after_backward_seconds},
+          {"fits_in_backward", l.fits_in_backward}};
+}
+
+json overlap_json(const GradientOverlap& o) {
+  return {{"peak_flops_per_second", kH200DenseBf16FlopsPerSecond},
+          {"achieved_fraction_of_peak", kAchievedFractionOfPeak},
+          {"achieved_flops_per_second", kAchievedFlopsPerSecond},
+          {"window_flops", o.window_flops},
+          {"window_seconds", o.window_seconds},
+          {"step_backward_seconds", o.step_backward_seconds},
+          {"buckets", o.buckets},
+          {"nvlink", link_overlap_json(o.nvlink)},
+          {"inter_node", link_overlap_json(o.inter_node)}};
+}
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4f s", s);
+  return text;
+}
+
+void print_communication(std::ostream& out, const MemoryPlan& plan) {
+  const PlanRequest& r = plan.request;
+  const std::vector<CollectiveTime> collectives =
+      step_communication(plan.parameters.trainable, r.precision, r.layout);
+  if (collectives.empty()) return;
+  out << "\ncommunication per GPU and step (" << r.layout.gpus << " GPUs, ZeRO-" << r.layout.zero_stage << "):\n";
+  for (const CollectiveTime& c : collectives) {
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "%.2f GB", double(c.bus_bytes) / 1e9);
+    out << "  " << padded(c.collective, 26) << padded(bus, 10, true) << " on the bus   NVLink "
+        << seconds_text(c.nvlink_seconds) << "   inter-node " << seconds_text(c.inter_node_seconds) << "\n";
+  }
+  const GradientOverlap o = gradient_overlap(r);
+  char rate[160];
+  std::snprintf(rate, sizeof rate, "%.3g FLOP at %.0f TFLOP/s (%.0f%% of the H200 dense bf16 peak)", o.window_flops,
+                kAchievedFlopsPerSecond / 1e12, 100 * kAchievedFractionOfPeak);
+  out << "backward the gradient sums can hide behind (the last sequence's trunk backward): " << rate << " = "
+      << seconds_text(o.window_seconds) << "\n";
+  const std::pair<const char*, const LinkOverlap*> links[] = {{"NVLink", &o.nvlink}, {"inter-node", &o.inter_node}};
+  for (const auto& [name, l] : links) {
+    out << "  " << padded(name, 12) << o.buckets << " buckets " << seconds_text(l->gradient_seconds)
+        << (l->fits_in_backward ? " <= " : " > ") << "backward; exposed " << seconds_text(l->exposed_seconds);
+    if (r.layout.zero_stage == 1) out << ", then the all-gather " << seconds_text(l->after_backward_seconds);
+    out << "\n";
+  }
 }
 
 std::string verdict_text(const DeviceFit& f) {
@@ -119,7 +173,8 @@ json plan_json(const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdict
         {"inter_node_bus_bytes_per_second", kInterNodeBusBytesPerSecond},
         {"collectives", collectives},
         {"nvlink_seconds", nvlink_seconds},
-        {"inter_node_seconds", inter_node_seconds}}},
+        {"inter_node_seconds", inter_node_seconds},
+        {"overlap", overlap_json(gradient_overlap(r))}}},
       {"total_bytes", plan.fit.total_bytes},
       {"device_bytes", plan.fit.device_bytes},
       {"headroom_bytes", plan.fit.headroom_bytes},
@@ -141,7 +196,9 @@ void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<Pol
       << " GPU(s), ZeRO-" << r.layout.zero_stage << "\n"
       << "  bytes per element: weights " << p.parameter_bytes << ", master " << p.master_bytes << ", AdamW m+v "
       << p.optimizer_state_bytes << ", gradients " << p.gradient_bytes << ", activations " << p.activation_bytes
-      << ", statistics " << p.statistic_bytes << "\n\n";
+      << ", statistics " << p.statistic_bytes << "; trunk "
+      << (p.trunk == TrunkMemoryModel::cuda ? "as cuda/trunk.hpp allocates it" : "as the reference allocates it")
+      << "\n\n";
   out << padded("category", 42) << padded("GiB", 10, true) << padded("bytes", 20, true) << "\n";
   for (PlanCategory c : kAllPlanCategories) row(out, plan_category_label(c), plan.categories[c]);
   row(out, "total", plan.fit.total_bytes);
@@ -149,7 +206,9 @@ void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<Pol
   out << "device " << grouped(f.device_bytes) << " B = " << gib_string(f.device_bytes) << " GiB, headroom max(5%, 2 GiB) "
       << gib_string(f.headroom_bytes)
       << " GiB, usable " << gib_string(f.usable_bytes) << " GiB\n"
-      << "verdict: " << verdict_text(f) << "\n\n";
+      << "verdict: " << verdict_text(f) << "\n";
+  print_communication(out, plan);
+  out << "\n";
 
   const LossHeadHeadline& h = plan.loss_head;
   out << "loss head (SPEC §8, big tensors): full logits " << gib_string(h.full_logits_bytes) << " GiB, one chunk "

@@ -55,6 +55,18 @@ std::int64_t sequence_output_bytes(const DrafterDims& m, const TrainingPrecision
                      checked_product({3, m.T, p.statistic_bytes}));
 }
 
+// What cuda_drafter_step (cuda/drafter_step_cuda.cpp) uploads: the context positions [S] for the
+// step, and per sequence, one at a time: anchor slots and keep flags [N] (8 + 1 B), block
+// positions, input tokens and labels [T] (8 B each), row weights (4 B) and valid flags (1 B) [T],
+// F [S, K H] and the gathered teacher rows [T, H] at input precision. The batch stays on the host.
+std::int64_t cuda_step_input_bytes(const DrafterDims& m, const TrainingPrecision& p) {
+  const std::int64_t rows = checked_product({m.T, 8 + 8 + 8 + 4 + 1});
+  const std::int64_t features = checked_product({m.S, m.feature_width(), p.input_bytes});
+  const std::int64_t teacher = checked_product({m.T, m.H, p.input_bytes});
+  return checked_sum(checked_sum(checked_product({m.S, 8}), checked_product({m.N, 8 + 1})),
+                     checked_sum(rows, checked_sum(features, teacher)));
+}
+
 }  // namespace
 
 MemoryPlan plan_training_memory(const PlanRequest& r) {
@@ -76,19 +88,34 @@ MemoryPlan plan_training_memory(const PlanRequest& r) {
   const CategoryBytes loss = loss_head_memory(plan.loss_head_shape, r.loss_policy);
   const std::int64_t hidden_rows = checked_product({dims.T, dims.H, p.activation_bytes});  // Y, or G's rows
   const std::int64_t n = r.sequences;
-  c[PlanCategory::gradients] = checked_sum(
+  if (p.trunk == TrunkMemoryModel::cuda) {
+    // cuda_drafter_step runs its sequences one after another and hands results back to the host:
+    // one sequence's fp32 dL/dF and the loss head's dL/dY are alive together during the trunk
+    // backward; only the loss head's rows are outputs. Its norm weights are fp32, its matrices at
+    // parameter_bytes.
+    const std::int64_t norms = plan.parameters.norm_weights;
+    c[PlanCategory::parameters] =
+        checked_sum(checked_product({plan.parameters.trainable - norms, p.parameter_bytes}),
+                    checked_product({norms, kCudaTrunkFp32Bytes}));
+    c[PlanCategory::gradients] = checked_sum(checked_sum(c[PlanCategory::gradients], plan.trunk.feature_grad_bytes),
+                                             loss[PlanCategory::gradients]);
+    c[PlanCategory::inputs] = cuda_step_input_bytes(dims, p);
+    c[PlanCategory::outputs] = loss[PlanCategory::outputs];
+  } else {
+    c[PlanCategory::gradients] = checked_sum(
       checked_sum(c[PlanCategory::gradients], checked_product({n, plan.trunk.feature_grad_bytes})),
       std::max(loss[PlanCategory::gradients], plan.trunk.feature_grad_bytes));
-  c[PlanCategory::inputs] =
-      checked_sum(checked_sum(checked_product({n, r.micro_steps, sequence_input_bytes(dims, p)}),
-                              checked_product({n, sequence_anchor_bytes(dims)})),
-                  hidden_rows);
+    c[PlanCategory::inputs] =
+        checked_sum(checked_sum(checked_product({n, r.micro_steps, sequence_input_bytes(dims, p)}),
+                                checked_product({n, sequence_anchor_bytes(dims)})),
+                    hidden_rows);
+    c[PlanCategory::outputs] =
+        checked_sum(checked_product({n, sequence_output_bytes(dims, p)}), loss[PlanCategory::outputs]);
+  }
   c[PlanCategory::saved] = plan.trunk.saved_bytes;
   c[PlanCategory::loss_saved] = loss[PlanCategory::loss_saved];
   c[PlanCategory::transient] =
       std::max(plan.trunk.transient_bytes, checked_sum(hidden_rows, loss[PlanCategory::transient]));
-  c[PlanCategory::outputs] =
-      checked_sum(checked_product({n, sequence_output_bytes(dims, p)}), loss[PlanCategory::outputs]);
   plan.categories = c;
   plan.fit = device_fit(c.total(), r.device_bytes);
   return plan;

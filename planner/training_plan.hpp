@@ -17,6 +17,11 @@
 //               loss head's scratch
 //   outputs     per sequence: anchors and keep [N], Y [T, H], lse, token loss and weights [T]; plus
 //               the loss head's lse and token loss [T] of the sequence in flight
+// With the CUDA trunk (precision.trunk, the production default), the categories follow
+// cuda_drafter_step (cuda/drafter_step_cuda.cpp), which keeps the batch on the host and runs one
+// sequence at a time: gradients = parameter gradients + one sequence's fp32 dL/dF + the loss
+// head's dL/dY; inputs = what it uploads for one sequence (training_plan.cpp); outputs = the loss
+// head's; saved and transient the CUDA trunk's (planner/cuda_trunk_memory.hpp).
 // The total adds every category's own peak: an upper bound of the true peak, whose slack is what
 // two phases never hold at once (the loss head's scratch and the trunk's backward, say).
 #pragma once

@@ -13,7 +13,6 @@ void validate_training_precision(const TrainingPrecision& p) {
   require_at_least(p.activation_bytes, 1, "activation element bytes");
   require_at_least(p.statistic_bytes, 1, "statistic element bytes");
   require_at_least(p.input_bytes, 1, "input element bytes");
-  require_at_least(p.norm_weight_bytes, 1, "norm weight element bytes");
 }
 
 }  // namespace dflash

@@ -83,6 +83,13 @@ TrunkPlan plan_trunk(const DrafterDims& m, TrunkPolicy policy, std::int64_t chec
   validate_dims(m);
   validate_training_precision(precision);
   TrunkPlan plan;
+  if (precision.trunk == TrunkMemoryModel::cuda) {
+    const CudaTrunkMemory cuda = cuda_trunk_memory(m, policy, checkpoint_every, precision.activation_bytes);
+    plan.saved_bytes = cuda.saved_bytes;
+    plan.transient_bytes = cuda.transient_bytes;
+    plan.feature_grad_bytes = checked_product({m.S, m.feature_width(), kCudaTrunkFp32Bytes});
+    return plan;
+  }
   plan.saved_tensors = trunk_saved_plan(m, policy, checkpoint_every);
   plan.saved_bytes = saved_peak_bytes(plan.saved_tensors, precision);
   const std::int64_t segment = trunk_segment_length(policy, checkpoint_every, m.L);
@@ -100,9 +107,21 @@ ActivationMemory trunk_activation_summary(const DrafterDims& m, std::int64_t che
   block_rows_only.S = 0;
   ActivationMemory a;
   a.values_per_token_per_layer = elements(layer_activation_tensors(block_rows_only, 0)) / m.T;
+  a.checkpoint_every = checkpoint_every;
+  if (p.trunk == TrunkMemoryModel::cuda) {  // kept from forward: context, boundaries, X_L
+    const CudaTrunkMemory every_k = cuda_trunk_memory(m, TrunkPolicy::every_k, checkpoint_every, p.activation_bytes);
+    const std::int64_t k = std::min(checkpoint_every, m.L);
+    a.all_layers_bytes = checked_product({m.L, every_k.layer_activation_bytes});
+    a.residual_only_bytes = checked_product({m.L, every_k.boundary_bytes});
+    a.boundary_bytes = checked_sum(checked_sum(every_k.context_bytes, every_k.final_bytes),
+                                   checked_product({(m.L + k - 1) / k, every_k.boundary_bytes}));
+    a.live_segment_bytes = checked_sum(checked_product({k, every_k.layer_activation_bytes}),
+                                       checked_product({k - 1, every_k.boundary_bytes}));
+    a.checkpointed_bytes = every_k.saved_bytes;
+    return a;
+  }
   a.all_layers_bytes = checked_product({m.L, elements(layer_activation_tensors(m, 0)), p.activation_bytes});
   a.residual_only_bytes = checked_product({m.L, m.T, m.H, p.activation_bytes});
-  a.checkpoint_every = checkpoint_every;
   const TrunkSavedPlan every_k = trunk_saved_plan(m, TrunkPolicy::every_k, checkpoint_every);
   a.boundary_bytes = checked_product({elements(every_k.kept), p.activation_bytes});
   a.live_segment_bytes = checked_product({elements(every_k.largest_live), p.activation_bytes});

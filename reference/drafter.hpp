@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -26,6 +27,10 @@
 
 namespace dflash {
 
+// Told during a backward that the parameter gradients from position `first` on (GradientsFinal,
+// reference/drafter_trunk.hpp) are final for the sequence of global index `sequence`.
+using GradientsFinalObserver = std::function<void(std::uint32_t sequence, std::size_t first)>;
+
 struct DrafterStepOptions {
   std::uint32_t step = 0;             // optimizer step: the RNG counter's last word (SPEC §6)
   std::uint32_t sequence_offset = 0;  // global index of the batch's sequence 0 (never the rank)
@@ -34,6 +39,7 @@ struct DrafterStepOptions {
   LossPolicy loss_policy = LossPolicy::chunk_recompute;
   std::int64_t loss_chunk_rows = 2048;
   const DropoutObserver* dropout_observer = nullptr;  // sees every dropout draw (tests)
+  const GradientsFinalObserver* gradients_final = nullptr;  // a training step reduces what backward finished
 };
 
 // The policies and chunk rows of the config's training fields.
@@ -179,20 +185,18 @@ LossHeadOptions validate_drafter_step(const DrafterConfig& config, const Drafter
 
 namespace drafter_detail {
 
-// The forward of every sequence, and (with result) its backward.
+// The forward of every sequence, and (with grads) its backward: parameter gradients added into
+// *grads (in place, so that a GradientsFinal observer reads them there), dL/dF into *features_grad.
 template <class Real>
 DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& config,
                                  const DrafterParameters<Real>& params, const FrozenWeights<Real>& frozen,
                                  const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
-                                 const std::optional<Real>& global_weight_sum, DrafterStepResult<Real>* result,
-                                 bool grads_given = false) {
+                                 const std::optional<Real>& global_weight_sum, DrafterParameters<Real>* grads,
+                                 Tensor<Real>* features_grad) {
   const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
   const std::vector<PreparedSequence<Real>> seqs = prepare_sequences(config, batch, options);
   validate_teacher_rows(batch, seqs);
-  if (result != nullptr) {
-    if (!grads_given) result->grads = make_drafter_parameters<Real>(tracker, config, MemoryCategory::gradients);
-    result->target_features_grad = Tensor<Real>(tracker, MemoryCategory::gradients, batch.target_features.shape());
-  }
+  if (grads != nullptr) *features_grad = Tensor<Real>(tracker, MemoryCategory::gradients, batch.target_features.shape());
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length(), H = config.hidden_size;
   const std::int64_t N = batch.anchor_slots(config);
   const DrafterDims dims = DrafterDims::of(config, S, N);
@@ -244,7 +248,7 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
                                                   options.sequence_offset + static_cast<std::uint32_t>(b),
                                                   DropoutPass::forward, options.dropout_observer}};
     SequenceTrunk<Real> trunk(tracker, config, params, frozen, in, options.trunk_policy, options.checkpoint_every);
-    Tensor<Real> y = trunk.forward(result != nullptr);
+    Tensor<Real> y = trunk.forward(grads != nullptr);
     copy_row(y, out.hidden, b);
 
     const Tensor<Real> teacher = gather_teacher_rows(tracker, batch, b, s.blocks);
@@ -255,11 +259,16 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
     copy_row(f.lse, out.lse, b);
     copy_row(f.token_loss, out.token_loss, b);
     out.stats.merge(f.stats);  // finished over the global W: sequences add
-    if (result == nullptr) continue;
+    if (grads == nullptr) continue;
 
     LossHeadGradients<Real> g = loss_head_backward(tracker, loss_options, targets, std::move(f.saved));
-    const Tensor<Real> d_features = trunk.backward(std::move(g.hidden_grad), result->grads);
-    copy_row(d_features, result->target_features_grad, b);
+    GradientsFinal on_final;
+    if (options.gradients_final != nullptr) {
+      const std::uint32_t sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
+      on_final = [&observer = *options.gradients_final, sequence](std::size_t first) { observer(sequence, first); };
+    }
+    const Tensor<Real> d_features = trunk.backward(std::move(g.hidden_grad), *grads, on_final);
+    copy_row(d_features, *features_grad, b);
   }
   return out;
 }
@@ -274,7 +283,7 @@ DrafterOutputs<Real> drafter_forward(MemoryTracker& tracker, const DrafterConfig
                                      const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
                                      const std::optional<Real>& global_weight_sum = std::nullopt) {
   return drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum,
-                                     static_cast<DrafterStepResult<Real>*>(nullptr));
+                                     static_cast<DrafterParameters<Real>*>(nullptr), static_cast<Tensor<Real>*>(nullptr));
 }
 
 // Forward and backward: outputs, every parameter's gradient and dL/dF.
@@ -284,7 +293,9 @@ DrafterStepResult<Real> drafter_step(MemoryTracker& tracker, const DrafterConfig
                                      const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
                                      const std::optional<Real>& global_weight_sum = std::nullopt) {
   DrafterStepResult<Real> r;
-  r.outputs = drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum, &r);
+  r.grads = make_drafter_parameters<Real>(tracker, config, MemoryCategory::gradients);
+  r.outputs = drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum, &r.grads,
+                                          &r.target_features_grad);
   return r;
 }
 
@@ -302,17 +313,9 @@ DrafterOutputs<Real> drafter_step_accumulate(MemoryTracker& tracker, const Draft
   bool matches = static_cast<std::int64_t>(grads.layers.size()) == config.num_hidden_layers;
   if (matches) grads.for_each([&](const std::string&, const Tensor<Real>& t) { matches &= t.shape() == shapes.at(index++).shape; });
   if (!matches) throw_input_error("gradient accumulator", "its tensors do not have the config's parameter shapes");
-  DrafterStepResult<Real> r;
-  r.grads = std::move(grads);
-  try {
-    r.outputs = drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum, &r,
-                                            /*grads_given=*/true);
-  } catch (...) {
-    grads = std::move(r.grads);
-    throw;
-  }
-  grads = std::move(r.grads);
-  return std::move(r.outputs);
+  Tensor<Real> features_grad;
+  return drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum, &grads,
+                                     &features_grad);
 }
 
 // W of a batch: the sum of w over every block row of every sequence (what the step divides by

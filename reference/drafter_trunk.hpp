@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -32,6 +33,19 @@ struct TrunkInputs {
   std::span<const std::int64_t> block_positions;  // [T] a_n + k
   DropoutCoordinates dropout;                     // seed, step, global sequence, observer
 };
+
+// Positions in drafter_parameter_shapes order (TRAINING §12's flat order): fc 0, hidden_norm 1,
+// layer l's eleven tensors from first_layer_parameter(l) on, norm.weight at first_layer_parameter(L).
+inline constexpr std::size_t kParametersPerLayer = 11;
+inline constexpr std::size_t first_layer_parameter(std::int64_t layer) {
+  return 2 + kParametersPerLayer * static_cast<std::size_t>(layer);
+}
+
+// Told during a backward that the gradients of the parameters from position `first` on are final
+// for this sequence. Backward finishes them from the end of the order: norm.weight, then each layer
+// from L-1 down to 0, then hidden_norm and fc (first = 0). A training step can then reduce what is
+// final while the rest of the backward runs.
+using GradientsFinal = std::function<void(std::size_t first)>;
 
 template <class Real>
 class SequenceTrunk {
@@ -97,8 +111,9 @@ class SequenceTrunk {
   }
 
   // Takes dL/dY (consumed), accumulates every parameter gradient into `grads`, and returns
-  // dL/dF [S, K H] (MemoryCategory::gradients). Frees what forward kept as it goes.
-  Tensor<Real> backward(Tensor<Real> d_hidden, DrafterParameters<Real>& grads) {
+  // dL/dF [S, K H] (MemoryCategory::gradients). Frees what forward kept as it goes. `on_final`, when
+  // set, is told each time a group of parameter gradients is final (GradientsFinal).
+  Tensor<Real> backward(Tensor<Real> d_hidden, DrafterParameters<Real>& grads, const GradientsFinal& on_final = {}) {
     const DrafterDims& m = in_.dims;
     Tensor<Real> d_x(tracker_, MemoryCategory::transient, {m.T, m.H});
     for (std::int64_t i = 0; i < m.T; ++i) {
@@ -108,6 +123,7 @@ class SequenceTrunk {
     d_hidden.release();
     final_input_.release();
     final_rstd_.release();
+    if (on_final) on_final(first_layer_parameter(m.L));
 
     Tensor<Real> d_context(tracker_, MemoryCategory::transient, {m.S, m.H});
     for (std::int64_t start = (m.L - 1) / segment_ * segment_; start >= 0; start -= segment_) {
@@ -119,10 +135,13 @@ class SequenceTrunk {
                                      grads.layers[l], d_context);
         layers_[l].reset();
         inputs_[l].release();
+        if (on_final) on_final(first_layer_parameter(l));
       }
     }
     d_x.release();
-    return context_backward(d_context, grads);
+    Tensor<Real> d_features = context_backward(d_context, grads);
+    if (on_final) on_final(0);
+    return d_features;
   }
 
  private:

@@ -64,9 +64,38 @@ def loss_head_step(data, chunk, tau, hard, soft):
             correct / valid_rows if valid_rows else 0.0)
 
 
+def add_run_arguments(p):
+    """The options every PyTorch peer of a CUDA benchmark takes: repetitions, data seed, JSON output."""
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--seed", type=int, default=20261129)
+    p.add_argument("--json", help="write the numbers here")
+
+
+def skipped_without_gpu(script):
+    """Says so and returns the exit code, as the CUDA benchmarks: 0, or 1 under DFLASH_REQUIRE_GPU=1."""
+    print(f"{script}: SKIPPED, torch sees no GPU")
+    return 1 if os.environ.get("DFLASH_REQUIRE_GPU") == "1" else 0
+
+
 def synchronize(device):
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def timed_steps(step, reps, device):
+    """Wall milliseconds of `reps` calls of step(), each synchronized; the last result; the bytes
+    held before and the peak above them (torch.cuda.max_memory_allocated; 0 on the CPU)."""
+    base = 0
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    times, result = [], None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        result = step()
+        synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times, result, base, (torch.cuda.max_memory_allocated() - base if device == "cuda" else 0)
 
 
 def time_steps(data, chunk, args):
@@ -75,16 +104,8 @@ def time_steps(data, chunk, args):
     result = loss_head_step(data, chunk, args.tau, args.hard, args.soft)
     synchronize(device)
     data["y"].grad = None
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    times = []
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        result = loss_head_step(data, chunk, args.tau, args.hard, args.soft)
-        synchronize(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    peak = torch.cuda.max_memory_allocated() - base if device == "cuda" else 0
+    times, result, _, peak = timed_steps(lambda: loss_head_step(data, chunk, args.tau, args.hard, args.soft),
+                                         args.reps, device)
     return {"ms_median": statistics.median(times), "ms": times, "peak_bytes_above_inputs": peak,
             "loss": result[0], "ce": result[1], "kl": result[2], "accuracy": result[3]}
 
@@ -150,16 +171,13 @@ def main():
     p.add_argument("--hidden", type=int, default=5120)
     p.add_argument("--vocab", type=int, default=248320)
     p.add_argument("--chunk", type=int, default=2048)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--seed", type=int, default=20261129)
+    add_run_arguments(p)
     p.add_argument("--tau", type=float, default=1.0)
     p.add_argument("--hard", type=float, default=0.85)
     p.add_argument("--soft", type=float, default=0.15)
-    p.add_argument("--json", help="write the numbers here")
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("loss_head_torch.py: SKIPPED, torch sees no GPU")
-        return 1 if os.environ.get("DFLASH_REQUIRE_GPU") == "1" else 0  # as bench_cuda_loss_head
+        return skipped_without_gpu("loss_head_torch.py")
     if args.device == "cuda" and not args.lib:
         p.error("--lib is required with --device cuda")
 

@@ -9,44 +9,53 @@ namespace dflash {
 
 using nlohmann::json;
 
+void write_record_statistics(json& into, const RecordStatistics& r) {
+  into["step"] = r.step;
+  into["loss"] = r.loss;
+  into["ce"] = r.ce;
+  into["kl"] = r.kl;
+  into["accuracy"] = r.accuracy;
+  into["weight_sum"] = r.weight_sum;
+  into["tokens"] = r.tokens;
+  into["truncated_sequences"] = r.truncated_sequences;
+  into["accuracy_by_position"] = r.accuracy_by_position;
+  into["acceptance_length"] = r.acceptance_length;
+}
+
+void read_record_statistics(const json& from, RecordStatistics& r) {
+  r.step = from.at("step").get<std::int64_t>();
+  r.loss = from.at("loss").get<double>();
+  r.ce = from.at("ce").get<double>();
+  r.kl = from.at("kl").get<double>();
+  r.accuracy = from.at("accuracy").get<double>();
+  r.weight_sum = from.at("weight_sum").get<double>();
+  r.tokens = from.at("tokens").get<std::int64_t>();
+  r.truncated_sequences = from.at("truncated_sequences").get<std::int64_t>();
+  r.accuracy_by_position = from.at("accuracy_by_position").get<std::vector<double>>();
+  r.acceptance_length = from.at("acceptance_length").get<double>();
+}
+
 json step_record_json(const StepRecord& r) {
-  return {{"step", r.step},
-          {"loss", r.loss},
-          {"ce", r.ce},
-          {"kl", r.kl},
-          {"accuracy", r.accuracy},
-          {"weight_sum", r.weight_sum},
-          {"lr", r.lr},
-          {"grad_norm", r.grad_norm},
-          {"clipped", r.clipped},
-          {"tokens", r.tokens},
-          {"tokens_per_s", r.tokens_per_s},
-          {"step_s", r.step_s},
-          {"peak_bytes", r.peak_bytes},
-          {"truncated_sequences", r.truncated_sequences},
-          {"accuracy_by_position", r.accuracy_by_position},
-          {"acceptance_length", r.acceptance_length}};
+  json j = {{"lr", r.lr},
+            {"grad_norm", r.grad_norm},
+            {"clipped", r.clipped},
+            {"tokens_per_s", r.tokens_per_s},
+            {"step_s", r.step_s},
+            {"peak_bytes", r.peak_bytes}};
+  write_record_statistics(j, r);
+  return j;
 }
 
 StepRecord step_record_from_json(const json& j) {
   StepRecord r;
   try {
-    r.step = j.at("step").get<std::int64_t>();
-    r.loss = j.at("loss").get<double>();
-    r.ce = j.at("ce").get<double>();
-    r.kl = j.at("kl").get<double>();
-    r.accuracy = j.at("accuracy").get<double>();
-    r.weight_sum = j.at("weight_sum").get<double>();
+    read_record_statistics(j, r);
     r.lr = j.at("lr").get<double>();
     r.grad_norm = j.at("grad_norm").get<double>();
     r.clipped = j.at("clipped").get<bool>();
-    r.tokens = j.at("tokens").get<std::int64_t>();
     r.tokens_per_s = j.at("tokens_per_s").get<double>();
     r.step_s = j.at("step_s").get<double>();
     r.peak_bytes = j.at("peak_bytes").get<std::map<std::string, std::int64_t>>();
-    r.truncated_sequences = j.at("truncated_sequences").get<std::int64_t>();
-    r.accuracy_by_position = j.at("accuracy_by_position").get<std::vector<double>>();
-    r.acceptance_length = j.at("acceptance_length").get<double>();
   } catch (const json::exception& e) {
     throw_input_error("metrics record", e.what());
   }

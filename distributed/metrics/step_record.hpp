@@ -13,16 +13,27 @@
 
 namespace dflash {
 
-struct StepRecord {
+// What a step record and an evaluation record (run/evaluation.hpp) both report, under the same
+// JSON keys: the loss statistics over W (SPEC §5) and the block statistics (block_statistics.hpp).
+struct RecordStatistics {
   std::int64_t step = 0;  // t, 0-based
-  double loss = 0, ce = 0, kl = 0, accuracy = 0, weight_sum = 0, lr = 0, grad_norm = 0;
-  bool clipped = false;
-  std::int64_t tokens = 0;  // block tokens with w01 = 1 in the step
-  double tokens_per_s = 0, step_s = 0;
-  std::map<std::string, std::int64_t> peak_bytes;  // per category, SPEC §8 names
+  double loss = 0, ce = 0, kl = 0, accuracy = 0, weight_sum = 0;
+  std::int64_t tokens = 0;  // block tokens with w01 = 1
   std::int64_t truncated_sequences = 0;
   std::vector<double> accuracy_by_position;  // k = 1 .. B-1
   double acceptance_length = 0;
+};
+
+// Writes the shared fields into the object `into`; reads them back (nlohmann::json::exception
+// naming the key when one is missing or of another type).
+void write_record_statistics(nlohmann::json& into, const RecordStatistics& r);
+void read_record_statistics(const nlohmann::json& from, RecordStatistics& r);
+
+struct StepRecord : RecordStatistics {
+  double lr = 0, grad_norm = 0;
+  bool clipped = false;
+  double tokens_per_s = 0, step_s = 0;
+  std::map<std::string, std::int64_t> peak_bytes;  // per category, SPEC §8 names
 };
 
 nlohmann::json step_record_json(const StepRecord& r);

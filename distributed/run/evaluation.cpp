@@ -8,17 +8,9 @@
 namespace dflash {
 
 nlohmann::json eval_record_json(const EvalRecord& r) {
-  return {{"step", r.step},
-          {"loss", r.loss},
-          {"ce", r.ce},
-          {"kl", r.kl},
-          {"accuracy", r.accuracy},
-          {"weight_sum", r.weight_sum},
-          {"tokens", r.tokens},
-          {"sequences", r.sequences},
-          {"truncated_sequences", r.truncated_sequences},
-          {"accuracy_by_position", r.accuracy_by_position},
-          {"acceptance_length", r.acceptance_length}};
+  nlohmann::json j = {{"sequences", r.sequences}};
+  write_record_statistics(j, r);
+  return j;
 }
 
 void validate_eval_set(const FeatureDataset& eval) {

@@ -6,23 +6,20 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "distributed/communicator.hpp"
 #include "distributed/data/feature_dataset.hpp"
+#include "distributed/metrics/step_record.hpp"
 #include "distributed/training_config.hpp"
 #include "reference/drafter_parameters.hpp"
 
 namespace dflash {
 
-struct EvalRecord {
-  std::int64_t step = 0;  // after optimizer step t
-  double loss = 0, ce = 0, kl = 0, accuracy = 0, weight_sum = 0;
-  std::int64_t tokens = 0, sequences = 0, truncated_sequences = 0;
-  std::vector<double> accuracy_by_position;
-  double acceptance_length = 0;
+// step: after optimizer step t; the statistics over the whole held-out set.
+struct EvalRecord : RecordStatistics {
+  std::int64_t sequences = 0;
 };
 
 nlohmann::json eval_record_json(const EvalRecord& r);

@@ -39,6 +39,7 @@ expect() {
 # each reason in the closing list of what failed (what the exit code is made of)
 expect "FAILED: missing: test_cuda_memory_plan"
 expect "FAILED: missing: bench_cuda_loss_head"
+expect "FAILED: missing: bench_cuda_drafter_step"
 expect "FAILED: missing: test_cuda_row_phases"
 expect "FAILED: dflash verify --device cuda: rows SKIPPED under DFLASH_REQUIRE_GPU=1"
 expect "FAILED: missing: test_cuda_train_step_nccl"

@@ -2,8 +2,9 @@
 // every site: the trunk (cuda/trunk.hpp on CudaBackend) within SPEC §10's bf16 rule of the double
 // reference, the plain bf16 computation being the same trunk on the CPU backend with bf16 storage;
 // the step (cuda/drafter_step_cuda.hpp) under every trunk policy x chunked loss policy bitwise the
-// same, two runs bitwise equal, and bad input refused with the reference's message before
-// anything is put on the device. Skipped, with the reason, without a GPU.
+// same, two runs bitwise equal, its device peaks per category as `dflash plan` plans them, and
+// bad input refused with the reference's message before anything is put on the device. Skipped,
+// with the reason, without a GPU.
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
@@ -12,7 +13,10 @@
 #include <vector>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/cublas_gemm.hpp"
 #include "cuda/drafter_step_cuda.hpp"
+#include "cuda/linear_gemm.hpp"
+#include "planner/training_plan.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
@@ -91,6 +95,48 @@ TEST_F(DrafterStepGpu, EveryPolicyBitwiseEqualAndRepeatable) {
         for (std::size_t e = 0; e < got.size(); ++e) ASSERT_TRUE(same_bits(got[e], first[e])) << "value " << e;
       }
     }
+  }
+}
+
+// The step's device peaks per category against `dflash plan` for the same shapes (production
+// precision, one GPU, ZeRO-0: the step holds no optimizer state): exact in every category but
+// transient, which lies between the plan and the plan plus what only the device allocates: the
+// two cuBLAS workspaces (trunk and loss head), the loss head's per-row scratch (9 T) and its two
+// records (64 B each).
+TEST_F(DrafterStepGpu, PeaksPerCategoryAsPlanned) {
+  StepProblem p("mid.json", 200);
+  for (const TrunkPolicy trunk : kAllTrunkPolicies) {
+    SCOPED_TRACE(trunk_policy_name(trunk));
+    DrafterStepOptions o = drafter_step_options(p.config);
+    o.trunk_policy = trunk;
+    o.checkpoint_every = 2;
+    o.loss_policy = LossPolicy::chunk_recompute;
+    allocator().reset_peaks();
+    cuda_drafter_step(allocator(), p.tracker, p.config, p.params, p.frozen, p.batch, o);
+    PlanRequest r = PlanRequest::from_config(p.config);
+    r.tokens = p.batch.anchor_slots(p.config) * p.config.block_size;
+    r.context = p.batch.context_length();
+    r.sequences = p.batch.num_sequences();
+    r.loss_policy = o.loss_policy;
+    r.loss_chunk_rows = o.loss_chunk_rows;
+    r.trunk_policy = trunk;
+    r.checkpoint_every = o.checkpoint_every;
+    r.layout = {.gpus = 1, .zero_stage = 0};
+    const CategoryBytes c = plan_training_memory(r).categories;
+    const MemoryTracker& t = allocator().tracker();
+    auto peak = [&](MemoryCategory m) { return static_cast<std::int64_t>(t.peak(m)); };
+    EXPECT_EQ(peak(MemoryCategory::parameters), c[PlanCategory::parameters]);
+    EXPECT_EQ(peak(MemoryCategory::frozen), c[PlanCategory::frozen]);
+    EXPECT_EQ(peak(MemoryCategory::gradients), c[PlanCategory::gradients]);
+    EXPECT_EQ(peak(MemoryCategory::inputs), c[PlanCategory::inputs]);
+    EXPECT_EQ(peak(MemoryCategory::saved), c[PlanCategory::saved]);
+    EXPECT_EQ(peak(MemoryCategory::loss_saved), c[PlanCategory::loss_saved]);
+    EXPECT_EQ(peak(MemoryCategory::outputs), c[PlanCategory::outputs]);
+    const std::int64_t device_only = std::int64_t(LinearGemm::kWorkspaceBytes + CublasGemm::kDefaultWorkspaceBytes) +
+                                     9 * r.tokens + 2 * 64;
+    EXPECT_GE(peak(MemoryCategory::transient), c[PlanCategory::transient]);
+    EXPECT_LE(peak(MemoryCategory::transient), c[PlanCategory::transient] + device_only);
+    EXPECT_EQ(allocator().tracker().current_total(), 0u) << "the step frees what it allocated";
   }
 }
 

@@ -17,16 +17,23 @@
 namespace dflash {
 namespace {
 
-TEST(FullScaleGate, SamplesChunkEdgesTheInt32OverflowRowAndTheLastRow) {
+// The benchmark's rows: blocks of 16, k = 0 unlabelled. The loss head computes the valid rows
+// only, so chunk edges and the overflow row are positions p among them: global row
+// p / 15 * 16 + p % 15 + 1.
+TEST(FullScaleGate, SamplesChunkEdgesTheInt32OverflowRowAndTheLastRowAmongTheValidRows) {
   const std::vector<std::int64_t> chunks = {2048, 512};
-  const std::vector<std::int64_t> rows = gate_sample_rows(32768, 248320, chunks);
+  std::vector<std::uint8_t> valid(32768);
+  for (std::size_t i = 0; i < valid.size(); ++i) valid[i] = i % 16 != 0;
+  const std::vector<std::int64_t> rows = gate_sample_rows(valid, 248320, chunks);
   EXPECT_LE(rows.size(), std::size_t(kGateMaxRows));
   EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
   EXPECT_EQ(std::adjacent_find(rows.begin(), rows.end()), rows.end());
-  for (std::int64_t want : {std::int64_t(32767), std::int64_t(8648), std::int64_t(2047), std::int64_t(2048),
-                            std::int64_t(511), std::int64_t(512)}) {
+  const auto global_row = [](std::int64_t p) { return p / 15 * 16 + p % 15 + 1; };
+  for (std::int64_t want : {std::int64_t(0), std::int64_t(32752), global_row(30719), global_row(8648),
+                            global_row(2047), global_row(2048), global_row(511), global_row(512)}) {
     EXPECT_NE(std::find(rows.begin(), rows.end(), want), rows.end()) << want;
   }
+  EXPECT_EQ(global_row(30719), 32767);
   // 8648 V < 2^31 <= 8649 V: row 8648's logits straddle the 32-bit flat index limit.
   EXPECT_LT(8648LL * 248320, 1LL << 31);
   EXPECT_GE(8649LL * 248320, 1LL << 31);

@@ -2,7 +2,7 @@
 // sums of the same bf16 products), the hidden-dropout masks bitwise equal to the CPU's, and one
 // drafter layer forward + backward on the GPU run twice (bitwise equal: a recomputed layer is the
 // same layer) with finite results; the trunk under every policy, bitwise equal, with the saved
-// bytes it documents. Skipped, with the reason, without a GPU.
+// and transient peaks of its memory plan. Skipped, with the reason, without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "cuda/trunk_elementwise_kernels.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/trunk.hpp"
+#include "planner/cuda_trunk_memory.hpp"
 #include "reference/compare.hpp"
 #include "reference/counter_rng.hpp"
 #include "tests/cuda/attention_program_support.hpp"
@@ -238,23 +239,18 @@ TEST_F(TrunkGpu, LayerForwardBackwardTwoRunsBitwiseEqualAndFinite) {
 }
 
 // Every policy: the same Y and gradients bitwise (recomputation is the same computation), and
-// the peak of `saved` bytes exactly what cuda/trunk.hpp says the policy keeps.
-TEST_F(TrunkGpu, PoliciesBitwiseEqualAndSavedPeakAsDocumented) {
+// the device peaks of `saved` and `transient` exactly the CUDA trunk's memory plan
+// (planner/cuda_trunk_memory.hpp, bf16 storage); dL/dY is handed over as a gradient, as the loss
+// head does, and Y freed once read, as the step does after the loss head.
+TEST_F(TrunkGpu, PoliciesBitwiseEqualAndPeaksAsPlanned) {
   DeviceAllocator& a = allocator();
   const RandomDeviceTrunk t(a);
   const DrafterDims& m = t.m;
-  const std::size_t context = m.S * m.H * 4 + m.S * 4 + m.S * m.H * 2, input = m.T * m.H * 4,
-                    final = m.T * m.H * 4 + m.T * 4, acts = TrunkLayerActivations<CudaBackend>::bytes(m);
   struct Run {
     TrunkPolicy policy;
     std::int64_t every;
-    std::size_t expected_saved_peak;
   };
-  const std::vector<Run> runs = {
-      {TrunkPolicy::none, 1, context + 3 * input + 3 * acts + final},
-      {TrunkPolicy::per_layer, 1, context + 3 * input + acts},
-      {TrunkPolicy::every_k, 2, context + 2 * input + 2 * acts},  // boundaries 0, 2; segment [0, 2) recomputed
-  };
+  const std::vector<Run> runs = {{TrunkPolicy::none, 1}, {TrunkPolicy::per_layer, 1}, {TrunkPolicy::every_k, 2}};
   std::vector<float> first;
   for (const Run& r : runs) {
     SCOPED_TRACE(trunk_policy_name(r.policy));
@@ -263,15 +259,20 @@ TEST_F(TrunkGpu, PoliciesBitwiseEqualAndSavedPeakAsDocumented) {
     const RandomDeviceTrunk::Grads g = t.zero_grads(a);
     a.reset_peaks();
     const std::size_t saved_before = a.tracker().current(MemoryCategory::saved);
+    const std::size_t transient_before = a.tracker().current(MemoryCategory::transient);  // the GEMM workspace
     Trunk<CudaBackend> trunk(be, t.weights, t.ctx, t.K, t.features.data(), t.tokens.data(), r.policy, r.every);
     DeviceBuffer<Bf16Bits> y = trunk.forward();
     std::vector<float> result;
     for (Bf16Bits v : y.download()) result.push_back(float_from_bf16_bits(v));
+    y.release();
     // dL/dY: Y itself in fp32 (any fixed upstream gradient would do).
-    DeviceBuffer<float> d_hidden = on_device(a, result);
+    DeviceBuffer<float> d_hidden(a, MemoryCategory::gradients, result.size());
+    d_hidden.upload(result);
     trunk.backward(std::move(d_hidden), g.view);
+    const CudaTrunkMemory plan = cuda_trunk_memory(m, r.policy, r.every, sizeof(Bf16Bits));
     EXPECT_EQ(a.tracker().current(MemoryCategory::saved), saved_before) << "backward frees what forward kept";
-    EXPECT_EQ(a.tracker().peak(MemoryCategory::saved), saved_before + r.expected_saved_peak);
+    EXPECT_EQ(a.tracker().peak(MemoryCategory::saved), saved_before + std::size_t(plan.saved_bytes));
+    EXPECT_EQ(a.tracker().peak(MemoryCategory::transient), transient_before + std::size_t(plan.transient_bytes));
     const std::vector<float> grads = g.download();
     result.insert(result.end(), grads.begin(), grads.end());
     if (first.empty()) {

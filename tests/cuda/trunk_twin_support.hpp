@@ -25,6 +25,7 @@ struct TrunkCase {
   const char* config;
   std::int64_t context_length;
   std::int64_t max_anchors;
+  std::int64_t intermediate_size = 0;  // 0: the config's (a narrow MLP lets other phases bind the peak)
 };
 inline void PrintTo(const TrunkCase& c, std::ostream* os) { *os << c.config; }
 
@@ -46,6 +47,7 @@ struct TrunkProblem {
     config.attention_dropout = 0.1;
     config.hidden_dropout = 0.1;
     config.max_anchors = c.max_anchors;
+    if (c.intermediate_size > 0) config.intermediate_size = c.intermediate_size;
     if (config.num_hidden_layers > 4) {  // mid: 4 layers (3 sliding, full), two full segments of every 2
       config.num_hidden_layers = 4;
       config.layer_types = {LayerType::sliding_attention, LayerType::sliding_attention, LayerType::sliding_attention,
@@ -174,7 +176,9 @@ TrunkValues<float> run_trunk(const Backend& be, const TrunkProblem& p, TrunkPoli
   Trunk<Backend> trunk(be, w, ctx, p.dims.K, features.data(), tokens.data(), policy, every);
   TrunkValues<float> r;
   for (const Storage& y : be.to_host(trunk.forward())) r.hidden.push_back(widen(y));
-  trunk.backward(be.from_host(MemoryCategory::transient, std::vector<float>(p.d_hidden.begin(), p.d_hidden.end())), g);
+  // dL/dY arrives as the step's loss head hands it back: a gradient (cuda/loss_head_cuda.cpp), so
+  // that the transient bytes are the trunk's own (planner/cuda_trunk_memory.hpp).
+  trunk.backward(be.from_host(MemoryCategory::gradients, std::vector<float>(p.d_hidden.begin(), p.d_hidden.end())), g);
   for (const auto& grad : grads) r.grads.push_back(be.to_host(grad));
   r.features_grad = be.to_host(features_grad);
   return r;

@@ -21,6 +21,7 @@
 #include "distributed/run/plan_gate.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "planner/parameter_memory.hpp"
+#include "planner/training_plan.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
 #include "tests/cuda/optimizer_test_support.hpp"
 #include "tests/distributed/cuda_train_test_support.hpp"
@@ -141,7 +142,11 @@ TEST_F(CudaTrainStep, StateMemoryPerCategoryIsThePlansWithZeroOne) {
   CudaTinyProblem p(1);
   const PlanRequest request = training_plan_request(p.config, p.training, 1, TrainingBackend::cuda);
   ASSERT_TRUE(request.layout.in_place_flat);
-  const CategoryBytes plan = parameter_memory(drafter_parameter_counts(p.config), request.precision, request.layout);
+  // The step's plan (its parameters: bf16 matrices, fp32 norm weights), and of its gradients the
+  // state's flat part alone (the plan adds the loss head's dL/dY, alive only within a step).
+  const CategoryBytes plan = plan_training_memory(request).categories;
+  const std::int64_t flat_gradient =
+      parameter_memory(drafter_parameter_counts(p.config), request.precision, request.layout)[PlanCategory::gradients];
   CudaTrainingState state(allocator(), comms(), p.config, p.training, p.frozen, p.initial_state(1, 0));
   const MemoryTracker& device = allocator().tracker();
   auto expect_state_bytes = [&](const char* when, bool peak) {
@@ -153,7 +158,8 @@ TEST_F(CudaTrainStep, StateMemoryPerCategoryIsThePlansWithZeroOne) {
     EXPECT_EQ(bytes(MemoryCategory::communication), plan[PlanCategory::communication]) << when;
   };
   expect_state_bytes("after the state is made", false);
-  EXPECT_EQ(std::int64_t(device.current(MemoryCategory::gradients)), plan[PlanCategory::gradients]);
+  EXPECT_EQ(std::int64_t(device.current(MemoryCategory::gradients)), flat_gradient);
+  EXPECT_EQ(flat_gradient, 4 * 1152);
   EXPECT_EQ(plan[PlanCategory::optimizer_state], 8 * 1056);
   const DrafterBatch<double> batch = p.global_batch(0);
   const RankSequences mine{0, &batch};

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -231,6 +233,117 @@ TEST(DistributedTraining, TwoRanksReproduceTheTrainingGolden) {
           << prefix << t.name;
     }
   }
+}
+
+}  // namespace
+}  // namespace dflash::testing
+
+namespace dflash::testing {
+namespace {
+
+// One step's events on this rank in the order they happened: a collective (its name and count) or
+// the first backward dropout draw of (global sequence, layer), which marks that layer's backward.
+struct StepEvent {
+  std::string what;  // "all_reduce", "reduce_scatter", "all_gather", "broadcast" or "backward"
+  std::int64_t count = 0;
+  std::uint32_t sequence = 0, layer = 0;
+};
+
+// Passes every collective on to `inner` and records it.
+class RecordingCommunicator final : public Communicator {
+ public:
+  RecordingCommunicator(Communicator& inner, std::vector<StepEvent>& events) : inner_(inner), events_(events) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string_view backend() const override { return inner_.backend(); }
+  void all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override {
+    record("all_reduce", count);
+    inner_.all_reduce(send, recv, count, type, op);
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override {
+    record("reduce_scatter", count);
+    inner_.reduce_scatter(send, recv, count, type, op);
+  }
+  void all_gather(const void* send, void* recv, std::size_t count, CommType type) override {
+    record("all_gather", count);
+    inner_.all_gather(send, recv, count, type);
+  }
+  void broadcast(void* buffer, std::size_t count, CommType type, int root) override {
+    record("broadcast", count);
+    inner_.broadcast(buffer, count, type, root);
+  }
+
+ protected:
+  void end_job(int exit_code) override { inner_.abort(exit_code); }
+
+ private:
+  void record(const char* what, std::size_t count) { events_.push_back({what, std::int64_t(count)}); }
+  Communicator& inner_;
+  std::vector<StepEvent>& events_;
+};
+
+// Two ranks, two sequences each (U = 2), dropout on: the gradient buckets are summed while the last
+// sequence's backward runs. The buckets that layer 1 and norm.weight complete (the end of the flat
+// vector) go, last bucket first, after layer 1's backward and before layer 0's; the rest after
+// layer 0's. No gradient sum starts before the last sequence's backward has reached layer 1.
+void expect_buckets_issued_during_backward(int zero) {
+  constexpr int R = 2;
+  const auto sub = MpiCommunicator::split(world().rank() < R ? 0 : 1);
+  if (world().rank() >= R) return;
+  const TrainingConfig training = tiny_training_config(4, 2, zero);
+  TinyTrainer tiny(*sub, training);
+  const DrafterConfig& config = tiny.config;
+  const GlobalBatchLayout layout = GlobalBatchLayout::of(training, R);
+  const std::vector<SequenceData> data =
+      load_sequences(tiny.tracker, config, 0, layout.sequences_of_rank(sub->rank()), all_labelled);
+  std::vector<StepEvent> events;
+  RecordingCommunicator recording(*sub, events);
+  const DropoutObserver backward_marks = [&](const DropoutDraw& d) {
+    if (d.pass != DropoutPass::backward) return;
+    for (const StepEvent& e : events) {
+      if (e.what == "backward" && e.sequence == d.sequence && e.layer == d.layer) return;
+    }
+    events.push_back({"backward", 0, d.sequence, d.layer});
+  };
+  train_step(tiny.tracker, recording, config, training, tiny.frozen, tiny.state, as_rank_sequences(data),
+             {.bucket_bytes = kSmallBucket, .dropout_observer = &backward_marks});
+
+  const auto last = static_cast<std::uint32_t>(data.back().g);
+  auto backward_of = [&](std::uint32_t sequence, std::uint32_t layer) {
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (events[i].what == "backward" && events[i].sequence == sequence && events[i].layer == layer) return i;
+    }
+    ADD_FAILURE() << "no backward of sequence " << sequence << " layer " << layer;
+    return events.size();
+  };
+  const std::size_t layer1 = backward_of(last, 1), layer0 = backward_of(last, 0);
+  ASSERT_LT(layer1, layer0);
+
+  const FlatLayout flat(config, R, zero);
+  const GradientBuckets buckets =
+      gradient_buckets(flat.count(), flat.parallel_layout(kSmallBucket, 1), sizeof(double));
+  const std::int64_t layer1_offset = flat.tensors().at(first_layer_parameter(1)).offset;
+  const std::string sum = zero == 0 ? "all_reduce" : "reduce_scatter";
+  std::vector<std::int64_t> before_layer0, want_before_layer0, after_layer0, want_after_layer0;
+  for (std::int64_t k = buckets.count() - 1; k >= 0; --k) {
+    (buckets.first(k) >= layer1_offset ? want_before_layer0 : want_after_layer0).push_back(buckets.elements(k));
+  }
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    // The scalar sums (W, the loss sums, the counts, the norm) are at most 3 values; every bucket holds more.
+    const bool gradient_sum = events[i].what == sum && events[i].count > 3;
+    if (!gradient_sum) continue;
+    EXPECT_GT(i, layer1) << "a bucket was summed before the last sequence's backward reached it";
+    (i < layer0 ? before_layer0 : after_layer0).push_back(events[i].count);
+  }
+  const std::string context = str("ZeRO-", zero, ", rank ", sub->rank());
+  ASSERT_FALSE(want_before_layer0.empty()) << context << ": the problem must have buckets inside layer 1";
+  EXPECT_EQ(before_layer0, want_before_layer0) << context << ": buckets summed before layer 0's backward";
+  EXPECT_EQ(after_layer0, want_after_layer0) << context << ": buckets summed after it";
+}
+
+TEST(DistributedTraining, EachBucketIsSummedAsSoonAsBackwardHasFinishedIt) {
+  expect_buckets_issued_during_backward(0);
+  expect_buckets_issued_during_backward(1);
 }
 
 }  // namespace

@@ -70,6 +70,36 @@ TEST(LossHeadMemory, OverflowIsRefused) {
   expect_input_error([&] { loss_head_headline(s); }, {"overflows 64 bits"});
 }
 
+// The CUDA loss head at SPEC §8's shape, fp32 dL/dY, written out term by term: T 32768, H 5120,
+// V 248320, c 2048.
+TEST(LossHeadMemory, CudaSpecExampleToTheByte) {
+  LossHeadShape s = spec_example();
+  s.gradient_bytes = 4;
+  const CategoryBytes gif = cuda_loss_head_memory(s, LossPolicy::chunk_grad_in_forward);
+  // dL/dY T H 4 kept from forward
+  EXPECT_EQ(gif[PlanCategory::loss_saved], 671'088'640);
+  // z, t 2 c V 2 + statistics 3 T 4 + the valid-row list T 4 + the chunk's rows c H 4 + scratch 9 T
+  EXPECT_EQ(gif[PlanCategory::transient], 2'034'237'440 + 393'216 + 131'072 + 41'943'040 + 294'912);
+  EXPECT_LT(gif[PlanCategory::transient], std::int64_t(2) << 30);  // the target: transient <= 2 GiB
+  EXPECT_EQ(gif[PlanCategory::gradients], 671'088'640);
+  EXPECT_EQ(gif[PlanCategory::outputs], 2 * 32768 * 4);
+
+  const CategoryBytes rc = cuda_loss_head_memory(s, LossPolicy::chunk_recompute);
+  EXPECT_EQ(rc[PlanCategory::loss_saved], 335'544'320 + 393'216 + 131'072);  // Y copy, statistics, list
+  EXPECT_EQ(rc[PlanCategory::transient], 2'034'237'440 + 41'943'040 + 294'912);
+
+  const CategoryBytes mat = cuda_loss_head_memory(s, LossPolicy::materialize);
+  EXPECT_EQ(mat[PlanCategory::loss_saved], 32'547'799'040 + 393'216 + 131'072);
+  EXPECT_EQ(mat[PlanCategory::transient], 671'088'640 + 294'912);  // one "chunk" of all T rows
+}
+
+TEST(LossHeadMemory, CudaRefusesWhatItDoesNotOffer) {
+  LossHeadShape s = spec_example();
+  expect_input_error([&] { cuda_loss_head_memory(s, LossPolicy::chunk_retain); }, {"loss_policy", "chunk_retain"});
+  s.lm_head_grad = true;
+  expect_input_error([&] { cuda_loss_head_memory(s, LossPolicy::chunk_recompute); }, {"lm_head_grad"});
+}
+
 // The plan of one run_loss_head call (the caller's inputs and lm_head included) against the peaks
 // the reference's tracker records. The model is exact for the loss head: no slack at all.
 struct SmallCase {

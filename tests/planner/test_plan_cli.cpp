@@ -82,6 +82,20 @@ TEST(PlanCli, JsonHasTheDocumentedSchema) {
   EXPECT_EQ(comm.at("collectives").size(), 2u);
   EXPECT_GT(comm.at("nvlink_seconds").get<double>(), 0);
   EXPECT_GT(comm.at("inter_node_seconds").get<double>(), comm.at("nvlink_seconds").get<double>());
+  // Whether the gradient reduction hides behind backward (planner/gradient_overlap.hpp).
+  const json& overlap = comm.at("overlap");
+  for (const char* key : {"peak_flops_per_second", "achieved_fraction_of_peak", "achieved_flops_per_second",
+                          "window_flops", "window_seconds", "step_backward_seconds"}) {
+    EXPECT_GT(overlap.at(key).get<double>(), 0) << key;
+  }
+  EXPECT_GT(overlap.at("buckets").get<std::int64_t>(), 0);
+  for (const char* link : {"nvlink", "inter_node"}) {
+    const json& l = overlap.at(link);
+    EXPECT_GT(l.at("gradient_seconds").get<double>(), 0) << link;
+    EXPECT_GT(l.at("exposed_seconds").get<double>(), 0) << link;
+    EXPECT_GT(l.at("after_backward_seconds").get<double>(), 0) << link;  // ZeRO-1's all-gather
+    EXPECT_TRUE(l.at("fits_in_backward").is_boolean()) << link;
+  }
 }
 
 TEST(PlanCli, JsonIsTheLibrarysPlan) {
@@ -112,6 +126,10 @@ TEST(PlanCli, TableShowsCategoriesVerdictAndEveryCombination) {
   for (LossPolicy p : kAllLossPolicies) EXPECT_NE(r.out.find(loss_policy_name(p)), std::string::npos);
   const json j = plan_json_of("--config configs/qwen3.6-27b.json");
   EXPECT_NE(r.out.find(j.at("fits").get<bool>() ? "verdict: FITS" : "verdict: DOES NOT FIT"), std::string::npos);
+  for (const char* part : {"reduce_scatter gradients", "the last sequence's trunk backward", "NVLink", "inter-node",
+                           "exposed", "then the all-gather"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << " not in:\n" << r.out;
+  }
 }
 
 TEST(PlanCli, TinyDeviceDoesNotFit) {

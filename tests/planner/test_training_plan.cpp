@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/communication_time.hpp"
+#include "planner/cuda_trunk_memory.hpp"
 #include "planner/policy_verdicts.hpp"
 #include "planner/training_plan.hpp"
 #include "reference/drafter_parameters.hpp"
@@ -51,10 +52,9 @@ TEST(TrainingPlan, ParameterCategoriesFollowThePrecisionRecipe) {
   EXPECT_EQ(plan.parameters.trainable, P);
   EXPECT_EQ(plan.parameters.frozen, 2 * V * H);
   const CategoryBytes& c = plan.categories;
-  // bf16 matrices, fp32 norm weights: hidden_norm, norm, and per layer two H-norms and q/k norms of head_dim.
-  const std::int64_t N = 2 * H + r.config.num_hidden_layers * (2 * H + 2 * r.config.head_dim);
-  EXPECT_EQ(plan.parameters.norm_weights, N);
-  EXPECT_EQ(c[PlanCategory::parameters], 2 * (P - N) + 4 * N);
+  const std::int64_t norms = plan.parameters.norm_weights;
+  EXPECT_EQ(norms, 2 * H + r.config.num_hidden_layers * (2 * H + 2 * r.config.head_dim));  // 2 per layer + q/k norms
+  EXPECT_EQ(c[PlanCategory::parameters], 2 * (P - norms) + 4 * norms);  // bf16 matrices, fp32 norm weights (CUDA step)
   EXPECT_EQ(c[PlanCategory::frozen], 2 * 2 * V * H);   // bf16 embedding + lm_head
   EXPECT_EQ(c[PlanCategory::master_weights], 4 * P);   // fp32
   EXPECT_EQ(c[PlanCategory::optimizer_state], 8 * P);  // fp32 m and v
@@ -133,12 +133,39 @@ TEST(TrainingPlan, TrunkPoliciesOrderAsTheyShould) {
   EXPECT_GT(every_all.trunk.saved_bytes, per_layer.trunk.saved_bytes);
   // Everything kept: the sum of all layers' activations is inside `none`'s saved bytes.
   EXPECT_GT(none.trunk.saved_bytes, none.activations.all_layers_bytes);
-  EXPECT_EQ(none.activations.residual_only_bytes,
-            r.config.num_hidden_layers * r.tokens * r.config.hidden_size * r.precision.activation_bytes);
+  EXPECT_EQ(none.activations.residual_only_bytes,  // the CUDA trunk's residual stream is fp32
+            r.config.num_hidden_layers * r.tokens * r.config.hidden_size * kCudaTrunkFp32Bytes);
 }
 
+// Production precision plans what the CUDA step allocates (cuda_drafter_step, held against the
+// device in tests/cuda/test_drafter_step_gpu.cpp; the trunk's closed form against its code on the
+// CPU backend in tests/cuda/test_trunk_memory_cpu.cpp); the reference precision the reference's.
+TEST(TrainingPlan, ProductionPlansTheCudaStep) {
+  PlanRequest r = full_scale();
+  r.layout = {.gpus = 1, .zero_stage = 0};
+  const MemoryPlan plan = plan_training_memory(r);
+  const DrafterDims m = DrafterDims::of(r.config, r.context, r.tokens / r.config.block_size);
+  const CudaTrunkMemory cuda = cuda_trunk_memory(m, TrunkPolicy::per_layer, 1, 2);
+  const CategoryBytes& c = plan.categories;
+  ASSERT_EQ(r.trunk_policy, TrunkPolicy::per_layer);
+  // per_layer: C with its fc output, every fp32 layer input, one layer rebuilt (larger than X_L).
+  EXPECT_EQ(c[PlanCategory::saved], cuda.context_bytes + m.L * 4 * m.T * m.H + cuda.layer_activation_bytes);
+  EXPECT_EQ(plan.trunk.transient_bytes, cuda.transient_bytes);
+  const std::int64_t P = plan.parameters.trainable;
+  EXPECT_EQ(c[PlanCategory::gradients], 4 * P + 4 * m.S * m.K * m.H + 4 * m.T * m.H);  // + dL/dF, dL/dY
+  EXPECT_EQ(c[PlanCategory::inputs],
+            8 * m.S + 9 * m.N + 29 * m.T + 2 * m.S * m.K * m.H + 2 * m.T * m.H);  // one sequence's upload
+  r.precision.trunk = TrunkMemoryModel::reference;
+  const MemoryPlan reference = plan_training_memory(r);
+  EXPECT_EQ(reference.trunk.saved_tensors.peak_elements,
+            trunk_saved_plan(m, TrunkPolicy::per_layer, 1).peak_elements);
+  EXPECT_LT(reference.categories[PlanCategory::saved], c[PlanCategory::saved]);  // bf16 residual, fewer tensors
+}
+
+// The reference trunk's statistics follow statistic_bytes (the CUDA trunk's are fp32 by type).
 TEST(TrainingPlan, WiderStatisticsOnlyAddTheirDifference) {
   PlanRequest r = full_scale();
+  r.precision.trunk = TrunkMemoryModel::reference;
   r.precision.statistic_bytes = r.precision.activation_bytes;
   const MemoryPlan narrow = plan_training_memory(r);
   r.precision.statistic_bytes = r.precision.activation_bytes + 2;

@@ -237,3 +237,57 @@ TEST(DrafterStep, GradientsAreNamedLikeHuggingFace) {
 
 }  // namespace
 }  // namespace dflash
+
+namespace dflash {
+namespace {
+
+// GradientsFinal (the hook a training step reduces buckets from): for each sequence, told with
+// norm.weight's position, then layer L-1's, ..., layer 0's, then 0, each time the gradients from
+// that position on already hold the sequence's final sums, and never late: fc.weight (finished
+// last) still changes until the last call.
+TEST(DrafterStep, GradientsFinalIsToldAsSoonAsEachLayerIsFinished) {
+  TinyProblem p;
+  p.config.hidden_dropout = 0.1;
+  const std::int64_t L = p.config.num_hidden_layers;
+  struct Call {
+    std::uint32_t sequence;
+    std::size_t first;
+    std::vector<std::vector<double>> grads;  // every tensor at the time of the call
+  };
+  std::vector<Call> calls;
+  DrafterParameters<double> grads = make_drafter_parameters<double>(p.tracker, p.config, MemoryCategory::gradients);
+  auto snapshot = [&] {
+    std::vector<std::vector<double>> values;
+    grads.for_each([&](const std::string&, const Tensor<double>& t) { values.push_back(t.values()); });
+    return values;
+  };
+  const GradientsFinalObserver observer = [&](std::uint32_t sequence, std::size_t first) {
+    calls.push_back({sequence, first, snapshot()});
+  };
+  p.options.sequence_offset = 4;
+  p.options.gradients_final = &observer;
+  drafter_step_accumulate(p.tracker, p.config, p.params, p.frozen, p.batch, p.options, std::optional<double>(), grads);
+
+  std::vector<std::size_t> want_firsts;
+  for (std::int64_t l = L; l >= 0; --l) want_firsts.push_back(first_layer_parameter(l));
+  want_firsts.push_back(0);
+  const std::vector<ParameterShape> shapes = drafter_parameter_shapes(p.config);
+  EXPECT_EQ(shapes.at(first_layer_parameter(L)).name, "norm.weight");
+  EXPECT_EQ(shapes.at(first_layer_parameter(L - 1)).name, str("layers.", L - 1, ".input_layernorm.weight"));
+  ASSERT_EQ(calls.size(), 2 * want_firsts.size());
+  for (std::size_t b = 0; b < 2; ++b) {
+    const std::vector<std::vector<double>>& end = calls[(b + 1) * want_firsts.size() - 1].grads;  // after sequence b
+    for (std::size_t c = 0; c < want_firsts.size(); ++c) {
+      const Call& call = calls[b * want_firsts.size() + c];
+      EXPECT_EQ(call.sequence, 4 + b);
+      ASSERT_EQ(call.first, want_firsts[c]) << "call " << c << " of sequence " << b;
+      for (std::size_t t = call.first; t < shapes.size(); ++t) {
+        EXPECT_EQ(call.grads[t], end[t]) << shapes[t].name << " not final when told, sequence " << b;
+      }
+      if (call.first > 0) EXPECT_NE(call.grads[0], end[0]) << "fc.weight already final: told late, call " << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dflash

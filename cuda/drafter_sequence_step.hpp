@@ -1,0 +1,77 @@
+// One sequence of the drafter step on the GPU from device-resident inputs: the trunk forward
+// (cuda/trunk.hpp, under options.trunk_policy), the CUDA loss head forward and backward, and the
+// trunk backward, accumulating every trainable gradient (fp32, +=) into `grads`. cuda_drafter_step
+// (cuda/drafter_step_cuda.hpp) runs it per sequence after uploading the reference's host inputs;
+// callers that build their inputs on the device (the full-scale benchmark: 27B-class frozen
+// weights are 10 GB each in double) call it directly.
+//
+// Backend is CudaBackend, or a type derived from it (the benchmark's attention timer).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "cuda/bf16_bits.hpp"
+#include "cuda/loss_head_cuda.hpp"
+#include "cuda/trunk.hpp"
+#include "reference/drafter.hpp"
+
+namespace dflash {
+
+// One sequence's inputs on the device (SPEC §2, §4: anchor slots and block rows as
+// prepare_sequences makes them).
+struct CudaSequenceInputs {
+  const std::int64_t* anchors = nullptr;            // [N]
+  const std::uint8_t* keep = nullptr;               // [N]
+  const std::int64_t* block_positions = nullptr;    // [T] a_n + k
+  const std::int64_t* context_positions = nullptr;  // [S] j
+  const std::int64_t* input_tokens = nullptr;       // [T] tok(n, k)
+  const Bf16Bits* features = nullptr;               // F [S, K H]
+  const Bf16Bits* teacher_rows = nullptr;           // G[a_n + k - 1] per block row [T, H]
+  DeviceRowTargets rows;                            // labels, weights, w01 [T]
+  float* features_grad = nullptr;                   // dL/dF [S, K H] (fp32, +=); null: not wanted
+};
+
+// The frozen and trainable weights on the device, bound per parameter (bind_trunk_parameters).
+struct CudaDrafterWeights {
+  TrunkWeights<Bf16Bits> trunk;
+  TrunkGrads grads;
+  const Bf16Bits* lm_head = nullptr;  // W_lm [V, H]
+};
+
+// Returns the sequence's loss statistics (over the global W, weight_sum).
+template <class Backend>
+LossHeadStats<double> cuda_drafter_sequence_step(const Backend& backend, CudaLossHead& head,
+                                                 const DrafterConfig& config, const DrafterDims& dims,
+                                                 const CudaDrafterWeights& weights, const CudaSequenceInputs& in,
+                                                 const DrafterStepOptions& options, std::uint32_t sequence,
+                                                 double weight_sum) {
+  TrunkLayerContext<Bf16Bits> ctx;
+  ctx.dims = dims;
+  ctx.eps = static_cast<float>(config.rms_norm_eps);
+  ctx.rope_theta = config.rope_theta;
+  ctx.sliding_window = config.sliding_window.value_or(0);
+  ctx.anchors = in.anchors;
+  ctx.keep = in.keep;
+  ctx.block_positions = in.block_positions;
+  ctx.context_positions = in.context_positions;
+  ctx.seed = config.seed;
+  ctx.step = options.step;
+  ctx.sequence = sequence;
+  ctx.attention_dropout = config.attention_dropout;
+  ctx.hidden_dropout = config.hidden_dropout;
+  TrunkGrads grads = weights.grads;
+  grads.target_features = in.features_grad;
+
+  Trunk<Backend> trunk(backend, weights.trunk, ctx, dims.K, in.features, in.input_tokens, options.trunk_policy,
+                       options.checkpoint_every);
+  DeviceBuffer<Bf16Bits> y = trunk.forward();
+  const CudaLossHeadTargets targets{in.teacher_rows, weights.lm_head, in.rows};
+  CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{dims.T, dims.H, dims.V}, targets, weight_sum);
+  y.release();
+  DeviceBuffer<float> d_hidden = head.backward(targets, std::move(f.saved));
+  trunk.backward(std::move(d_hidden), grads);
+  return f.stats;
+}
+
+}  // namespace dflash

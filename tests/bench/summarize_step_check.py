@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""bench/cuda/summarize_step.py's verdicts on synthetic results: on target and correct (exit 0),
+each performance target missed on its own (exit 3, the target named), the loss beyond the bound or
+the PyTorch peer missing (exit 1). Needs only python3.
+
+  summarize_step_check.py
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "cuda", "summarize_step.py")
+
+
+def cuda_run(loss_policy, ms):
+    tflops = 5.84e14 / (ms * 1e-3) / 1e12
+    return {"trunk_policy": "per_layer", "loss_policy": loss_policy, "ms_median": ms, "ms": [ms],
+            "executed_flops": 8e14, "model_tflops": tflops, "mfu_of_card": tflops / 700, "mfu_of_datasheet": tflops / 989,
+            "attention_forward_ms": 100.0, "attention_backward_ms": 200.0, "attention_executed_flops": 2e13,
+            "loss": 20.0, "ce": 20.0, "kl": 1.0, "accuracy": 0.0, "losses": [20.0], "grad_norms": [1.0, 2.0],
+            "peak_total_bytes": 10 * 2**30, "planned_total_bytes": 11 * 2**30,
+            "memory": [{"category": "parameters", "planned": 2**30, "measured": 2**30},
+                       {"category": "saved", "planned": 2**30, "measured": 2**30}]}
+
+
+GOOD_CUDA = {"device": "H200", "config": "c.json", "seed": 1,
+             "dims": {k: 1 for k in ("T", "S", "N", "B", "H", "I", "nh", "nkv", "d", "K", "V", "L")},
+             "weight_sum": 10.0, "card_bf16_tflops": 700.0, "card_rate_ms": 1.0, "datasheet_bf16_tflops": 989.0,
+             "baseline_loss_tolerance": 5e-3, "targets": {"mfu": 0.5, "plan_excess": 0.02},
+             "flops": {"block_linear": 3e14, "context": 3e12, "attention_forward": 5e12, "attention_backward": 1e13,
+                       "loss_head": 2.5e14, "model": 5.84e14},
+             "parameters": ["fc.weight", "norm.weight"],
+             "runs": [cuda_run("chunk_recompute", 1500.0), cuda_run("chunk_grad_in_forward", 1400.0)]}
+GOOD_TORCH = {"torch": "2.11", "attention": "flex", "chunk": 2048, "ms_median": 3000.0, "first_step_s": 30.0,
+              "loss": 20.05, "peak_bytes": 40 * 2**30, "grad_norms": {"fc.weight": 1.01, "norm.weight": 2.0}}
+
+
+def summarize(cuda, torch):
+    with tempfile.TemporaryDirectory() as d:
+        paths = [os.path.join(d, "cuda.json"), os.path.join(d, "torch.json")]
+        for path, data in zip(paths, (cuda, torch)):
+            if data is not None:
+                with open(path, "w") as f:
+                    json.dump(data, f)
+        p = subprocess.run([sys.executable, SCRIPT] + paths, capture_output=True, text=True)
+        return p.returncode, p.stdout
+
+
+def main():
+    failures = []
+
+    def expect(what, cuda, torch, code, phrase):
+        rc, out = summarize(cuda, torch)
+        if rc != code or phrase not in out:
+            failures.append(f"{what}: exit {rc} (expected {code}), '{phrase}' {'found' if phrase in out else 'missing'}"
+                            f"\n{out}")
+
+    expect("on target", GOOD_CUDA, GOOD_TORCH, 0, "correctness: PASS")
+    slow = copy.deepcopy(GOOD_CUDA)
+    slow["runs"][1]["mfu_of_card"] = 0.49
+    expect("MFU below half the GEMM rate", slow, GOOD_TORCH, 3, "MFU 49.0% < 50%")
+    over = copy.deepcopy(GOOD_CUDA)
+    over["runs"][0]["memory"][1]["measured"] = int(1.03 * 2**30)
+    expect("saved peak 3% above the plan", over, GOOD_TORCH, 3, "saved peak")
+    edge = copy.deepcopy(GOOD_CUDA)
+    edge["runs"][0]["memory"][1]["measured"] = int(1.02 * 2**30)
+    expect("saved peak 2% above the plan", edge, GOOD_TORCH, 0, "performance targets: met")
+    fast_torch = dict(GOOD_TORCH, ms_median=1450.0)
+    expect("slower than PyTorch", GOOD_CUDA, fast_torch, 3, "not faster than PyTorch")
+    expect("loss beyond the bound", GOOD_CUDA, dict(GOOD_TORCH, loss=20.2), 1, "wrong: per_layer x chunk_recompute: loss")
+    expect("no PyTorch result", GOOD_CUDA, None, 1, "no PyTorch peer result")
+    one = copy.deepcopy(GOOD_CUDA)
+    one["runs"].pop()
+    expect("a policy that did not complete", one, GOOD_TORCH, 1, "did not complete")
+    for f in failures:
+        print(f"summarize_step_check.py: {f}")
+    print("summarize_step_check.py: " + ("every verdict as expected" if not failures else f"{len(failures)} wrong"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
