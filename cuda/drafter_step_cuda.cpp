@@ -22,12 +22,6 @@ DeviceBuffer<T> upload(DeviceAllocator& a, MemoryCategory c, const std::vector<T
   return b;
 }
 
-DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& a, MemoryCategory c, const double* x, std::int64_t n) {
-  std::vector<Bf16Bits> host(static_cast<std::size_t>(n));
-  for (std::size_t e = 0; e < host.size(); ++e) host[e] = bf16_bits_from_float(static_cast<float>(x[e]));
-  return upload(a, c, host);
-}
-
 DeviceBuffer<float> upload_f32(DeviceAllocator& a, MemoryCategory c, const double* x, std::int64_t n) {
   return upload(a, c, std::vector<float>(x, x + n));
 }
@@ -59,30 +53,20 @@ struct DeviceParameters {
 
 }  // namespace
 
-CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
-                                        const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
-                                        const DrafterBatch<double>& batch, const DrafterStepOptions& options,
-                                        const std::optional<double>& global_weight_sum) {
-  const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
-  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
-  drafter_detail::validate_teacher_rows(batch, seqs);
+DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& a, MemoryCategory c, const double* x, std::int64_t n) {
+  std::vector<Bf16Bits> host(static_cast<std::size_t>(n));
+  for (std::size_t e = 0; e < host.size(); ++e) host[e] = bf16_bits_from_float(static_cast<float>(x[e]));
+  return upload(a, c, host);
+}
 
+LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
+                                             const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
+                                             const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+                                             const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+                                             Tensor<double>* features_grad) {
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
   const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
   const std::int64_t KH = dims.feature_width();
-  CudaDrafterStepResult result;
-  result.weight_sum = global_weight_sum ? *global_weight_sum : drafter_detail::total_weight(seqs);
-  result.grads = make_drafter_parameters<double>(host, config, MemoryCategory::gradients);
-  result.target_features_grad = Tensor<double>(host, MemoryCategory::gradients, batch.target_features.shape());
-
-  const DeviceParameters device(allocator, params);
-  const DeviceBuffer<Bf16Bits> embed =
-      upload_bf16(allocator, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
-  const DeviceBuffer<Bf16Bits> lm_head =
-      upload_bf16(allocator, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel());
-  CudaDrafterWeights weights;
-  weights.lm_head = lm_head.data();
-  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights.trunk, weights.grads);
   LinearGemm gemm(allocator);
   const CudaBackend backend{allocator, gemm};
   CudaLossHead head(allocator, loss_options);
@@ -91,6 +75,7 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
   const MemoryCategory in = MemoryCategory::inputs;
   const DeviceBuffer<std::int64_t> ctx_pos = upload(allocator, in, context_positions);
 
+  LossHeadStats<double> total;
   for (std::int64_t b = 0; b < nseq; ++b) {
     const PreparedSequence<double>& s = seqs[static_cast<std::size_t>(b)];
     const DeviceBuffer<std::int64_t> anchors = upload(allocator, in, s.slots.anchors);
@@ -106,24 +91,55 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
         upload(allocator, in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
     const DeviceBuffer<std::uint8_t> valid = upload(allocator, in, s.blocks.valid);
 
-    DeviceBuffer<float> d_features(allocator, MemoryCategory::gradients, static_cast<std::size_t>(S * KH));
-    d_features.zero();
+    DeviceBuffer<float> d_features;
+    if (features_grad != nullptr) {
+      d_features = DeviceBuffer<float>(allocator, MemoryCategory::gradients, static_cast<std::size_t>(S * KH));
+      d_features.zero();
+    }
     const CudaSequenceInputs inputs{anchors.data(), keep.data(), positions.data(), ctx_pos.data(), tokens.data(),
                                     features.data(), teacher16.data(),
                                     DeviceRowTargets{labels.data(), row_weights.data(), valid.data()},
                                     d_features.data()};
     const LossHeadStats<double> stats =
         cuda_drafter_sequence_step(backend, head, config, dims, weights, inputs, options,
-                                   options.sequence_offset + static_cast<std::uint32_t>(b), result.weight_sum);
-    result.stats.loss += stats.loss;
-    result.stats.ce += stats.ce;
-    result.stats.kl += stats.kl;
-    result.stats.magnitude = std::max(result.stats.magnitude, stats.magnitude);
-    result.stats.correct += stats.correct;
-    result.stats.valid_rows += stats.valid_rows;
-    const std::vector<float> df = d_features.download();
-    std::copy(df.begin(), df.end(), result.target_features_grad.data() + b * S * KH);
+                                   options.sequence_offset + static_cast<std::uint32_t>(b), weight_sum);
+    total.loss += stats.loss;
+    total.ce += stats.ce;
+    total.kl += stats.kl;
+    total.magnitude = std::max(total.magnitude, stats.magnitude);
+    total.correct += stats.correct;
+    total.valid_rows += stats.valid_rows;
+    if (features_grad != nullptr) {
+      const std::vector<float> df = d_features.download();
+      std::copy(df.begin(), df.end(), features_grad->data() + b * S * KH);
+    }
   }
+  return total;
+}
+
+CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
+                                        const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
+                                        const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                        const std::optional<double>& global_weight_sum) {
+  const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
+  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
+  drafter_detail::validate_teacher_rows(batch, seqs);
+
+  CudaDrafterStepResult result;
+  result.weight_sum = global_weight_sum ? *global_weight_sum : drafter_detail::total_weight(seqs);
+  result.grads = make_drafter_parameters<double>(host, config, MemoryCategory::gradients);
+  result.target_features_grad = Tensor<double>(host, MemoryCategory::gradients, batch.target_features.shape());
+
+  const DeviceParameters device(allocator, params);
+  const DeviceBuffer<Bf16Bits> embed =
+      upload_bf16(allocator, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
+  const DeviceBuffer<Bf16Bits> lm_head =
+      upload_bf16(allocator, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel());
+  CudaDrafterWeights weights;
+  weights.lm_head = lm_head.data();
+  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights.trunk, weights.grads);
+  result.stats = cuda_drafter_sequences(allocator, host, config, weights, batch, options, loss_options, seqs,
+                                        result.weight_sum, &result.target_features_grad);
 
   std::size_t at = 0;
   result.grads.for_each([&](const std::string&, Tensor<double>& t) {

@@ -15,8 +15,11 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "cuda/device_allocator.hpp"
+#include "cuda/device_buffer.hpp"
+#include "cuda/drafter_sequence_step.hpp"
 #include "reference/drafter.hpp"
 
 namespace dflash {
@@ -34,5 +37,20 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
                                         const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
                                         const DrafterBatch<double>& batch, const DrafterStepOptions& options,
                                         const std::optional<double>& global_weight_sum = std::nullopt);
+
+// x[0, n) rounded to bf16 (through float, nearest even) in a new device buffer of category c.
+DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& allocator, MemoryCategory c, const double* x, std::int64_t n);
+
+// cuda_drafter_step's loop over the batch's sequences (prepared by prepare_sequences with
+// `options`, the batch validated by the caller) on device-resident weights: each sequence's inputs
+// uploaded, cuda_drafter_sequence_step over `weight_sum`, every gradient added into weights.grads
+// in sequence order; dL/dF written into *features_grad ([nseq, S, K H], host) when it is given.
+// The training step (distributed/cuda_train_step.hpp) calls it on its resident state. Returns the
+// loss statistics summed over the sequences.
+LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
+                                             const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
+                                             const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+                                             const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+                                             Tensor<double>* features_grad);
 
 }  // namespace dflash

@@ -36,44 +36,37 @@ std::vector<const Tensor<double>*> flat_tensors(const DrafterParameters<double>&
   return out;
 }
 
-namespace {
-
-// Calls visit(tensor, element offset within it, position in the span, run length) for every run of
-// [begin, begin + n) that lies inside one tensor; positions at or beyond P are left to the caller.
-template <class Visit>
-void for_each_run(const FlatLayout& layout, std::int64_t begin, std::int64_t n, Visit visit) {
+std::vector<FlatRun> flat_runs(const FlatLayout& layout, std::int64_t begin, std::int64_t n) {
+  std::vector<FlatRun> runs;
   const std::int64_t end = std::min(begin + n, layout.count());
   std::int64_t e = std::max<std::int64_t>(begin, 0);
-  if (e >= end) return;
+  if (e >= end) return runs;
   std::size_t t = layout.tensor_at(e);
   while (e < end) {
     const FlatTensor& ft = layout.tensors()[t];
     const std::int64_t stop = std::min(end, ft.offset + ft.numel);
-    visit(t, e - ft.offset, e - begin, stop - e);
+    runs.push_back({t, e - ft.offset, e - begin, stop - e});
     e = stop;
     ++t;
   }
+  return runs;
 }
-
-}  // namespace
 
 void read_flat(const FlatLayout& layout, const DrafterParameters<double>& params, std::int64_t begin,
                std::span<double> out) {
   const auto tensors = flat_tensors(params);
   std::fill(out.begin(), out.end(), 0.0);
-  for_each_run(layout, begin, static_cast<std::int64_t>(out.size()),
-               [&](std::size_t t, std::int64_t at, std::int64_t pos, std::int64_t len) {
-                 std::copy_n(tensors[t]->data() + at, len, out.data() + pos);
-               });
+  for (const FlatRun& r : flat_runs(layout, begin, static_cast<std::int64_t>(out.size()))) {
+    std::copy_n(tensors[r.tensor]->data() + r.at, r.length, out.data() + r.position);
+  }
 }
 
 void write_flat(const FlatLayout& layout, DrafterParameters<double>& params, std::int64_t begin,
                 std::span<const double> values) {
   const auto tensors = flat_tensors(params);
-  for_each_run(layout, begin, static_cast<std::int64_t>(values.size()),
-               [&](std::size_t t, std::int64_t at, std::int64_t pos, std::int64_t len) {
-                 std::copy_n(values.data() + pos, len, tensors[t]->data() + at);
-               });
+  for (const FlatRun& r : flat_runs(layout, begin, static_cast<std::int64_t>(values.size()))) {
+    std::copy_n(values.data() + r.position, r.length, tensors[r.tensor]->data() + r.at);
+  }
 }
 
 }  // namespace dflash

@@ -54,6 +54,15 @@ class FlatLayout {
 std::vector<Tensor<double>*> flat_tensors(DrafterParameters<double>& params);
 std::vector<const Tensor<double>*> flat_tensors(const DrafterParameters<double>& params);
 
+// The runs of flat elements [begin, begin + n) that lie inside one tensor each, in order: tensor
+// index, first element within the tensor, position within the span, length. Elements at or beyond
+// P (the ZeRO-1 padding) are in no run.
+struct FlatRun {
+  std::size_t tensor;
+  std::int64_t at, position, length;
+};
+std::vector<FlatRun> flat_runs(const FlatLayout& layout, std::int64_t begin, std::int64_t n);
+
 // Copies flat elements [begin, begin + out.size()) of `params` into out (0 beyond P), and back.
 void read_flat(const FlatLayout& layout, const DrafterParameters<double>& params, std::int64_t begin,
                std::span<double> out);

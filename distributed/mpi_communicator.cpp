@@ -93,6 +93,16 @@ MpiCommunicator::~MpiCommunicator() {
 
 const void* MpiCommunicator::native_handle() const { return &handle_->comm; }
 
+int MpiCommunicator::node_local_rank() const {
+  MPI_Comm local = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(handle_->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+  int rank = 0;
+  const int code = MPI_Comm_rank(local, &rank);
+  MPI_Comm_free(&local);
+  check(code, "MPI_Comm_rank");
+  return rank;
+}
+
 void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
   const void* from = send == recv ? MPI_IN_PLACE : send;
   check(MPI_Allreduce(from, recv, mpi_count(count, "MPI_Allreduce"), mpi_type(type), mpi_op(op), handle_->comm),

@@ -42,6 +42,9 @@ class MpiCommunicator final : public Communicator {
 
   // Points to the MPI_Comm (kept opaque so that this header does not need mpi.h), for NCCL's bootstrap.
   const void* native_handle() const;
+  // This rank among the ranks that share its node (MPI_COMM_TYPE_SHARED; OpenMPI, Slurm and MPICH
+  // alike): the GPU a GPU rank takes. A collective over this communicator.
+  int node_local_rank() const;
 
  protected:
   void end_job(int exit_code) override;

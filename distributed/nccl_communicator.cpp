@@ -1,7 +1,6 @@
 #include "distributed/nccl_communicator.hpp"
 
 #include <cuda_runtime.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include "reference/errors.hpp"
@@ -24,10 +23,6 @@ void check_nccl(ncclResult_t code, std::string_view call, ncclComm_t comm = null
   throw CommunicationError(str("NCCL ", call, " failed: ", detail));
 }
 
-void check_mpi(int code, std::string_view call) {
-  if (code != MPI_SUCCESS) throw CommunicationError(str("MPI ", call, " failed during the NCCL bootstrap (code ", code, ")"));
-}
-
 ncclDataType_t nccl_type(CommType type) {
   switch (type) {
     case CommType::f32: return ncclFloat32;
@@ -46,17 +41,6 @@ ncclRedOp_t nccl_op(CommOp op) {
   throw CommunicationError("NCCL: unknown reduction");
 }
 
-// The rank among the ranks that share this node (OpenMPI, Slurm and MPICH alike).
-int node_local_rank(const MPI_Comm& comm) {
-  MPI_Comm local = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
-  int rank = 0;
-  const int code = MPI_Comm_rank(local, &rank);
-  MPI_Comm_free(&local);
-  check_mpi(code, "MPI_Comm_rank");
-  return rank;
-}
-
 }  // namespace
 
 struct NcclCommunicator::State {
@@ -66,8 +50,7 @@ struct NcclCommunicator::State {
 
 NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
     : state_(std::make_unique<State>()), bootstrap_(bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
-  const MPI_Comm& mpi = *static_cast<const MPI_Comm*>(bootstrap.native_handle());
-  device_ = node_local_rank(mpi);
+  device_ = bootstrap.node_local_rank();
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
   if (device_ >= devices) {

@@ -7,6 +7,7 @@
 
 #include "common/adamw.hpp"
 #include "distributed/gradient_reduction.hpp"
+#include "distributed/step_checks.hpp"
 #include "reference/errors.hpp"
 
 namespace dflash {
@@ -51,41 +52,6 @@ void require_same_config(Communicator& comm, const DrafterConfig& config, const 
 
 namespace {
 
-// The rank's global indices must be exactly its share of the global batch (TRAINING §11).
-void check_rank_sequences(const GlobalBatchLayout& layout, int rank, const TrainingConfig& training,
-                          std::span<const RankSequences> sequences) {
-  std::vector<std::int64_t> got;
-  for (std::size_t i = 0; i < sequences.size(); ++i) {
-    const RankSequences& s = sequences[i];
-    if (s.batch == nullptr) throw_input_error(str("sequences[", i, "]"), "has no batch");
-    if (s.batch->anchors) {
-      throw_input_error(str("sequences[", i, "]"), "holds explicit anchors; a training step samples them from g");
-    }
-    if (s.batch->context_length() > training.max_context) {
-      throw_input_error(str("sequences[", i, "]"), str("context length ", s.batch->context_length(),
-                                                       " exceeds max_context = ", training.max_context));
-    }
-    for (std::int64_t b = 0; b < s.batch->num_sequences(); ++b) got.push_back(s.first_global_index + b);
-  }
-  std::sort(got.begin(), got.end());
-  const std::vector<std::int64_t> want = layout.sequences_of_rank(rank);
-  if (got != want) {
-    auto list = [](const std::vector<std::int64_t>& v) {
-      std::string s;
-      for (std::size_t i = 0; i < v.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-      return s + (v.size() > 16 ? ", ..." : "");
-    };
-    throw_input_error("rank sequences", str("rank ", rank, " got global indices [", list(got), "] but its share of a ",
-                                            layout.global_sequences(), "-sequence batch over ", layout.ranks(),
-                                            " ranks and ", layout.micro_steps(), " micro-steps is [", list(want), "]"));
-  }
-}
-
-// Where the rank saw its first non-finite value: kind 0 none, 1 the loss, 2 a gradient (tensor, element).
-struct NonFiniteReport {
-  std::int64_t kind = 0, tensor = 0, element = 0;
-};
-
 // The gradients first (the tensors §12 asks to name; the reduction saw the rank's first non-finite
 // element in canonical order before summing over ranks), then the loss.
 NonFiniteReport non_finite_report(double local_loss, const FlatLayout& layout, std::int64_t first_non_finite) {
@@ -95,31 +61,6 @@ NonFiniteReport non_finite_report(double local_loss, const FlatLayout& layout, s
   }
   if (!std::isfinite(local_loss)) return {1, 0, 0};
   return {};
-}
-
-[[noreturn]] void throw_non_finite(std::int64_t step, int rank, const std::string& tensor, const std::string& what,
-                                   const std::string& last_good_checkpoint) {
-  throw NonFiniteStepError(step, rank, tensor,
-                           str("non-finite ", what, " at step ", step, rank < 0 ? " after the reduction (every rank)"
-                                                                                : str(" on rank ", rank),
-                               ": first offending tensor ", tensor, "; the step was not applied on any rank; "
-                               "last good checkpoint: ", last_good_checkpoint));
-}
-
-// Every rank's report; every rank throws the same error for the lowest rank that saw one.
-void require_finite_everywhere(Communicator& comm, const FlatLayout& layout, std::int64_t step,
-                               const NonFiniteReport& mine, const std::string& last_good_checkpoint) {
-  std::vector<std::int64_t> all(3 * static_cast<std::size_t>(comm.size()));
-  const std::int64_t packed[3] = {mine.kind, mine.tensor, mine.element};
-  comm.all_gather(packed, all.data(), 3, CommType::i64);
-  for (int r = 0; r < comm.size(); ++r) {
-    const std::int64_t* rep = all.data() + 3 * r;
-    if (rep[0] == 1) throw_non_finite(step, r, "loss", "loss", last_good_checkpoint);
-    if (rep[0] == 2) {
-      const std::string& name = layout.tensors().at(static_cast<std::size_t>(rep[1])).name;
-      throw_non_finite(step, r, name, str("gradient (", name, " element ", rep[2], ")"), last_good_checkpoint);
-    }
-  }
 }
 
 // The updated parameters into every rank's working copy: ZeRO-0 copies the (whole) master
@@ -260,18 +201,7 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   grads = DrafterParameters<double>{};  // the gradients are spent before the parameters are published
   publish_parameters(comm, layout, buckets, opt, state.params, bucket);
 
-  StepMetrics m;
-  m.step = t;
-  m.loss = sums[0];
-  m.ce = sums[1];
-  m.kl = sums[2];
-  m.tokens = counts[1];
-  m.accuracy = counts[1] == 0 ? 0.0 : double(counts[0]) / double(counts[1]);
-  m.weight_sum = W;
-  m.lr = applied.lr;
-  m.grad_norm = applied.grad_norm;
-  m.clipped = applied.clipped;
-  return m;
+  return step_metrics(t, sums, counts, W, applied.lr, applied.grad_norm, applied.clipped);
 }
 
 }  // namespace dflash

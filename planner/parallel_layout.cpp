@@ -39,7 +39,7 @@ GradientBuckets gradient_buckets(std::int64_t count, const ParallelLayout& layou
 }
 
 std::int64_t communication_bytes(const ParallelLayout& layout, std::int64_t count, std::int64_t element_bytes) {
-  if (layout.gpus <= 1) return 0;
+  if (layout.gpus <= 1 || layout.in_place_flat) return 0;
   return checked_product({layout.buckets_in_flight, bucket_elements(count, layout, element_bytes), element_bytes});
 }
 

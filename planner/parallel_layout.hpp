@@ -21,6 +21,10 @@ struct ParallelLayout {
   int zero_stage = 1;  // 0 or 1
   std::int64_t bucket_bytes = kDefaultBucketBytes;
   std::int64_t buckets_in_flight = 2;
+  // The CUDA training step's layout (distributed/cuda_train_step.hpp): one flat gradient of the
+  // padded size, reduced in place (no bucket buffers), master weights and moments of the shard
+  // clipped to P (the padding never stored).
+  bool in_place_flat = false;
 };
 
 // ZeRO-1 pads the flat parameter vector with zeros to a multiple of G x 128 elements so that every
@@ -62,7 +66,7 @@ struct GradientBuckets {
 };
 GradientBuckets gradient_buckets(std::int64_t count, const ParallelLayout& layout, std::int64_t element_bytes);
 
-// buckets_in_flight buckets when gpus > 1 (one GPU reduces nothing).
+// buckets_in_flight buckets when gpus > 1 (one GPU reduces nothing); none when in_place_flat.
 std::int64_t communication_bytes(const ParallelLayout& layout, std::int64_t count, std::int64_t element_bytes);
 
 }  // namespace dflash

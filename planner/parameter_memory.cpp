@@ -1,5 +1,7 @@
 #include "planner/parameter_memory.hpp"
 
+#include <algorithm>
+
 #include "planner/checked_bytes.hpp"
 #include "reference/drafter_parameters.hpp"
 
@@ -16,12 +18,15 @@ ParameterCounts drafter_parameter_counts(const DrafterConfig& config) {
 CategoryBytes parameter_memory(const ParameterCounts& n, const TrainingPrecision& p, const ParallelLayout& layout) {
   validate_training_precision(p);
   validate_parallel_layout(layout);
-  const std::int64_t sharded = elements_per_gpu(n.trainable, layout, /*sharded_by_zero1=*/true);
+  // in_place_flat keeps only the shard's part below P (rank 0's is the largest).
+  const std::int64_t shard = elements_per_gpu(n.trainable, layout, /*sharded_by_zero1=*/true);
+  const std::int64_t sharded = layout.in_place_flat ? std::min(shard, n.trainable) : shard;
   CategoryBytes m;
   m[PlanCategory::parameters] = checked_product({n.trainable, p.parameter_bytes});
   m[PlanCategory::frozen] = checked_product({n.frozen, p.frozen_bytes});
   m[PlanCategory::master_weights] = checked_product({sharded, p.master_bytes});
-  m[PlanCategory::gradients] = checked_product({n.trainable, p.gradient_bytes});
+  const std::int64_t gradient_elements = layout.in_place_flat ? padded_count(n.trainable, layout) : n.trainable;
+  m[PlanCategory::gradients] = checked_product({gradient_elements, p.gradient_bytes});
   m[PlanCategory::optimizer_state] = checked_product({sharded, p.optimizer_state_bytes});
   m[PlanCategory::communication] = communication_bytes(layout, n.trainable, p.gradient_bytes);
   return m;

@@ -2,8 +2,10 @@
 // (trainable and frozen), gradients, optimizer state"), under a precision and a parallel layout:
 //   parameters       P x parameter_bytes                    (every GPU runs the whole model)
 //   frozen           2 V H x frozen_bytes                   (embedding and lm_head, untied)
-//   master_weights   P' x master_bytes                      P' = the ZeRO-1 shard (P padded to G 128, / G), else P
-//   gradients        P x gradient_bytes                     (ZeRO-1 keeps whole gradients; stage 2 would shard them)
+//   master_weights   P' x master_bytes                      P' = the ZeRO-1 shard (P padded to G 128, / G), else P;
+//                                                           in_place_flat: the shard clipped to P (rank 0's, the largest)
+//   gradients        P x gradient_bytes                     (ZeRO-1 keeps whole gradients; stage 2 would shard them);
+//                                                           in_place_flat: the padded P'' = P rounded up to G 128
 //   optimizer_state  P' x optimizer_state_bytes             (AdamW m and v)
 //   communication    gradient buckets of gradient_bytes elements (parallel_layout.hpp)
 #pragma once

@@ -160,6 +160,17 @@ void copy_row(const Tensor<Real>& from, Tensor<Real>& to, std::int64_t at) {
 
 }  // namespace drafter_detail
 
+// The step options' checks (policies, loss options; InputError names the problem); returns the
+// loss head's options for the step.
+inline LossHeadOptions validate_drafter_step_options(const DrafterConfig& config, const DrafterStepOptions& options) {
+  trunk_segment_length(options.trunk_policy, options.checkpoint_every, config.num_hidden_layers);  // validates k
+  LossHeadOptions loss_options = config.loss_head_options();
+  loss_options.policy = options.loss_policy;
+  loss_options.chunk_rows = options.loss_chunk_rows;
+  validate_loss_head_options(loss_options);
+  return loss_options;
+}
+
 // Every check a step runs before computing anything (config, parameters, batch, policies, loss
 // options; InputError names the problem); returns the loss head's options for the step.
 template <class Real>
@@ -169,12 +180,7 @@ LossHeadOptions validate_drafter_step(const DrafterConfig& config, const Drafter
   validate_drafter_config(config);
   validate_drafter_parameters(config, params, frozen);
   validate_drafter_batch(config, batch, options.sequence_offset);
-  trunk_segment_length(options.trunk_policy, options.checkpoint_every, config.num_hidden_layers);  // validates k
-  LossHeadOptions loss_options = config.loss_head_options();
-  loss_options.policy = options.loss_policy;
-  loss_options.chunk_rows = options.loss_chunk_rows;
-  validate_loss_head_options(loss_options);
-  return loss_options;
+  return validate_drafter_step_options(config, options);
 }
 
 namespace drafter_detail {

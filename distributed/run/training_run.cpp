@@ -17,7 +17,9 @@
 #include "distributed/metrics/metrics_report.hpp"
 #include "distributed/metrics/step_record.hpp"
 #include "distributed/optimizer_state.hpp"
+#include "distributed/run/cuda_step_backend.hpp"
 #include "distributed/run/evaluation.hpp"
+#include "distributed/run/step_backend.hpp"
 #include "distributed/run/stop_signal.hpp"
 #include "distributed/train_step.hpp"
 #include "distributed/weights/drafter_export.hpp"
@@ -73,15 +75,6 @@ DrafterParameters<double> unflatten(MemoryTracker& tracker, const DrafterConfig&
   return p;
 }
 
-std::map<std::string, std::int64_t> peak_bytes(const MemoryTracker& tracker) {
-  std::map<std::string, std::int64_t> out;
-  for (int c = 0; c < kMemoryCategoryCount; ++c) {
-    const auto category = static_cast<MemoryCategory>(c);
-    out[std::string(category_name(category))] = static_cast<std::int64_t>(tracker.peak(category));
-  }
-  return out;
-}
-
 void barrier(Communicator& comm) {
   std::int64_t token = 0;
   comm.all_reduce(&token, &token, 1, CommType::i64, CommOp::sum);
@@ -113,10 +106,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
                                   training_backend_name(o.backend), " (table above); change the config or the ranks, "
                                   "or pass --force to try anyway"));
   }
-  if (o.backend == TrainingBackend::cuda) {
-    throw_input_error("--backend", "cuda: the CUDA training step is not built yet (the CUDA trunk and optimizer are "
-                                   "still in progress); use --backend cpu");
-  }
+  if (o.backend == TrainingBackend::cuda) require_cuda_training_available(comm);
 
   // 3. Output directory.
   check_output_directory(o.out, o.resume);
@@ -162,14 +152,17 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     state = make_training_state(tracker, config, training, comm, std::move(initial));
     if (lead && o.resume) log << "dflash train: --resume: no checkpoint in " << o.out.string() << ", starting at step 0\n";
   }
+  const std::unique_ptr<StepBackend> backend =
+      o.backend == TrainingBackend::cuda ? make_cuda_step_backend(comm, config, training, frozen, std::move(state))
+                                         : make_reference_step_backend(tracker, comm, config, training, frozen, std::move(state));
 
   // Everything is valid: from here on the run writes.
   const fs::path metrics_path = o.out / "metrics.jsonl", eval_path = o.out / "eval.jsonl";
   std::ofstream metrics, eval_log;
   if (lead) {
     fs::create_directories(o.out);
-    truncate_metrics_file(metrics_path, state.optimizer.step);  // steps after the checkpoint are re-run
-    truncate_metrics_file(eval_path, state.optimizer.step);
+    truncate_metrics_file(metrics_path, backend->completed_steps());  // steps after the checkpoint are re-run
+    truncate_metrics_file(eval_path, backend->completed_steps());
     metrics.open(metrics_path, std::ios::app);
     if (eval_set) eval_log.open(eval_path, std::ios::app);
   }
@@ -177,11 +170,12 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
 
   auto save = [&](const DataCursor& at) {
-    RunCheckpoint ck{state.optimizer.step, at, config.seed, tokens_seen, config_json, R, gather_full(comm, flat, state.optimizer.master),
-                     gather_full(comm, flat, state.optimizer.exp_avg), gather_full(comm, flat, state.optimizer.exp_avg_sq)};
-    if (lead) write_run_checkpoint(o.out, config, ck, {safetensors::Dtype::F64, o.keep, {}});
+    auto [master, exp_avg, exp_avg_sq] = backend->gather_optimizer();
+    RunCheckpoint ck{backend->completed_steps(), at, config.seed, tokens_seen, config_json, R, std::move(master),
+                     std::move(exp_avg), std::move(exp_avg_sq)};
+    if (lead) write_run_checkpoint(o.out, config, ck, {backend->master_dtype(), o.keep, {}});
     barrier(comm);
-    last_good = (o.out / checkpoint_name(state.optimizer.step)).string();
+    last_good = (o.out / checkpoint_name(backend->completed_steps())).string();
   };
 
   const GlobalBatchLayout layout = GlobalBatchLayout::of(training, R);
@@ -189,9 +183,9 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const std::vector<std::int64_t> mine = layout.sequences_of_rank(rank);
   RunSummary summary;
   bool stopped = false;
-  for (std::int64_t t = state.optimizer.step; t < training.total_steps && !stopped; ++t) {
+  for (std::int64_t t = backend->completed_steps(); t < training.total_steps && !stopped; ++t) {
     const auto start = std::chrono::steady_clock::now();
-    tracker.reset_peaks();
+    backend->reset_peaks();
     const std::vector<std::int64_t> batch = order.batch(cursor, training.global_batch_sequences);
     std::vector<DrafterBatch<double>> batches;
     batches.reserve(mine.size());
@@ -203,10 +197,9 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       flags[0] += q.truncated ? 1 : 0;
       batches.push_back(drafter_batch_of(tracker, q, config.feature_width(), config.hidden_size));
       sequences.push_back({g, &batches.back()});
-      add_block_statistics(blocks, config, state.params, frozen, batches.back(), std::uint32_t(t), std::uint32_t(g));
+      add_block_statistics(blocks, config, backend->parameters(), frozen, batches.back(), std::uint32_t(t), std::uint32_t(g));
     }
-    const StepMetrics m = train_step(tracker, comm, config, training, frozen, state, sequences,
-                                     {verdict.plan.request.layout.bucket_bytes, last_good, nullptr});
+    const StepMetrics m = backend->step(sequences, {verdict.plan.request.layout.bucket_bytes, last_good, nullptr});
     std::vector<double> packed = blocks.packed();
     all_reduce_sum(comm, packed);
     blocks = BlockStatistics::unpacked(packed, config.block_size);
@@ -227,7 +220,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     r.tokens = m.tokens;
     r.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     r.tokens_per_s = r.step_s > 0 ? double(m.tokens) / r.step_s : 0.0;
-    r.peak_bytes = peak_bytes(tracker);
+    r.peak_bytes = backend->peak_bytes();
     r.truncated_sequences = flags[0];
     r.accuracy_by_position = blocks.accuracy_by_position();
     r.acceptance_length = blocks.acceptance_length();
@@ -242,7 +235,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       }
     }
     if (eval_set && (t + 1) % o.eval_every == 0) {
-      const EvalRecord e = evaluate(comm, config, training, state.params, frozen, *eval_set, t);
+      const EvalRecord e = evaluate(comm, config, training, backend->parameters(), frozen, *eval_set, t);
       if (lead) eval_log << eval_record_json(e).dump() << "\n" << std::flush;
     }
     if (o.after_step) o.after_step(t);

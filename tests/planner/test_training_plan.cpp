@@ -78,6 +78,26 @@ TEST(TrainingPlan, ZeroOneShardsMasterWeightsAndMomentsOnly) {
   EXPECT_EQ(zero0.categories[PlanCategory::communication], 2 * kDefaultBucketBytes);
 }
 
+// The CUDA step's layout (distributed/cuda_training_state.hpp): the flat gradient padded, master
+// and moments of the shard clipped to P, no bucket buffers.
+TEST(TrainingPlan, InPlaceFlatLayoutPadsTheGradientClipsTheShardAndHasNoBuckets) {
+  PlanRequest r = full_scale();
+  r.layout = {.gpus = 8, .zero_stage = 1, .in_place_flat = true};
+  const MemoryPlan eight = plan_training_memory(r);
+  const std::int64_t P = eight.parameters.trainable, padded = (P + 1023) / 1024 * 1024;
+  EXPECT_EQ(eight.categories[PlanCategory::communication], 0);
+  EXPECT_EQ(eight.categories[PlanCategory::master_weights], 4 * (padded / 8));
+  EXPECT_EQ(eight.categories[PlanCategory::optimizer_state], 8 * (padded / 8));
+  r.layout.zero_stage = 0;
+  const std::int64_t zero0_gradients = plan_training_memory(r).categories[PlanCategory::gradients];
+  EXPECT_EQ(eight.categories[PlanCategory::gradients] - zero0_gradients, 4 * (padded - P));
+  // One GPU: the shard is the whole vector padded to 128, the part kept only P.
+  r.layout = {.gpus = 1, .zero_stage = 1, .in_place_flat = true};
+  const MemoryPlan one = plan_training_memory(r);
+  EXPECT_EQ(one.categories[PlanCategory::master_weights], 4 * P);
+  EXPECT_EQ(one.categories[PlanCategory::optimizer_state], 8 * P);
+}
+
 TEST(TrainingPlan, TotalIsTheSumOfCategoriesAndDecidesTheVerdict) {
   const MemoryPlan plan = plan_training_memory(full_scale());
   std::int64_t sum = 0;

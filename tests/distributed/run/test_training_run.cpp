@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "distributed/metrics/metrics_report.hpp"
+#include "distributed/run/cuda_step_backend.hpp"
 #include "distributed/run/training_run.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "distributed/weights/drafter_export.hpp"
@@ -20,6 +21,7 @@ namespace dflash {
 namespace {
 
 using namespace train_testing;
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 TrainingRunOptions options_for(const std::filesystem::path& out) {
@@ -255,11 +257,29 @@ TEST(RunBadInput, ResumeWithAnotherConfigNamesTheField) {
   EXPECT_EQ(directory_listing(dir / "run"), before);
 }
 
-TEST(RunBadInput, CudaBackendIsNotBuiltYet) {
+// Without a GPU (or without CUDA in the build), --backend cuda is refused after the plan gate,
+// naming --backend and why, before anything is written. Where a GPU is, ci/gpu runs the CUDA run.
+TEST(RunBadInput, CudaBackendWithoutAGpuIsRefusedAfterThePlanGate) {
+  std::string why;
+  try {
+    SingleProcessCommunicator one;
+    require_cuda_training_available(one);
+    GTEST_SKIP() << "a GPU is available here: the CUDA run is ci/gpu's (dflash train --backend cuda on mid)";
+  } catch (const InputError& e) {
+    why = e.what();
+  }
+  EXPECT_THAT(why, AnyOf(HasSubstr("no GPU is available"), HasSubstr("built without CUDA")));
   ScratchDirectory dir;
   TrainingRunOptions o = options_for(dir / "run");
   o.backend = TrainingBackend::cuda;
-  expect_refused_writing_nothing(o, {"--backend", "not built yet"});
+  expect_refused_writing_nothing(o, {"--backend", why.substr(why.find("cuda:"))});
+  std::ostringstream out;
+  try {
+    SingleProcessCommunicator comm;
+    run_training(o, comm, out);
+  } catch (const InputError&) {
+  }
+  EXPECT_THAT(out.str(), HasSubstr("backend cuda: fits")) << "the plan gate runs first";
 }
 
 }  // namespace

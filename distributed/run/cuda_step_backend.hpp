@@ -1,0 +1,27 @@
+// `dflash train --backend cuda`: the CUDA step (distributed/cuda_train_step.hpp) behind the run
+// loop's StepBackend. Ranks: a plain start (the single-process communicator) is R = 1 with the
+// single-process communicator on the device too; under mpirun/srun (the MPI communicator) the
+// device collectives go through NCCL, one GPU per node-local rank. Built without CUDA (or, for
+// R > 1, without NCCL), both functions refuse with an InputError naming --backend.
+#pragma once
+
+#include <memory>
+
+#include "distributed/run/step_backend.hpp"
+
+namespace dflash {
+
+// Throws InputError naming --backend when this build or this machine cannot run the CUDA step:
+// built without CUDA, or no usable GPU (the probe's reason). The run calls it after the plan gate.
+// An MPI rank takes the GPU of its node-local rank first, so that the probe's context is made
+// there, not on GPU 0 (a collective over `comm`).
+void require_cuda_training_available(Communicator& comm);
+
+// The CUDA backend from this rank's host state (fresh or restored: its optimizer part is rounded
+// to fp32 and put on the device; the host copy is freed). comm, config, training and frozen must
+// outlive it.
+std::unique_ptr<StepBackend> make_cuda_step_backend(Communicator& comm, const DrafterConfig& config,
+                                                    const TrainingConfig& training, const FrozenWeights<double>& frozen,
+                                                    TrainingState state);
+
+}  // namespace dflash

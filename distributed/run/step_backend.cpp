@@ -1,0 +1,53 @@
+#include "distributed/run/step_backend.hpp"
+
+namespace dflash {
+
+std::map<std::string, std::int64_t> peak_bytes_of(const MemoryTracker& tracker) {
+  std::map<std::string, std::int64_t> out;
+  for (int c = 0; c < kMemoryCategoryCount; ++c) {
+    const auto category = static_cast<MemoryCategory>(c);
+    out[std::string(category_name(category))] = static_cast<std::int64_t>(tracker.peak(category));
+  }
+  return out;
+}
+
+namespace {
+
+class ReferenceStepBackend final : public StepBackend {
+ public:
+  ReferenceStepBackend(MemoryTracker& tracker, Communicator& comm, const DrafterConfig& config,
+                       const TrainingConfig& training, const FrozenWeights<double>& frozen, TrainingState state)
+      : tracker_(tracker), comm_(comm), config_(config), training_(training), frozen_(frozen), state_(std::move(state)) {}
+
+  std::int64_t completed_steps() const override { return state_.optimizer.step; }
+  const DrafterParameters<double>& parameters() override { return state_.params; }
+  StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
+    return train_step(tracker_, comm_, config_, training_, frozen_, state_, sequences, options);
+  }
+  std::array<std::vector<double>, 3> gather_optimizer() override {
+    const FlatLayout layout(config_, comm_.size(), training_.zero_stage);
+    return {gather_full(comm_, layout, state_.optimizer.master), gather_full(comm_, layout, state_.optimizer.exp_avg),
+            gather_full(comm_, layout, state_.optimizer.exp_avg_sq)};
+  }
+  safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F64; }
+  std::map<std::string, std::int64_t> peak_bytes() const override { return peak_bytes_of(tracker_); }
+  void reset_peaks() override { tracker_.reset_peaks(); }
+
+ private:
+  MemoryTracker& tracker_;
+  Communicator& comm_;
+  const DrafterConfig& config_;
+  const TrainingConfig& training_;
+  const FrozenWeights<double>& frozen_;
+  TrainingState state_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepBackend> make_reference_step_backend(MemoryTracker& tracker, Communicator& comm,
+                                                         const DrafterConfig& config, const TrainingConfig& training,
+                                                         const FrozenWeights<double>& frozen, TrainingState state) {
+  return std::make_unique<ReferenceStepBackend>(tracker, comm, config, training, frozen, std::move(state));
+}
+
+}  // namespace dflash

@@ -1,0 +1,46 @@
+// One rank's training state and step on a backend, as the run loop (training_run.cpp) drives it:
+// the reference (train_step.hpp: double, host memory) or CUDA (cuda_step_backend.hpp: fp32 master
+// and moments, bf16 working copy, device memory). Checkpoints go through full flat vectors of the
+// master weights and moments, so both backends write one format (in their master precision,
+// TRAINING §15) and a run may resume on either backend and on any R.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "distributed/train_step.hpp"
+#include "golden/safetensors_dtype.hpp"
+
+namespace dflash {
+
+class StepBackend {
+ public:
+  virtual ~StepBackend() = default;
+  virtual std::int64_t completed_steps() const = 0;  // Adam's step count
+  // The parameters the next step computes with, as double (block statistics, evaluation).
+  virtual const DrafterParameters<double>& parameters() = 0;
+  // One optimizer step on this rank's share of the global batch (every rank calls it).
+  virtual StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) = 0;
+  // Master weights, exp_avg, exp_avg_sq as full flat vectors of P values (a collective).
+  virtual std::array<std::vector<double>, 3> gather_optimizer() = 0;
+  virtual safetensors::Dtype master_dtype() const = 0;  // F64 reference, F32 CUDA
+  // Peak bytes per category (SPEC §8 names) since reset_peaks: the host's or the device's.
+  virtual std::map<std::string, std::int64_t> peak_bytes() const = 0;
+  virtual void reset_peaks() = 0;
+};
+
+// Peak bytes of every category of a tracker, by SPEC §8 name.
+std::map<std::string, std::int64_t> peak_bytes_of(const MemoryTracker& tracker);
+
+// The reference backend over `state` (make_training_state or a restored one); `tracker` counts its
+// memory and must outlive it, as must comm, config, training and frozen.
+std::unique_ptr<StepBackend> make_reference_step_backend(MemoryTracker& tracker, Communicator& comm,
+                                                         const DrafterConfig& config, const TrainingConfig& training,
+                                                         const FrozenWeights<double>& frozen, TrainingState state);
+
+}  // namespace dflash
