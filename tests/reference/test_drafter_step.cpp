@@ -284,7 +284,9 @@ TEST(DrafterStep, GradientsFinalIsToldAsSoonAsEachLayerIsFinished) {
       for (std::size_t t = call.first; t < shapes.size(); ++t) {
         EXPECT_EQ(call.grads[t], end[t]) << shapes[t].name << " not final when told, sequence " << b;
       }
-      if (call.first > 0) EXPECT_NE(call.grads[0], end[0]) << "fc.weight already final: told late, call " << c;
+      if (call.first > 0) {
+        EXPECT_NE(call.grads[0], end[0]) << "fc.weight already final: told late, call " << c;
+      }
     }
   }
 }
