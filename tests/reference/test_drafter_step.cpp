@@ -169,7 +169,9 @@ TEST(DrafterStep, HitsAreTheLossHeadsCorrectRows) {
   for (std::size_t b = 0; b < seqs.size(); ++b) {
     for (std::size_t i = 0; i < T; ++i) {
       ASSERT_EQ(out.labelled[b * T + i], seqs[b].blocks.valid[i]) << "sequence " << b << " row " << i;
-      if (out.labelled[b * T + i] == 0) EXPECT_EQ(out.hits[b * T + i], 0) << "sequence " << b << " row " << i;
+      if (out.labelled[b * T + i] == 0) {
+        EXPECT_EQ(out.hits[b * T + i], 0) << "sequence " << b << " row " << i;
+      }
       hits += out.hits[b * T + i];
       labelled += out.labelled[b * T + i];
     }
