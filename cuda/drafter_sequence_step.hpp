@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "cuda/bf16_bits.hpp"
 #include "cuda/loss_head_cuda.hpp"
@@ -40,13 +41,14 @@ struct CudaDrafterWeights {
   const Bf16Bits* lm_head = nullptr;  // W_lm [V, H]
 };
 
-// Returns the sequence's loss statistics (over the global W, weight_sum).
+// Returns the sequence's loss statistics (over the global W, weight_sum); `hits`, when given,
+// receives the loss head's per-row flags [T] (CudaLossHeadForward::hits).
 template <class Backend>
 LossHeadStats<double> cuda_drafter_sequence_step(const Backend& backend, CudaLossHead& head,
                                                  const DrafterConfig& config, const DrafterDims& dims,
                                                  const CudaDrafterWeights& weights, const CudaSequenceInputs& in,
                                                  const DrafterStepOptions& options, std::uint32_t sequence,
-                                                 double weight_sum) {
+                                                 double weight_sum, std::vector<std::uint8_t>* hits = nullptr) {
   const TrunkLayerContext<Bf16Bits> ctx = step_layer_context<Bf16Bits>(
       config, dims, options, sequence, in.anchors, in.keep, in.block_positions, in.context_positions);
   TrunkGrads grads = weights.grads;
@@ -58,6 +60,7 @@ LossHeadStats<double> cuda_drafter_sequence_step(const Backend& backend, CudaLos
   const CudaLossHeadTargets targets{in.teacher_rows, weights.lm_head, in.rows};
   CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{dims.T, dims.H, dims.V}, targets, weight_sum);
   y.release();
+  if (hits != nullptr) *hits = std::move(f.hits);
   DeviceBuffer<float> d_hidden = head.backward(targets, std::move(f.saved));
   trunk.backward(std::move(d_hidden), grads);
   return f.stats;

@@ -63,7 +63,8 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
                                              const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
                                              const DrafterStepOptions& options, const LossHeadOptions& loss_options,
                                              const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-                                             Tensor<double>* features_grad) {
+                                             Tensor<double>* features_grad,
+                                             std::vector<std::vector<std::uint8_t>>* hits) {
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
   const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
   const std::int64_t KH = dims.feature_width();
@@ -102,7 +103,8 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
                                     d_features.data()};
     const LossHeadStats<double> stats =
         cuda_drafter_sequence_step(backend, head, config, dims, weights, inputs, options,
-                                   options.sequence_offset + static_cast<std::uint32_t>(b), weight_sum);
+                                   options.sequence_offset + static_cast<std::uint32_t>(b), weight_sum,
+                                   hits != nullptr ? &hits->emplace_back() : nullptr);
     total.loss += stats.loss;
     total.ce += stats.ce;
     total.kl += stats.kl;

@@ -46,11 +46,13 @@ DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& allocator, MemoryCategory c,
 // uploaded, cuda_drafter_sequence_step over `weight_sum`, every gradient added into weights.grads
 // in sequence order; dL/dF written into *features_grad ([nseq, S, K H], host) when it is given.
 // The training step (distributed/cuda_train_step.hpp) calls it on its resident state. Returns the
-// loss statistics summed over the sequences.
+// loss statistics summed over the sequences; `hits`, when given, receives each sequence's per-row
+// flags [T] (1 where w01 = 1 and argmax z = y), one entry per sequence.
 LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
                                              const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
                                              const DrafterStepOptions& options, const LossHeadOptions& loss_options,
                                              const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-                                             Tensor<double>* features_grad);
+                                             Tensor<double>* features_grad,
+                                             std::vector<std::vector<std::uint8_t>>* hits = nullptr);
 
 }  // namespace dflash

@@ -192,6 +192,7 @@ CudaLossHeadForward CudaLossHead::forward(const Bf16Bits* hidden, const CudaLoss
   CudaLossHeadForward f{{},
                         DeviceBuffer<float>(allocator_, MemoryCategory::outputs, Tu),
                         DeviceBuffer<float>(allocator_, MemoryCategory::outputs, Tu),
+                        {},
                         {}};
   f.lse.zero();  // the invalid rows' outputs: the kernels visit valid rows only
   f.token_loss.zero();
@@ -209,6 +210,7 @@ CudaLossHeadForward CudaLossHead::forward(const Bf16Bits* hidden, const CudaLoss
   DeviceBuffer<float> ce(allocator_, MemoryCategory::transient, Tu);
   DeviceBuffer<float> kl(allocator_, MemoryCategory::transient, Tu);
   DeviceBuffer<std::uint8_t> correct(allocator_, MemoryCategory::transient, Tu);
+  correct.zero();  // the invalid rows' flags (f.hits): the kernels visit valid rows only
   if (grad_in_forward) {
     saved.hidden_grad.emplace(allocator_, MemoryCategory::loss_saved, Tu * std::size_t(H));
     saved.hidden_grad->zero();  // the invalid rows' dL/dY; the valid rows' are scattered in
@@ -245,6 +247,7 @@ CudaLossHeadForward CudaLossHead::forward(const Bf16Bits* hidden, const CudaLoss
   launch_loss_totals(out, in.rows, T, totals.data(), stream);
   f.stats = totals.download()[0];
   f.stats.finish(weight_sum);
+  f.hits = correct.download();
   if (!grad_in_forward) {
     saved.row_stats.emplace(std::move(row_stats));
     saved.valid_list.emplace(std::move(list));

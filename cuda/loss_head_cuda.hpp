@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "cuda/bf16_bits.hpp"
 #include "cuda/cublas_gemm.hpp"
@@ -64,6 +65,9 @@ struct CudaLossHeadForward {
   DeviceBuffer<float> lse;         // [T] logsumexp(z) where valid, else 0
   DeviceBuffer<float> token_loss;  // [T] l_i where valid, else 0
   CudaLossHeadSaved saved;
+  // [T] 1 where valid and argmax z = y (the row kernel's own flag, lowest index on ties), else 0:
+  // for the block statistics (TRAINING §17). Downloaded with the totals: T bytes on the host.
+  std::vector<std::uint8_t> hits;
 };
 
 // The host-side checks every entry point runs first (no device needed): options (the reference's

@@ -140,13 +140,18 @@ StepMetrics cuda_train_step(MemoryTracker& host, CudaTrainingState& state, const
   zero_on_device(state.allocator(), state.gradient(), std::size_t(layout.padded()) * sizeof(float));
   double sums[3] = {0, 0, 0};       // loss, ce, kl
   std::int64_t counts[2] = {0, 0};  // correct, labelled rows
+  std::vector<SequenceHits> hits;   // this rank's sequences' rows, for the block statistics
   for (const RankSequences& s : sequences) {
     const DrafterStepOptions o = step_options(s);
     const LossHeadOptions loss_options = validate_drafter_step_options(config, o);  // the batch: drafter_weight_sum
     const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, *s.batch, o);
     drafter_detail::validate_teacher_rows(*s.batch, seqs);
+    std::vector<std::vector<std::uint8_t>> seq_hits;
     const LossHeadStats<double> stats = cuda_drafter_sequences(state.allocator(), host, config, state.weights(), *s.batch,
-                                                               o, loss_options, seqs, W, nullptr);
+                                                               o, loss_options, seqs, W, nullptr, &seq_hits);
+    for (std::size_t b = 0; b < seqs.size(); ++b) {
+      hits.push_back({seqs[b].slots.keep, seqs[b].blocks.valid, std::move(seq_hits[b])});
+    }
     sums[0] += stats.loss;
     sums[1] += stats.ce;
     sums[2] += stats.kl;
@@ -164,7 +169,9 @@ StepMetrics cuda_train_step(MemoryTracker& host, CudaTrainingState& state, const
   state.refresh_working_copy();
   state.allocator().synchronize();
 
-  return step_metrics(t, sums, counts, W, applied.lr, applied.grad_norm, applied.clipped);
+  StepMetrics m = step_metrics(t, sums, counts, W, applied.lr, applied.grad_norm, applied.clipped);
+  m.sequence_hits = std::move(hits);
+  return m;
 }
 
 }  // namespace dflash

@@ -177,6 +177,7 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   };
   double sums[3] = {0, 0, 0};          // loss, ce, kl
   std::int64_t counts[2] = {0, 0};     // correct, labelled rows
+  std::vector<SequenceHits> hits;
   for (const RankSequences& s : sequences) {
     DrafterStepOptions o = step_options(s);
     if (&s == &last) o.gradients_final = &reduce_when_final;
@@ -187,6 +188,14 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
     sums[2] += out.stats.kl;
     counts[0] += out.stats.correct;
     counts[1] += out.stats.valid_rows;
+    const std::int64_t N = out.keep.dim(1), T = out.weights.dim(1);
+    for (std::int64_t b = 0; b < out.keep.dim(0); ++b) {
+      auto rows_of = [&](const std::vector<std::uint8_t>& v) {
+        return std::vector<std::uint8_t>(v.begin() + b * T, v.begin() + (b + 1) * T);
+      };
+      hits.push_back({std::vector<std::uint8_t>(out.keep.row(b), out.keep.row(b) + N), rows_of(out.labelled),
+                      rows_of(out.hits)});
+    }
   }
 
   // §12: nothing is applied anywhere if any rank saw a non-finite loss or gradient.
@@ -201,7 +210,9 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   grads = DrafterParameters<double>{};  // the gradients are spent before the parameters are published
   publish_parameters(comm, layout, buckets, opt, state.params, bucket);
 
-  return step_metrics(t, sums, counts, W, applied.lr, applied.grad_norm, applied.clipped);
+  StepMetrics m = step_metrics(t, sums, counts, W, applied.lr, applied.grad_norm, applied.clipped);
+  m.sequence_hits = std::move(hits);
+  return m;
 }
 
 }  // namespace dflash

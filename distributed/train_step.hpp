@@ -50,6 +50,14 @@ struct TrainStepOptions {
   const DropoutObserver* dropout_observer = nullptr;
 };
 
+// One sequence's blocks as the step saw them: keep flags [N] (kappa), w01 [T] and hits [T] (1 where
+// w01 = 1 and argmax z = y, the loss head's own argmax: lowest index on ties), rows i = n B + k.
+struct SequenceHits {
+  std::vector<std::uint8_t> keep;
+  std::vector<std::uint8_t> labelled;
+  std::vector<std::uint8_t> hits;
+};
+
 // The step's metrics (§17's per-step fields that the step itself knows), global over all ranks.
 struct StepMetrics {
   std::int64_t step = 0;   // t, the step just taken (0-based)
@@ -60,6 +68,9 @@ struct StepMetrics {
   double grad_norm = 0;    // n, before clipping
   bool clipped = false;
   std::int64_t tokens = 0;  // block tokens with w01 = 1
+  // This rank's sequences (not summed over ranks), in the order the step was given them: what
+  // the block statistics (TRAINING §17) need, from the step's own loss head.
+  std::vector<SequenceHits> sequence_hits;
 };
 
 // §12's non-finite rule: thrown on every rank, nothing applied anywhere. The message names the

@@ -66,6 +66,10 @@ struct DrafterOutputs {
   Tensor<Real> lse;               // [nseq, T] logsumexp(z) where w01 = 1, else 0
   Tensor<Real> token_loss;        // [nseq, T] l_i where w01 = 1, else 0
   Tensor<Real> weights;           // [nseq, T] w_i
+  // [nseq, T] w01, and 1 where w01 = 1 and argmax z = y (the loss head's, lowest index on ties):
+  // what the block statistics need (TRAINING §17). Not tracked: two bytes per row.
+  std::vector<std::uint8_t> labelled;
+  std::vector<std::uint8_t> hits;
 };
 
 template <class Real>
@@ -227,12 +231,15 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
                            Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T, H}),
                            Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T}),
                            Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T}),
-                           Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T})};
+                           Tensor<Real>(tracker, MemoryCategory::outputs, {nseq, T}),
+                           std::vector<std::uint8_t>(static_cast<std::size_t>(nseq * T), 0),
+                           std::vector<std::uint8_t>(static_cast<std::size_t>(nseq * T), 0)};
   for (std::int64_t b = 0; b < nseq; ++b) {
     const PreparedSequence<Real>& s = seqs[b];
     std::copy(anchors_of(b).begin(), anchors_of(b).end(), out.anchors.row(b));
     std::copy(keep_of(b).begin(), keep_of(b).end(), out.keep.row(b));
     std::copy(s.blocks.weights.begin(), s.blocks.weights.end(), out.weights.row(b));
+    std::copy(s.blocks.valid.begin(), s.blocks.valid.end(), out.labelled.begin() + b * T);
   }
   out.weight_sum = global_weight_sum ? *global_weight_sum : total_weight(seqs);
 
@@ -258,6 +265,7 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
     y.release();
     copy_row(f.lse, out.lse, b);
     copy_row(f.token_loss, out.token_loss, b);
+    std::copy(f.hits.begin(), f.hits.end(), out.hits.begin() + b * T);
     out.stats.merge(f.stats);  // finished over the global W: sequences add
     if (grads == nullptr) continue;
 

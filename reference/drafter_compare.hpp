@@ -63,7 +63,7 @@ bool drafter_steps_identical(const DrafterStepResult<Real>& a, const DrafterStep
   bool same = loss_head_stats_identical(x.stats, y.stats) && same_bits(x.weight_sum, y.weight_sum) &&
               x.anchors.values() == y.anchors.values() && x.keep.values() == y.keep.values() &&
               same_bits(x.hidden, y.hidden) && same_bits(x.lse, y.lse) && same_bits(x.token_loss, y.token_loss) &&
-              same_bits(x.weights, y.weights);
+              same_bits(x.weights, y.weights) && x.labelled == y.labelled && x.hits == y.hits;
   const auto ga = gradient_list(a);
   const auto gb = gradient_list(b);
   same = same && ga.size() == gb.size();

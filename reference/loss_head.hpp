@@ -49,6 +49,9 @@ struct LossHeadForward {
   Tensor<Real> lse;         // [T]
   Tensor<Real> token_loss;  // [T]
   LossHeadSaved<Real> saved;
+  // [T] 1 where w01 = 1 and argmax z = y (lowest index on ties), else 0: the step's own argmax, for
+  // the block statistics (TRAINING §17). Not tracked: one byte per row.
+  std::vector<std::uint8_t> hits;
 };
 
 template <class Real>
@@ -184,7 +187,8 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
   const bool grad_in_forward = policy == LossPolicy::chunk_grad_in_forward;
 
   LossHeadForward<Real> f{{}, Tensor<Real>(tracker, MemoryCategory::outputs, {T}),
-                          Tensor<Real>(tracker, MemoryCategory::outputs, {T}), {}};
+                          Tensor<Real>(tracker, MemoryCategory::outputs, {T}), {},
+                          std::vector<std::uint8_t>(static_cast<std::size_t>(T), 0)};
   LossHeadSaved<Real>& saved = f.saved;
   saved.policy = policy;
   saved.chunk_rows = C;
@@ -212,6 +216,7 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
       if (in.valid[i] == 0) continue;
       const RowContribution<Real>& c = contributions[static_cast<std::size_t>(r)];
       f.stats.add_row(in.weights[i], f.token_loss[i], c.row, c.correct);
+      f.hits[static_cast<std::size_t>(i)] = c.correct ? 1 : 0;
     }
     if (grad_in_forward) {
       chunk_logits_to_grad(in, row_stats, r0, hp, weight_sum, z, log_q);

@@ -28,9 +28,8 @@ std::vector<double> BlockStatistics::accuracy_by_position() const {
 
 double BlockStatistics::acceptance_length() const { return kept_blocks > 0 ? accepted / kept_blocks : 0.0; }
 
-void add_block_rows(BlockStatistics& into, std::int64_t B, std::span<const std::uint8_t> keep,
-                    std::span<const std::uint8_t> valid, std::span<const std::int64_t> labels,
-                    std::span<const std::int64_t> argmax) {
+void add_block_hits(BlockStatistics& into, std::int64_t B, std::span<const std::uint8_t> keep,
+                    std::span<const std::uint8_t> valid, std::span<const std::uint8_t> hits) {
   for (std::size_t n = 0; n < keep.size(); ++n) {
     bool accepting = keep[n] == 1;
     double accepted = 1;
@@ -40,7 +39,7 @@ void add_block_rows(BlockStatistics& into, std::int64_t B, std::span<const std::
         accepting = false;  // acceptance stops at the first row without a label
         continue;
       }
-      const bool hit = argmax[i] == labels[i];
+      const bool hit = hits[i] == 1;
       into.labelled[std::size_t(k)] += 1;
       into.correct[std::size_t(k)] += hit ? 1 : 0;
       accepting = accepting && hit;
@@ -51,6 +50,14 @@ void add_block_rows(BlockStatistics& into, std::int64_t B, std::span<const std::
       into.kept_blocks += 1;
     }
   }
+}
+
+void add_block_rows(BlockStatistics& into, std::int64_t B, std::span<const std::uint8_t> keep,
+                    std::span<const std::uint8_t> valid, std::span<const std::int64_t> labels,
+                    std::span<const std::int64_t> argmax) {
+  std::vector<std::uint8_t> hits(argmax.size(), 0);
+  for (std::size_t i = 0; i < hits.size(); ++i) hits[i] = argmax[i] == labels[i] ? 1 : 0;
+  add_block_hits(into, B, keep, valid, hits);
 }
 
 void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const FrozenWeights<double>& frozen,
@@ -76,15 +83,6 @@ void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, co
     }
     add_block_rows(into, config.block_size, seqs[b].slots.keep, blocks.valid, blocks.labels, argmax);
   }
-}
-
-void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const DrafterParameters<double>& params,
-                          const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch, std::uint32_t step,
-                          std::uint32_t first_global_index) {
-  MemoryTracker scratch;  // not the step's: peak_bytes report the step alone
-  const DrafterStepOptions options = drafter_step_options(config, step, first_global_index);
-  const DrafterOutputs<double> out = drafter_forward(scratch, config, params, frozen, batch, options);
-  add_block_statistics(into, config, frozen, batch, out, options);
 }
 
 }  // namespace dflash

@@ -5,9 +5,9 @@
 //                       the first row with w01 = 0.
 // argmax ties go to the lowest index, as in the loss head's accuracy (SPEC §5).
 //
-// The reference step reports only the batch accuracy, so these come from a forward of the step's
-// sequences with the parameters the step started from (same anchors and dropout masks: the same
-// coordinates), kept out of the step's memory accounting.
+// Both training steps hand back each sequence's rows with their loss head's own argmax hits
+// (StepMetrics::sequence_hits: same anchors and dropout masks as the step, no second forward);
+// evaluation adds those of its own dropout-free forward.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +34,12 @@ struct BlockStatistics {
   double acceptance_length() const;                  // 0 when no block is kept
 };
 
-// Adds the blocks of one sequence from its rows (i = n B + k): keep flags [N], w01, labels and the
-// drafter's argmax [N B].
+// Adds the blocks of one sequence from its rows (i = n B + k): keep flags [N], w01 and whether the
+// drafter's argmax equals the label [N B] (read only where w01 = 1).
+void add_block_hits(BlockStatistics& into, std::int64_t block_size, std::span<const std::uint8_t> keep,
+                    std::span<const std::uint8_t> valid, std::span<const std::uint8_t> hits);
+
+// The same from the labels and the drafter's argmax [N B].
 void add_block_rows(BlockStatistics& into, std::int64_t block_size, std::span<const std::uint8_t> keep,
                     std::span<const std::uint8_t> valid, std::span<const std::int64_t> labels,
                     std::span<const std::int64_t> argmax);
@@ -45,10 +49,5 @@ void add_block_rows(BlockStatistics& into, std::int64_t block_size, std::span<co
 void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const FrozenWeights<double>& frozen,
                           const DrafterBatch<double>& batch, const DrafterOutputs<double>& outputs,
                           const DrafterStepOptions& options);
-
-// Runs that forward (global indices first_global_index + b, step `step`) and adds its blocks.
-void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const DrafterParameters<double>& params,
-                          const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch,
-                          std::uint32_t step, std::uint32_t first_global_index);
 
 }  // namespace dflash

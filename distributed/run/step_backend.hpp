@@ -22,7 +22,7 @@ class StepBackend {
  public:
   virtual ~StepBackend() = default;
   virtual std::int64_t completed_steps() const = 0;  // Adam's step count
-  // The parameters the next step computes with, as double (block statistics, evaluation).
+  // The parameters the next step computes with, as double (evaluation).
   virtual const DrafterParameters<double>& parameters() = 0;
   // One optimizer step on this rank's share of the global batch (every rank calls it).
   virtual StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) = 0;

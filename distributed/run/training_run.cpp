@@ -197,9 +197,9 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       flags[0] += q.truncated ? 1 : 0;
       batches.push_back(drafter_batch_of(tracker, q, config.feature_width(), config.hidden_size));
       sequences.push_back({g, &batches.back()});
-      add_block_statistics(blocks, config, backend->parameters(), frozen, batches.back(), std::uint32_t(t), std::uint32_t(g));
     }
     const StepMetrics m = backend->step(sequences, {verdict.plan.request.layout.bucket_bytes, last_good, nullptr});
+    for (const SequenceHits& h : m.sequence_hits) add_block_hits(blocks, config.block_size, h.keep, h.labelled, h.hits);
     std::vector<double> packed = blocks.packed();
     all_reduce_sum(comm, packed);
     blocks = BlockStatistics::unpacked(packed, config.block_size);

@@ -156,6 +156,31 @@ TEST(DrafterStep, ExplicitAnchorsEqualToTheSampledOnesGiveTheSameStep) {
   EXPECT_TRUE(drafter_steps_identical(p.step(), sampled));
 }
 
+// The per-row outputs behind the block statistics: w01 as prepare_sequences makes it, and hits only
+// on labelled rows, as many as the loss head's correct count (they are its own argmax flags).
+TEST(DrafterStep, HitsAreTheLossHeadsCorrectRows) {
+  TinyProblem p({.sequences = 3, .context_length = 14, .seed = 8});
+  const DrafterOutputs<double> out = p.step().outputs;
+  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(p.config, p.batch, p.options);
+  const std::size_t T = std::size_t(out.weights.dim(1));
+  ASSERT_EQ(out.labelled.size(), seqs.size() * T);
+  ASSERT_EQ(out.hits.size(), seqs.size() * T);
+  std::int64_t hits = 0, labelled = 0;
+  for (std::size_t b = 0; b < seqs.size(); ++b) {
+    for (std::size_t i = 0; i < T; ++i) {
+      ASSERT_EQ(out.labelled[b * T + i], seqs[b].blocks.valid[i]) << "sequence " << b << " row " << i;
+      if (out.labelled[b * T + i] == 0) {
+        EXPECT_EQ(out.hits[b * T + i], 0) << "sequence " << b << " row " << i;
+      }
+      hits += out.hits[b * T + i];
+      labelled += out.labelled[b * T + i];
+    }
+  }
+  EXPECT_EQ(hits, out.stats.correct);
+  EXPECT_EQ(labelled, out.stats.valid_rows);
+  EXPECT_GT(labelled, 0);
+}
+
 // W = 0 (no row carries a weight): loss and every gradient exactly 0 (SPEC §5).
 TEST(DrafterStep, ZeroWeightSumGivesZeroLossAndGradients) {
   TinyProblem p({.sequences = 1, .context_length = 11, .seed = 5, .mask_hole_fraction = 1.0});
