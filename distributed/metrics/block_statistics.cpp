@@ -60,28 +60,12 @@ void add_block_rows(BlockStatistics& into, std::int64_t B, std::span<const std::
   add_block_hits(into, B, keep, valid, hits);
 }
 
-void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const FrozenWeights<double>& frozen,
-                          const DrafterBatch<double>& batch, const DrafterOutputs<double>& out,
-                          const DrafterStepOptions& options) {
-  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
-  const std::int64_t H = config.hidden_size, V = config.vocab_size, T = out.hidden.dim(1);
-  for (std::size_t b = 0; b < seqs.size(); ++b) {
-    const SequenceBlocks<double>& blocks = seqs[b].blocks;
-    std::vector<std::int64_t> argmax(std::size_t(T), -1);
-    for (std::int64_t i = 0; i < T; ++i) {
-      if (blocks.valid[std::size_t(i)] == 0) continue;
-      const double* y = out.hidden.data() + (std::int64_t(b) * T + i) * H;
-      double best_z = 0;
-      for (std::int64_t v = 0; v < V; ++v) {
-        double z = 0;
-        for (std::int64_t h = 0; h < H; ++h) z += y[h] * frozen.lm_head[v * H + h];
-        if (v == 0 || z > best_z) {
-          argmax[std::size_t(i)] = v;
-          best_z = z;
-        }
-      }
-    }
-    add_block_rows(into, config.block_size, seqs[b].slots.keep, blocks.valid, blocks.labels, argmax);
+void add_block_statistics(BlockStatistics& into, std::int64_t block_size, const DrafterOutputs<double>& out) {
+  const std::size_t nseq = std::size_t(out.keep.dim(0)), N = std::size_t(out.keep.dim(1));
+  const std::size_t T = N * std::size_t(block_size);
+  const std::span<const std::uint8_t> keep(out.keep.data(), nseq * N), labelled(out.labelled), hits(out.hits);
+  for (std::size_t b = 0; b < nseq; ++b) {
+    add_block_hits(into, block_size, keep.subspan(b * N, N), labelled.subspan(b * T, T), hits.subspan(b * T, T));
   }
 }
 

@@ -44,10 +44,8 @@ void add_block_rows(BlockStatistics& into, std::int64_t block_size, std::span<co
                     std::span<const std::uint8_t> valid, std::span<const std::int64_t> labels,
                     std::span<const std::int64_t> argmax);
 
-// Adds the blocks of every sequence of `batch` from a forward already run with `options` (argmax of
-// z = Y W_lm^T per labelled row, lowest index on ties).
-void add_block_statistics(BlockStatistics& into, const DrafterConfig& config, const FrozenWeights<double>& frozen,
-                          const DrafterBatch<double>& batch, const DrafterOutputs<double>& outputs,
-                          const DrafterStepOptions& options);
+// Adds the blocks of every sequence of a forward's outputs: its keep flags, w01 and the loss head's
+// own hits (argmax z = y, lowest index on ties), which the forward already computed.
+void add_block_statistics(BlockStatistics& into, std::int64_t block_size, const DrafterOutputs<double>& outputs);
 
 }  // namespace dflash

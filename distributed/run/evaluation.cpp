@@ -44,7 +44,7 @@ EvalRecord evaluate(Communicator& comm, const DrafterConfig& config, const Train
     sums[5] += double(out.stats.valid_rows);
     sums[6] += 1;
     sums[7] += q.truncated ? 1 : 0;
-    add_block_statistics(blocks, no_dropout, frozen, batch, out, options);
+    add_block_statistics(blocks, config.block_size, out);
   }
   const std::vector<double> packed = blocks.packed();
   sums.insert(sums.end(), packed.begin(), packed.end());
