@@ -19,9 +19,9 @@
 #include "planner/training_plan.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
-#include "tests/cuda/config_path.hpp"
+#include "harness/cuda/config_path.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
-#include "tests/cuda/host_backend.hpp"
+#include "harness/cuda/host_backend.hpp"
 #include "tests/cuda/trunk_twin_support.hpp"
 
 namespace dflash {
