@@ -124,6 +124,7 @@ TEST_F(DrafterStepGpu, PeaksPerCategoryAsPlanned) {
     r.trunk_policy = trunk;
     r.checkpoint_every = o.checkpoint_every;
     r.layout = {.gpus = 1, .zero_stage = 0};
+    r.features_grad = true;  // cuda_drafter_step hands dL/dF back
     const CategoryBytes c = plan_training_memory(r).categories;
     const MemoryTracker& t = allocator().tracker();
     auto peak = [&](MemoryCategory m) { return static_cast<std::int64_t>(t.peak(m)); };
