@@ -10,7 +10,8 @@
 // inputs with an implementation and prints a table; exits 1 if any tensor fails. A GPU
 // implementation (cuda-loss-head, cuda) without a usable GPU: SKIPPED with the reason, exit 0 (1
 // under DFLASH_REQUIRE_GPU=1).
-// `generate-training` / `check-training`: the same for training goldens (golden/training_golden.hpp).
+// `generate-training` / `check-training [--impl reference|cuda]`: the same for training goldens
+// (golden/training_golden.hpp); --impl cuda without a usable GPU as `check --impl cuda`.
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -37,10 +39,34 @@
 #include "cuda/drafter_step_golden.hpp"
 #include "cuda/loss_head_golden.hpp"
 #endif
+#if DFLASH_WITH_CUDA_TRAINING_GOLDEN
+#include "distributed/cuda_training_golden.hpp"
+#endif
 
 namespace dflash::app {
 
 namespace {
+
+// Without a GPU a GPU implementation is neither passed nor failed, except where one must be usable
+// (DFLASH_REQUIRE_GPU=1: exit 1): true when `dflash <command>` must stop here, having said why.
+bool skipped_without_gpu(std::string_view command, const std::string& impl, bool needs_gpu, int& exit_code) {
+#if DFLASH_WITH_CUDA
+  const CudaDeviceStatus& gpu = cuda_device_status();
+  if (!needs_gpu || gpu.available) return false;
+  if (gpu_required()) {
+    std::cerr << "dflash " << command << ": DFLASH_REQUIRE_GPU=1, but --impl " << impl << " has no GPU: " << gpu.reason
+              << ": failing\n";
+    exit_code = 1;
+  } else {
+    std::cout << "dflash " << command << ": SKIPPED (no golden checked): --impl " << impl << " needs a GPU: " << gpu.reason
+              << " (DFLASH_REQUIRE_GPU=1 makes this a failure)\n";
+  }
+  return true;
+#else
+  (void)command, (void)impl, (void)exit_code;
+  return needs_gpu;  // unreachable: no GPU implementation is listed in a build without CUDA
+#endif
+}
 
 // What --impl can select. Another implementation (the CUDA loss head) is one more entry.
 std::vector<GoldenImplementation> golden_implementations() {
@@ -210,21 +236,7 @@ void add_check(CLI::App& golden, int& exit_code) {
     }
     std::cout << "dflash golden check: " << files.size() << " goldens in " << *dir << ", implementation "
               << chosen.name << " (" << chosen.description << ")\n";
-#if DFLASH_WITH_CUDA
-    // Without a GPU a GPU implementation is neither passed nor failed, except where one must be usable.
-    if (chosen.needs_gpu && !cuda_device_status().available) {
-      const CudaDeviceStatus& gpu = cuda_device_status();
-      if (gpu_required()) {
-        std::cerr << "dflash golden check: DFLASH_REQUIRE_GPU=1, but --impl " << chosen.name
-                  << " has no GPU: " << gpu.reason << ": failing\n";
-        exit_code = 1;
-      } else {
-        std::cout << "dflash golden check: SKIPPED (no golden checked): --impl " << chosen.name
-                  << " needs a GPU: " << gpu.reason << " (DFLASH_REQUIRE_GPU=1 makes this a failure)\n";
-      }
-      return;
-    }
-#endif
+    if (skipped_without_gpu("golden check", chosen.name, chosen.needs_gpu, exit_code)) return;
     std::vector<GoldenCheckRow> rows;
     for (const std::filesystem::path& f : files) {
       for (GoldenCheckRow& r : check_golden_file(f, chosen)) {
@@ -238,7 +250,11 @@ void add_check(CLI::App& golden, int& exit_code) {
 
 // What check-training --impl can select (one entry per training backend).
 std::vector<TrainingGoldenImplementation> training_golden_implementations() {
-  return {reference_training_golden_implementation()};
+  return {reference_training_golden_implementation(),
+#if DFLASH_WITH_CUDA_TRAINING_GOLDEN
+          cuda_training_golden_implementation(),
+#endif
+  };
 }
 
 void add_generate_training(CLI::App& golden) {
@@ -277,6 +293,7 @@ void add_check_training(CLI::App& golden, int& exit_code) {
     }
     std::cout << "dflash golden check-training: " << files.size() << " training goldens in " << *dir
               << ", implementation " << chosen.name << " (" << chosen.description << ")\n";
+    if (skipped_without_gpu("golden check-training", chosen.name, chosen.needs_gpu, exit_code)) return;
     std::vector<GoldenCheckRow> rows;
     for (const std::filesystem::path& f : files) {
       for (GoldenCheckRow& r : check_training_golden_file(f, chosen)) {

@@ -82,7 +82,11 @@ LossHeadStats<double> cuda_drafter_sequence_step(const Backend& backend, CudaLos
   const CudaLossHeadTargets targets{in.teacher_rows, weights.lm_head, in.rows};
   CudaLossHeadForward f = drafter_sequence_detail::sequence_forward(trunk, head, dims, targets, weight_sum, hits);
   DeviceBuffer<float> d_hidden = head.backward(targets, std::move(f.saved));
-  trunk.backward(std::move(d_hidden), grads);
+  GradientsFinal on_final;  // as the reference step: the observer learns the sequence too
+  if (options.gradients_final != nullptr) {
+    on_final = [&observer = *options.gradients_final, sequence](std::size_t first) { observer(sequence, first); };
+  }
+  trunk.backward(std::move(d_hidden), grads, on_final);
   return f.stats;
 }
 

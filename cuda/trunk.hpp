@@ -25,6 +25,7 @@
 
 #include "cuda/trunk_layer.hpp"
 #include "reference/drafter_config.hpp"
+#include "reference/drafter_trunk.hpp"
 #include "reference/errors.hpp"
 #include "reference/trunk_policy.hpp"
 
@@ -151,8 +152,12 @@ class Trunk {
   }
 
   // Takes dL/dY [T, H] fp32 (consumed); accumulates every trainable gradient; frees what forward
-  // kept.
-  void backward(Buffer<float> d_hidden, const TrunkGrads& grads) {
+  // kept. `on_final`, when set, is told each time a group of parameter gradients is final, as the
+  // reference trunk tells it (GradientsFinal, reference/drafter_trunk.hpp: norm.weight, each layer
+  // from L-1 down to 0, then hidden_norm and fc): on the host, once every kernel writing those
+  // gradients has been issued to the backend's stream, so that work issued after the call on a
+  // stream ordered behind this one sees them final.
+  void backward(Buffer<float> d_hidden, const TrunkGrads& grads, const GradientsFinal& on_final = {}) {
     using trunk_layer_detail::count;
     const DrafterDims& m = ctx_.dims;
     Buffer<float> d_x = be_.template buffer<float>(MemoryCategory::transient, count(m.T, m.H));
@@ -162,6 +167,7 @@ class Trunk {
     d_hidden.release();
     final_input_.release();
     final_rstd_.release();
+    if (on_final) on_final(first_layer_parameter(m.L));
 
     Buffer<float> d_context = be_.template buffer<float>(MemoryCategory::transient, count(m.S, m.H));
     d_context.zero();
@@ -173,6 +179,7 @@ class Trunk {
                                    std::move(d_x), grads.layers[l], d_context.data());
         layers_[l].reset();
         inputs_[l].release();
+        if (on_final) on_final(first_layer_parameter(l));
       }
     }
     d_x.release();
@@ -192,6 +199,7 @@ class Trunk {
     fc_out_.release();
     hidden_rstd_.release();
     context_.release();
+    if (on_final) on_final(0);
   }
 
  private:

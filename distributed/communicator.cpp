@@ -1,6 +1,7 @@
 #include "distributed/communicator.hpp"
 
 #include <cstdlib>
+#include <string>
 
 namespace dflash {
 
@@ -20,6 +21,11 @@ std::string_view comm_type_name(CommType type) {
     case CommType::i64: return "i64";
   }
   return "unknown";
+}
+
+void Communicator::all_reduce_in_place_on_stream(void*, std::size_t, CommType, CommOp, void*) {
+  throw CommunicationError(std::string("all_reduce_in_place_on_stream: the ") + std::string(backend()) +
+                           " communicator moves host memory; device buffers on a stream need NCCL (or one rank)");
 }
 
 void Communicator::abort(int exit_code) {

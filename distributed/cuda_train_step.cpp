@@ -1,34 +1,27 @@
 #include "distributed/cuda_train_step.hpp"
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "common/adamw.hpp"
 #include "cuda/optimizer_kernels.hpp"
+#include "distributed/cuda_bucket_reduction.hpp"
 #include "distributed/step_checks.hpp"
 #include "reference/errors.hpp"
 
 namespace dflash {
 namespace {
 
-// The squared norm of g[0, n) on the device (cuda/optimizer_program.hpp's tree), into *out.
-void squared_norm(DeviceAllocator& a, const float* g, std::int64_t n, double* partials, double* out) {
-  launch_squared_norm_partials(g, n, partials, a.stream());
-  launch_squared_norm_finish(partials, norm_blocks(n), out, a.stream());
-}
-
-// §12 on this rank's own gradient: the first tensor (canonical order) whose squared norm is not
-// finite holds a non-finite element (fp32 squares summed in double cannot overflow), found by
-// downloading that tensor; then the loss.
-NonFiniteReport find_non_finite(CudaTrainingState& state, double local_loss) {
+// §12 on this rank's own gradient, from its per-tensor squared norms on the device (taken before
+// any sum over ranks): the first tensor (canonical order) whose squared norm is not finite holds a
+// non-finite element (fp32 squares summed in double cannot overflow), found by downloading that
+// tensor (ZeRO-0: already summed, cuda_bucket_reduction.hpp says what that changes); then the loss.
+NonFiniteReport find_non_finite(CudaTrainingState& state, const double* device_norms, double local_loss) {
   DeviceAllocator& a = state.allocator();
   const std::vector<FlatTensor>& tensors = state.layout().tensors();
-  DeviceBuffer<double> partials(a, MemoryCategory::transient, std::size_t(kNormMaxBlocks));
-  DeviceBuffer<double> norms(a, MemoryCategory::transient, tensors.size());
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    squared_norm(a, state.gradient() + tensors[t].offset, tensors[t].numel, partials.data(), norms.data() + t);
-  }
-  const std::vector<double> squares = norms.download();
+  std::vector<double> squares(tensors.size());
+  copy_to_host(a, squares.data(), device_norms, squares.size() * sizeof(double));
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     if (std::isfinite(squares[t])) continue;
     std::vector<float> g(std::size_t(tensors[t].numel));
@@ -41,22 +34,14 @@ NonFiniteReport find_non_finite(CudaTrainingState& state, double local_loss) {
   return {};
 }
 
-// Sums the flat gradient over ranks in place: ZeRO-0 every rank gets the whole sum (chunks of the
-// plan's bucket), ZeRO-1 rank r gets shard r's sums at [r s, (r + 1) s). Called on one rank too:
-// the single-process communicator's in-place collectives do nothing, NCCL's copy in place, and
-// the one-rank NCCL run takes the same path as R ranks.
-void reduce_gradients(CudaTrainingState& state, std::int64_t bucket_bytes) {
+// ZeRO-1, after the backward: rank r gets shard r's sums at [r s, (r + 1) s), in place. Called on
+// one rank too: the single-process communicator's in-place collectives do nothing, NCCL's copy in
+// place, and the one-rank NCCL run takes the same path as R ranks. (ZeRO-0 sums its buckets during
+// the backward: CudaBucketReduction.)
+void reduce_scatter_gradients(CudaTrainingState& state) {
   const FlatLayout& layout = state.layout();
   Communicator& device = state.communicators().device;
   state.allocator().synchronize();  // the gradient is finished on the allocator's stream
-  if (layout.zero_stage() == 0) {
-    const ParallelLayout plan = layout.parallel_layout(bucket_bytes, 1);
-    for (const FlatRange& c : all_reduce_chunks(layout, bucket_elements(layout.count(), plan, sizeof(float)))) {
-      float* chunk = state.gradient() + c.begin;
-      device.all_reduce(chunk, chunk, std::size_t(c.size()), CommType::f32, CommOp::sum);
-    }
-    return;
-  }
   const std::int64_t s = layout.shard_size();
   device.reduce_scatter(state.gradient(), state.gradient() + std::int64_t(device.rank()) * s, std::size_t(s),
                         CommType::f32, CommOp::sum);
@@ -76,7 +61,7 @@ AppliedStep apply_cuda_optimizer_step(CudaTrainingState& state, const TrainingCo
   const std::int64_t t = state.step();
   DeviceBuffer<double> partials(a, MemoryCategory::transient, std::size_t(kNormMaxBlocks));
   DeviceBuffer<double> square(a, MemoryCategory::transient, 1);
-  squared_norm(a, state.gradient() + owned.begin, owned.size(), partials.data(), square.data());
+  launch_squared_norm(a, state.gradient() + owned.begin, owned.size(), partials.data(), square.data());
   double norm_squared = square.download()[0];
   if (layout.zero_stage() == 1) all_reduce_sum(state.communicators().host, std::span<double>(&norm_squared, 1));
   const double norm = std::sqrt(norm_squared);
@@ -136,13 +121,23 @@ StepMetrics cuda_train_step(MemoryTracker& host, CudaTrainingState& state, const
   for (const RankSequences& s : sequences) W += drafter_weight_sum(config, *s.batch, step_options(s));
   all_reduce_sum(comm, std::span<double>(&W, 1));
 
-  // Forward and backward of every sequence, gradients summed into the flat fp32 gradient.
+  // Forward and backward of every sequence, gradients summed into the flat fp32 gradient. Under
+  // ZeRO-0 the backward of the rank's last sequence hands each bucket to the communication stream
+  // as soon as it has finished it (bucket_issue_schedule's order).
   zero_on_device(state.allocator(), state.gradient(), std::size_t(layout.padded()) * sizeof(float));
+  std::optional<CudaBucketReduction> buckets;
+  if (layout.zero_stage() == 0) buckets.emplace(state, options.bucket_bytes);
+  const RankSequences& last = sequences.back();
+  const auto last_g = static_cast<std::uint32_t>(last.first_global_index + last.batch->num_sequences() - 1);
+  const GradientsFinalObserver reduce_when_final = [&](std::uint32_t g, std::size_t first) {
+    if (g == last_g) buckets->gradients_final_from(first);
+  };
   double sums[3] = {0, 0, 0};       // loss, ce, kl
   std::int64_t counts[2] = {0, 0};  // correct, labelled rows
   std::vector<SequenceHits> hits;   // this rank's sequences' rows, for the block statistics
   for (const RankSequences& s : sequences) {
-    const DrafterStepOptions o = step_options(s);
+    DrafterStepOptions o = step_options(s);
+    if (buckets && options.reduce_during_backward && &s == &last) o.gradients_final = &reduce_when_final;
     const LossHeadOptions loss_options = validate_drafter_step_options(config, o);  // the batch: drafter_weight_sum
     const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, *s.batch, o);
     drafter_detail::validate_teacher_rows(*s.batch, seqs);
@@ -159,11 +154,32 @@ StepMetrics cuda_train_step(MemoryTracker& host, CudaTrainingState& state, const
     counts[1] += stats.valid_rows;
   }
 
+  // Per tensor, this rank's own squared norms (ZeRO-0: taken as each bucket was handed over).
+  std::optional<DeviceBuffer<double>> norms;
+  if (buckets) {
+    if (!options.reduce_during_backward) {  // the same buckets, the same order, all after the backward
+      for (const std::size_t first : gradients_final_positions(config.num_hidden_layers)) {
+        buckets->gradients_final_from(first);
+      }
+    }
+    buckets->finish();
+  } else {
+    const std::vector<FlatTensor>& tensors = layout.tensors();
+    DeviceBuffer<double> partials(state.allocator(), MemoryCategory::transient, std::size_t(kNormMaxBlocks));
+    norms.emplace(state.allocator(), MemoryCategory::transient, tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      launch_squared_norm(state.allocator(), state.gradient() + tensors[i].offset, tensors[i].numel, partials.data(),
+                          norms->data() + i);
+    }
+  }
+  const double* local_norms = buckets ? buckets->local_squared_norms() : norms->data();
+
   // §12: nothing is applied anywhere if any rank saw a non-finite loss or gradient.
-  require_finite_everywhere(comm, layout, t, find_non_finite(state, sums[0]), options.last_good_checkpoint);
+  require_finite_everywhere(comm, layout, t, find_non_finite(state, local_norms, sums[0]),
+                            options.last_good_checkpoint);
   all_reduce_sum(comm, std::span<double>(sums, 3));
   all_reduce_sum(comm, std::span<std::int64_t>(counts, 2));
-  reduce_gradients(state, options.bucket_bytes);
+  if (!buckets) reduce_scatter_gradients(state);
   if (!std::isfinite(sums[0])) throw_non_finite(t, -1, "loss", "loss", options.last_good_checkpoint);
   const AppliedStep applied = apply_cuda_optimizer_step(state, training, options.last_good_checkpoint);
   state.refresh_working_copy();

@@ -119,4 +119,9 @@ DrafterParameters<double> CudaTrainingState::working_parameters(MemoryTracker& t
   return p;
 }
 
+void launch_squared_norm(DeviceAllocator& a, const float* g, std::int64_t n, double* partials, double* out) {
+  launch_squared_norm_partials(g, n, partials, a.stream());
+  launch_squared_norm_finish(partials, norm_blocks(n), out, a.stream());
+}
+
 }  // namespace dflash

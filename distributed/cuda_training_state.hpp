@@ -87,4 +87,8 @@ class CudaTrainingState {
   CudaDrafterWeights weights_;
 };
 
+// The squared norm of g[0, n) on the allocator's stream (cuda/optimizer_program.hpp's tree), into
+// *out; partials holds kNormMaxBlocks values.
+void launch_squared_norm(DeviceAllocator& allocator, const float* g, std::int64_t n, double* partials, double* out);
+
 }  // namespace dflash

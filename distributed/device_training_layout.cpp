@@ -42,15 +42,6 @@ std::vector<WorkingCopyRun> working_copy_runs(const FlatLayout& layout, const Wo
   return runs;
 }
 
-std::vector<FlatRange> all_reduce_chunks(const FlatLayout& layout, std::int64_t chunk_elements) {
-  if (chunk_elements < 1) throw_input_error("all-reduce chunk", str(chunk_elements, " elements: at least 1 is needed"));
-  std::vector<FlatRange> chunks;
-  for (std::int64_t begin = 0; begin < layout.count(); begin += chunk_elements) {
-    chunks.push_back({begin, std::min(begin + chunk_elements, layout.count())});
-  }
-  return chunks;
-}
-
 namespace {
 
 void require_part_size(const Tensor<double>& t, const FlatLayout& layout, const char* what) {

@@ -5,7 +5,6 @@
 //   - the decay table of the AdamW kernel (matrices decay, norm weights never);
 //   - the working copy: matrices in one bf16 buffer, norm weights in one fp32 buffer, each tensor
 //     at its offset there, and the runs that refresh it from a range of the fp32 flat vector;
-//   - the all-reduce chunks of ZeRO-0 (contiguous pieces of the plan's bucket size);
 //   - the conversion between the device's fp32 parts and the host OptimizerState (double), which
 //     checkpoints store, so that both backends write one format and a run resumes on either.
 // The flat fp32 gradient itself has the padded size: ZeRO-1's reduce-scatter and all-gather run
@@ -59,11 +58,6 @@ struct WorkingCopyRun {
 };
 std::vector<WorkingCopyRun> working_copy_runs(const FlatLayout& layout, const WorkingLayout& working,
                                               std::int64_t begin, std::int64_t n);
-
-// ZeRO-0's all-reduce of the flat gradient, in contiguous chunks of `chunk_elements` covering
-// [0, P) (the plan's bucket: one chunk in flight). ZeRO-1 reduce-scatters the padded vector in
-// one call instead: in place, rank r's shard is contiguous, a chunk of every shard is not.
-std::vector<FlatRange> all_reduce_chunks(const FlatLayout& layout, std::int64_t chunk_elements);
 
 // A rank's optimizer part as the device holds it: owned_range(layout, rank).size() fp32 values each.
 struct DeviceOptimizerPart {

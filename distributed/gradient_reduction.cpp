@@ -4,7 +4,28 @@
 #include <utility>
 #include <vector>
 
+#include "reference/drafter_trunk.hpp"
+
 namespace dflash {
+
+std::vector<std::size_t> gradients_final_positions(std::int64_t layers) {
+  std::vector<std::size_t> positions;
+  for (std::int64_t l = layers; l >= 0; --l) positions.push_back(first_layer_parameter(l));
+  positions.push_back(0);
+  return positions;
+}
+
+std::vector<std::vector<std::int64_t>> bucket_issue_schedule(const FlatLayout& layout, std::int64_t layers,
+                                                             const GradientBuckets& buckets) {
+  std::vector<std::vector<std::int64_t>> schedule;
+  std::int64_t next = buckets.count() - 1;
+  for (const std::size_t position : gradients_final_positions(layers)) {
+    std::vector<std::int64_t>& issued = schedule.emplace_back();
+    next = issue_complete_buckets(buckets, layout.tensors().at(position).offset, next,
+                                  [&](std::int64_t k) { issued.push_back(k); });
+  }
+  return schedule;
+}
 
 GradientReduction::GradientReduction(Communicator& comm, const FlatLayout& layout, const GradientBuckets& buckets,
                                      DrafterParameters<double>& grads, Tensor<double>& bucket)
@@ -30,7 +51,7 @@ void GradientReduction::gradients_final_from(std::size_t first) {
     }
   }
   if (from < final_from_) final_from_ = from;
-  while (next_ >= 0 && buckets_.first(next_) >= final_from_) reduce_bucket(next_--);
+  next_ = issue_complete_buckets(buckets_, final_from_, next_, [&](std::int64_t k) { reduce_bucket(k); });
 }
 
 void GradientReduction::reduce_bucket(std::int64_t k) {

@@ -12,12 +12,36 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "distributed/communicator.hpp"
 #include "distributed/flat_parameters.hpp"
 #include "reference/tensor.hpp"
 
 namespace dflash {
+
+// When each bucket is issued: one home for the schedule, which the reference (GradientReduction)
+// and the CUDA step (cuda_train_step.cpp) both follow.
+//
+// The backward announces, in this order, the canonical position from which every parameter
+// gradient is final: first_layer_parameter(L) (norm.weight), first_layer_parameter(L - 1), ...,
+// first_layer_parameter(0), then 0 (hidden_norm and fc): gradients_final_positions(L).
+std::vector<std::size_t> gradients_final_positions(std::int64_t layers);
+
+// Flat elements [final_from, P) are final and buckets next + 1 .. count - 1 were issued: issues
+// (calls issue(k)) every bucket whose earliest element, first(k) (in shard 0 under ZeRO-1), is now
+// final, last bucket first, and returns the next bucket still to issue (-1 when all were).
+template <class Issue>
+std::int64_t issue_complete_buckets(const GradientBuckets& buckets, std::int64_t final_from, std::int64_t next,
+                                    Issue issue) {
+  while (next >= 0 && buckets.first(next) >= final_from) issue(next--);
+  return next;
+}
+
+// The whole step's schedule: for each announcement of gradients_final_positions (same index), the
+// buckets issued right after it, in issue order. Every bucket appears exactly once.
+std::vector<std::vector<std::int64_t>> bucket_issue_schedule(const FlatLayout& layout, std::int64_t layers,
+                                                             const GradientBuckets& buckets);
 
 class GradientReduction {
  public:

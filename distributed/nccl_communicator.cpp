@@ -77,6 +77,13 @@ void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t coun
   check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclAllReduce");
 }
 
+void NcclCommunicator::all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op,
+                                                     void* stream) {
+  check_nccl(ncclAllReduce(buffer, buffer, count, nccl_type(type), nccl_op(op), state_->comm,
+                           static_cast<cudaStream_t>(stream)),
+             "ncclAllReduce (on the caller's stream)", state_->comm);
+}
+
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
   check_nccl(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),
              "ncclReduceScatter", state_->comm);

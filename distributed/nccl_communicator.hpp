@@ -2,7 +2,8 @@
 // node-local rank (ranks sharing a node, MPI_COMM_TYPE_SHARED), rank 0 makes the NCCL unique id
 // and broadcasts it over MPI, every rank joins with ncclCommInitRank. Buffers are device memory;
 // every collective runs on the communicator's stream and is waited for before returning (blocking
-// from the caller's view, like the MPI communicator). Every NCCL and CUDA call is checked:
+// from the caller's view, like the MPI communicator), except all_reduce_in_place_on_stream, which
+// runs on the caller's stream and returns at once. Every NCCL and CUDA call is checked:
 // CommunicationError names the call and the library's message. Built only when CUDA and NCCL are
 // found (DFLASH_WITH_NCCL).
 #pragma once
@@ -30,6 +31,8 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override;
   void all_gather(const void* send, void* recv, std::size_t count, CommType type) override;
   void broadcast(void* buffer, std::size_t count, CommType type, int root) override;
+  // ncclAllReduce in place on the caller's stream, not waited for.
+  void all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op, void* stream) override;
 
  protected:
   void end_job(int exit_code) override;

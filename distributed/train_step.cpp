@@ -180,7 +180,7 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   std::vector<SequenceHits> hits;
   for (const RankSequences& s : sequences) {
     DrafterStepOptions o = step_options(s);
-    if (&s == &last) o.gradients_final = &reduce_when_final;
+    if (options.reduce_during_backward && &s == &last) o.gradients_final = &reduce_when_final;
     const DrafterOutputs<double> out =
         drafter_step_accumulate(tracker, config, state.params, frozen, *s.batch, o, std::optional<double>(W), grads);
     sums[0] += out.stats.loss;
@@ -195,6 +195,12 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
       };
       hits.push_back({std::vector<std::uint8_t>(out.keep.row(b), out.keep.row(b) + N), rows_of(out.labelled),
                       rows_of(out.hits)});
+    }
+  }
+
+  if (!options.reduce_during_backward) {
+    for (const std::size_t first : gradients_final_positions(config.num_hidden_layers)) {
+      reduction.gradients_final_from(first);
     }
   }
 

@@ -48,6 +48,10 @@ struct TrainStepOptions {
   std::int64_t bucket_bytes = kDefaultBucketBytes;  // gradient communication bucket (the plan's)
   std::string last_good_checkpoint = "none";       // named by the non-finite error (§12)
   const DropoutObserver* dropout_observer = nullptr;
+  // Each bucket's sum over ranks issued as soon as the backward has finished it (the default), or
+  // every bucket after the backward, in the same order: the same collectives on the same data, so
+  // bitwise the same results (what the tests hold the overlap to).
+  bool reduce_during_backward = true;
 };
 
 // One sequence's blocks as the step saw them: keep flags [N] (kappa), w01 [T] and hits [T] (1 where

@@ -54,13 +54,6 @@ std::vector<GoldenTensorSpec> training_golden_specs(const DrafterConfig& c, std:
   return specs;
 }
 
-bool is_integer_metric(std::string_view name) {
-  for (const char* m : kIntegerMetrics) {
-    if (name == str("metrics/", m)) return true;
-  }
-  return false;
-}
-
 // The steps of the reference training core from the golden's inputs: final state and metrics.
 GoldenResults run_reference_training(MemoryTracker& tracker, const TrainingGolden& g) {
   SingleProcessCommunicator comm;
@@ -70,18 +63,41 @@ GoldenResults run_reference_training(MemoryTracker& tracker, const TrainingGolde
     const RankSequences all{0, &g.batches[static_cast<std::size_t>(t)]};
     metrics.push_back(train_step(tracker, comm, g.config, g.training, g.frozen, state, {&all, 1}));
   }
-  GoldenResults r;
   const FlatLayout layout(g.config, 1, g.training.zero_stage);
+  return training_golden_results(layout, state.optimizer.master.span(), state.optimizer.exp_avg.span(),
+                                 state.optimizer.exp_avg_sq.span(), metrics);
+}
+
+nlohmann::json config_json(const TrainingGolden& g) {
+  nlohmann::json j = drafter_config_to_json(g.config);
+  j.update(training_config_to_json(g.training));
+  return j;
+}
+
+}  // namespace
+
+bool is_integer_metric(std::string_view name) {
+  for (const char* m : kIntegerMetrics) {
+    if (name == str("metrics/", m)) return true;
+  }
+  return false;
+}
+
+GoldenResults training_golden_results(const FlatLayout& layout, std::span<const double> master,
+                                      std::span<const double> exp_avg, std::span<const double> exp_avg_sq,
+                                      std::span<const StepMetrics> metrics) {
+  GoldenResults r;
   for (const FlatTensor& ft : layout.tensors()) {
-    auto part = [&](const Tensor<double>& v) {
-      return GoldenTensor{ft.shape, std::vector<double>(v.data() + ft.offset, v.data() + ft.offset + ft.numel)};
+    auto part = [&](std::span<const double> v) {
+      const auto at = v.begin() + ft.offset;
+      return GoldenTensor{ft.shape, std::vector<double>(at, at + ft.numel)};
     };
-    r["final/param/" + ft.name] = part(state.optimizer.master);
-    r["final/exp_avg/" + ft.name] = part(state.optimizer.exp_avg);
-    r["final/exp_avg_sq/" + ft.name] = part(state.optimizer.exp_avg_sq);
+    r["final/param/" + ft.name] = part(master);
+    r["final/exp_avg/" + ft.name] = part(exp_avg);
+    r["final/exp_avg_sq/" + ft.name] = part(exp_avg_sq);
   }
   auto series = [&](auto field) {
-    GoldenTensor s{{g.steps}, {}};
+    GoldenTensor s{{std::int64_t(metrics.size())}, {}};
     for (const StepMetrics& m : metrics) s.values.push_back(static_cast<double>(field(m)));
     return s;
   };
@@ -96,14 +112,6 @@ GoldenResults run_reference_training(MemoryTracker& tracker, const TrainingGolde
   r["metrics/tokens"] = series([](const StepMetrics& m) { return m.tokens; });
   return r;
 }
-
-nlohmann::json config_json(const TrainingGolden& g) {
-  nlohmann::json j = drafter_config_to_json(g.config);
-  j.update(training_config_to_json(g.training));
-  return j;
-}
-
-}  // namespace
 
 const std::vector<TrainingGoldenCase>& training_golden_cases() {
   static const std::vector<TrainingGoldenCase> cases = [] {

@@ -20,9 +20,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "distributed/train_step.hpp"
 #include "distributed/training_config.hpp"
 #include "golden/golden_check.hpp"
 #include "golden/golden_file.hpp"
@@ -77,7 +79,19 @@ struct TrainingGoldenImplementation {
   std::string name;
   std::string description;
   std::function<GoldenOutputs(MemoryTracker&, const TrainingGolden&)> compute;
+  // Runs only on a GPU: where none is usable `golden check-training` reports SKIPPED with the
+  // reason (a failure under DFLASH_REQUIRE_GPU=1), as `golden check` does.
+  bool needs_gpu = false;
 };
+
+// The final/ and metrics/ tensors of any backend's run: master weights and moments as full flat
+// vectors (P values each, canonical order, FlatLayout's offsets) and the step metrics.
+GoldenResults training_golden_results(const FlatLayout& layout, std::span<const double> master,
+                                      std::span<const double> exp_avg, std::span<const double> exp_avg_sq,
+                                      std::span<const StepMetrics> metrics);
+
+// Whether a metrics/ tensor is a count or a flag (clipped, tokens): compared exactly.
+bool is_integer_metric(std::string_view name);
 
 // The reference training core on one process (SingleProcessCommunicator): every final/ and
 // metrics/ tensor, floats held to 1e-12 (SPEC §10) and the integer metrics exactly.

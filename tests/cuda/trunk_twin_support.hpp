@@ -111,10 +111,19 @@ TrunkValues<Real> reference_trunk(TrunkProblem& p) {
   return r;
 }
 
+// What the backward had announced final at one GradientsFinal call: the position, and every
+// gradient (DrafterParameters order) as it stood then.
+struct TrunkAnnouncement {
+  std::size_t first = 0;
+  std::vector<std::vector<float>> grads;
+};
+
 // The trunk on `be` under `policy`: Y (widened to float), every gradient and dL/dF. The
-// backend provides from_host / to_host besides what cuda/trunk_layer.hpp lists.
+// backend provides from_host / to_host besides what cuda/trunk_layer.hpp lists. `announcements`,
+// when given, receives each GradientsFinal call of the backward.
 template <class Backend>
-TrunkValues<float> run_trunk(const Backend& be, const TrunkProblem& p, TrunkPolicy policy, std::int64_t every) {
+TrunkValues<float> run_trunk(const Backend& be, const TrunkProblem& p, TrunkPolicy policy, std::int64_t every,
+                             std::vector<TrunkAnnouncement>* announcements = nullptr) {
   using Storage = typename Backend::Storage;
   auto narrowed = [](const std::vector<double>& x) {
     std::vector<Storage> out(x.size());
@@ -171,7 +180,16 @@ TrunkValues<float> run_trunk(const Backend& be, const TrunkProblem& p, TrunkPoli
   for (const Storage& y : be.to_host(trunk.forward())) r.hidden.push_back(widen(y));
   // dL/dY arrives as the step's loss head hands it back: a gradient (cuda/loss_head_cuda.cpp), so
   // that the transient bytes are the trunk's own (planner/cuda_trunk_memory.hpp).
-  trunk.backward(be.from_host(MemoryCategory::gradients, std::vector<float>(p.d_hidden.begin(), p.d_hidden.end())), g);
+  GradientsFinal on_final;
+  if (announcements != nullptr) {
+    on_final = [&](std::size_t first) {
+      TrunkAnnouncement& a = announcements->emplace_back();
+      a.first = first;
+      for (const auto& grad : grads) a.grads.push_back(be.to_host(grad));
+    };
+  }
+  trunk.backward(be.from_host(MemoryCategory::gradients, std::vector<float>(p.d_hidden.begin(), p.d_hidden.end())), g,
+                 on_final);
   for (const auto& grad : grads) r.grads.push_back(be.to_host(grad));
   r.features_grad = be.to_host(features_grad);
   return r;

@@ -1,6 +1,6 @@
 // The CUDA training step's host-side layout (distributed/device_training_layout.hpp), on the CPU:
 // the rank's owned range clipped to P, the AdamW decay table as the kernel reads it, the working
-// copy's slots and the runs that refresh it, ZeRO-0's all-reduce chunks, the conversion to and
+// copy's slots and the runs that refresh it, the conversion to and
 // from the host OptimizerState; and the single-process communicator's in-place collectives, which
 // the CUDA step calls on device pointers, never touching the buffer.
 #include <sys/mman.h>
@@ -107,21 +107,6 @@ TEST(DeviceTrainingLayout, WorkingCopyRunsRefreshExactlyTheRangeIntoEachTensorsS
       }
     }
   }
-}
-
-TEST(DeviceTrainingLayout, AllReduceChunksCoverZeroToPInOrder) {
-  const FlatLayout layout(tiny_drafter_config(), 2, 0);
-  for (const std::int64_t c : {std::int64_t(1), std::int64_t(100), std::int64_t(1056), std::int64_t(5000)}) {
-    std::int64_t next = 0;
-    for (const FlatRange& chunk : all_reduce_chunks(layout, c)) {
-      EXPECT_EQ(chunk.begin, next);
-      EXPECT_GT(chunk.size(), 0);
-      EXPECT_LE(chunk.size(), c);
-      next = chunk.end;
-    }
-    EXPECT_EQ(next, layout.count());
-  }
-  EXPECT_THROW(all_reduce_chunks(layout, 0), InputError);
 }
 
 TEST(DeviceTrainingLayout, OptimizerStateRoundTripsThroughTheDevicePart) {

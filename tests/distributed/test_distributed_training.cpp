@@ -69,6 +69,33 @@ TEST(DistributedTraining, DefaultBucketsGiveTheSameRunAsSmallOnes) {
   expect_same_run(small, large, "bucket sizes");
 }
 
+// The buckets summed during the backward (the default) and all after it, on every rank of the
+// world, ZeRO-0 and ZeRO-1, small buckets: the same collectives on the same data, so the runs are
+// bitwise the same (parameters, master weights, moments, every metric).
+TEST(DistributedTraining, BucketsDuringTheBackwardEqualBucketsAfterItBitwise) {
+  for (int zero : {0, 1}) {
+    const TrainingConfig training = tiny_training_config(kGlobal, 2, zero);
+    const TrainingRun during = run_training(world(), training, 2, kSmallBucket, all_labelled, true);
+    const TrainingRun after = run_training(world(), training, 2, kSmallBucket, all_labelled, false);
+    EXPECT_EQ(during.params, after.params) << "ZeRO-" << zero;
+    EXPECT_EQ(during.master, after.master) << "ZeRO-" << zero;
+    EXPECT_EQ(during.exp_avg, after.exp_avg) << "ZeRO-" << zero;
+    EXPECT_EQ(during.exp_avg_sq, after.exp_avg_sq) << "ZeRO-" << zero;
+    ASSERT_EQ(during.metrics.size(), after.metrics.size());
+    for (std::size_t t = 0; t < during.metrics.size(); ++t) {
+      const StepMetrics& a = during.metrics[t];
+      const StepMetrics& b = after.metrics[t];
+      EXPECT_EQ(a.loss, b.loss);
+      EXPECT_EQ(a.ce, b.ce);
+      EXPECT_EQ(a.kl, b.kl);
+      EXPECT_EQ(a.accuracy, b.accuracy);
+      EXPECT_EQ(a.grad_norm, b.grad_norm);
+      EXPECT_EQ(a.clipped, b.clipped);
+      EXPECT_EQ(a.tokens, b.tokens);
+    }
+  }
+}
+
 // Teacher rows of 1e308 (finite, so accepted as input) overflow the teacher logits W_lm G: the
 // teacher distribution, the loss and every gradient of that rank become NaN.
 TEST(DistributedTraining, NonFiniteGradientOnOneRankStopsEveryRankWithNothingApplied) {

@@ -21,8 +21,10 @@ struct TrainingRun {
 
 using Unlabelled = std::function<bool(std::int64_t)>;
 
+// `reduce_during_backward`: TrainStepOptions' (false: every bucket after the backward).
 inline TrainingRun run_training(Communicator& comm, const TrainingConfig& training, std::int64_t steps,
-                                std::int64_t bucket_bytes, const Unlabelled& unlabelled = all_labelled) {
+                                std::int64_t bucket_bytes, const Unlabelled& unlabelled = all_labelled,
+                                bool reduce_during_backward = true) {
   require_same_config(comm, tiny_drafter_config(), training);
   TinyTrainer tiny(comm, training);
   const DrafterConfig& config = tiny.config;
@@ -34,7 +36,7 @@ inline TrainingRun run_training(Communicator& comm, const TrainingConfig& traini
     const std::vector<SequenceData> data =
         load_sequences(tracker, config, t, layout.sequences_of_rank(comm.rank()), unlabelled);
     run.metrics.push_back(train_step(tracker, comm, config, training, tiny.frozen, state, as_rank_sequences(data),
-                                     {.bucket_bytes = bucket_bytes}));
+                                     {.bucket_bytes = bucket_bytes, .reduce_during_backward = reduce_during_backward}));
   }
   const FlatLayout flat(config, comm.size(), training.zero_stage);
   run.params.resize(static_cast<std::size_t>(flat.count()));
