@@ -1,6 +1,6 @@
 // The CUDA trunk's announcements of final gradients (cuda/trunk.hpp's GradientsFinal, what the
 // CUDA step's bucket reduction issues collectives on), with the trunk's code on the CPU backend
-// (tests/cuda/host_backend.hpp), the tiny config per layer and the mid one every 2 layers: the
+// (harness/cuda/host_backend.hpp), the tiny config per layer and the mid one every 2 layers: the
 // positions are the reference trunk's, in its order (gradients_final_positions: norm.weight,
 // layers L-1 ... 0, then 0 for hidden_norm and fc), and at each announcement every gradient from
 // that position on already holds its final bits (an announcement made before the layer's weight
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "distributed/gradient_reduction.hpp"
-#include "tests/cuda/host_backend.hpp"
+#include "harness/cuda/host_backend.hpp"
 #include "tests/cuda/trunk_twin_support.hpp"
 
 namespace dflash {
