@@ -31,17 +31,7 @@ void launch_attention_forward(const AttentionProblem& problem, const AttentionOp
 void launch_attention_forward_tensor_cores(const AttentionProblem& problem, const AttentionOperands<Bf16Bits>& in,
                                            const AttentionForwardOutputs<Bf16Bits>& out, cudaStream_t stream);
 
-// Which forward kernel a caller asks for: tensor_cores_where_supported runs the tensor-core
-// kernel where attention_forward_uses_tensor_cores<Storage> holds and the CUDA-core kernel
-// elsewhere (same outputs, within the fp32 rule of each other).
-enum class AttentionForwardKernel { cuda_cores, tensor_cores_where_supported };
-
-// The switch of the drafter step (CudaBackend::attention_forward_kernel): the CUDA-core forward
-// until the tensor-core kernel's GPU tests (tests/cuda/test_attention_gpu.cpp, TensorCore*) have
-// passed on a device: its program is tested on the CPU with the mma emulated, but the instruction
-// itself (the inline PTX and the operand registers) only runs on a GPU.
-inline constexpr AttentionForwardKernel kDrafterStepAttentionForward = AttentionForwardKernel::cuda_cores;
-
+// The forward `kernel` selects (AttentionForwardKernel, cuda/attention_tc_program.hpp).
 template <class Storage>
 void launch_attention_forward(const AttentionProblem& problem, const AttentionOperands<Storage>& in,
                               const AttentionForwardOutputs<Storage>& out, cudaStream_t stream,

@@ -67,6 +67,18 @@ bool attention_forward_uses_tensor_cores(const AttentionTiling& tl) {
   return std::is_same_v<Storage, Bf16Bits> && attention_tensor_core_problem(tl) == nullptr;
 }
 
+// Which forward kernel a caller asks for: tensor_cores_where_supported runs the tensor-core
+// kernel where attention_forward_uses_tensor_cores<Storage> holds and the CUDA-core kernel
+// elsewhere (same outputs, within the fp32 rule of each other).
+enum class AttentionForwardKernel { cuda_cores, tensor_cores_where_supported };
+
+// The drafter step's switch (CudaBackend::attention_forward_kernel, and the same member of the
+// tests' CPU backend, tests/cuda/host_backend.hpp): the CUDA-core forward until the tensor-core
+// kernel's GPU tests (tests/cuda/test_attention_gpu.cpp, TensorCore*) have passed on a device. Its
+// program is tested on the CPU with the mma emulated, but the instruction itself (the inline PTX
+// and its operand registers) only runs on a GPU.
+inline constexpr AttentionForwardKernel kDrafterStepAttentionForward = AttentionForwardKernel::cuda_cores;
+
 // One lane's registers. Rows "half 0 / half 1" are the lane's two rows of the warp's 16:
 // groupID and groupID + 8 (C elements 0, 1 and 2, 3).
 struct AttentionTcForwardRegisters {
