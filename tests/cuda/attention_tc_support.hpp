@@ -40,11 +40,7 @@ inline AttentionData bf16_rounded(AttentionData data) {
 // widened back): out, lse and the forward draws; `run` gets the visited tiles and draws.
 inline AttentionResults<float> tensor_core_forward(const AttentionCase& c, const AttentionData& data, bool reverse,
                                                    HostGridRun* run = nullptr) {
-  auto cast = [](const std::vector<double>& x) {
-    std::vector<Bf16Bits> out(x.size());
-    for (std::size_t e = 0; e < x.size(); ++e) narrow_into(static_cast<float>(x[e]), out[e]);
-    return out;
-  };
+  const auto cast = in_storage<Bf16Bits>;
   const std::vector<Bf16Bits> q = cast(data.q), kc = cast(data.k_ctx), vc = cast(data.v_ctx), kb = cast(data.k_blk),
                               vb = cast(data.v_blk);
   const AttentionProblem pb = attention_problem(c);
