@@ -1,7 +1,7 @@
 // DFlash attention forward (SPEC §3, dropout site 1 of §6) on tensor cores, FlashAttention-2
 // style, as a warp program (cuda/README.md, "Warp programs") that the CUDA kernel runs on the GPU
 // (cuda/warp_exec_device.cuh) and the CPU tests run on the host with an emulated mma
-// (tests/cuda/host_warp_exec.hpp). A drop-in alternative to attention_forward_block
+// (harness/cuda/host_warp_exec.hpp). A drop-in alternative to attention_forward_block
 // (cuda/attention_program.hpp): the same grid (one block per query tile (n, g)), the same key
 // tiles in the same order (common/attention_tiles.hpp), the same per-element mask and Philox
 // dropout coordinate, the same outputs (O in bf16, lse in fp32). It differs in how it multiplies:
@@ -73,7 +73,7 @@ bool attention_forward_uses_tensor_cores(const AttentionTiling& tl) {
 enum class AttentionForwardKernel { cuda_cores, tensor_cores_where_supported };
 
 // The drafter step's switch (CudaBackend::attention_forward_kernel, and the same member of the
-// tests' CPU backend, tests/cuda/host_backend.hpp): the CUDA-core forward until the tensor-core
+// tests' CPU backend, harness/cuda/host_backend.hpp): the CUDA-core forward until the tensor-core
 // kernel's GPU tests (tests/cuda/test_attention_gpu.cpp, TensorCore*) have passed on a device. Its
 // program is tested on the CPU with the mma emulated, but the instruction itself (the inline PTX
 // and its operand registers) only runs on a GPU.

@@ -6,7 +6,7 @@
 //   exec.visit(id), exec.drew(element, f)  bookkeeping hooks (CPU: record the visited tiles and the
 //                                          dropout draws; GPU: nothing)
 // On the device (cuda/block_exec_device.cuh) a phase is the lambda for threadIdx.x followed by
-// __syncthreads(); on the host (tests/cuda/host_block_exec.hpp) it is a loop over every thread.
+// __syncthreads(); on the host (harness/cuda/host_block_exec.hpp) it is a loop over every thread.
 // A phase may only write what its own thread owns and read what earlier phases wrote: then both
 // executions compute the same values, and the CPU tests cover the kernel's real partition.
 //

@@ -41,6 +41,33 @@ struct CudaDrafterWeights {
   const Bf16Bits* lm_head = nullptr;  // W_lm [V, H]
 };
 
+namespace drafter_sequence_detail {
+
+// The sequence's trunk under options.trunk_policy (returned by value: guaranteed elision).
+template <class Backend>
+Trunk<Backend> sequence_trunk(const Backend& backend, const DrafterConfig& config, const DrafterDims& dims,
+                              const CudaDrafterWeights& weights, const CudaSequenceInputs& in,
+                              const DrafterStepOptions& options, std::uint32_t sequence) {
+  const TrunkLayerContext<Bf16Bits> ctx = step_layer_context<Bf16Bits>(
+      config, dims, options, sequence, in.anchors, in.keep, in.block_positions, in.context_positions);
+  return Trunk<Backend>(backend, weights.trunk, ctx, dims.K, in.features, in.input_tokens, options.trunk_policy,
+                        options.checkpoint_every);
+}
+
+// The trunk forward, then the loss head's forward on its Y (freed once the head has read it).
+template <class Backend>
+CudaLossHeadForward sequence_forward(Trunk<Backend>& trunk, CudaLossHead& head, const DrafterDims& dims,
+                                     const CudaLossHeadTargets& targets, double weight_sum,
+                                     std::vector<std::uint8_t>* hits) {
+  DeviceBuffer<Bf16Bits> y = trunk.forward();
+  CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{dims.T, dims.H, dims.V}, targets, weight_sum);
+  y.release();
+  if (hits != nullptr) *hits = std::move(f.hits);
+  return f;
+}
+
+}  // namespace drafter_sequence_detail
+
 // Returns the sequence's loss statistics (over the global W, weight_sum); `hits`, when given,
 // receives the loss head's per-row flags [T] (CudaLossHeadForward::hits).
 template <class Backend>
@@ -49,21 +76,28 @@ LossHeadStats<double> cuda_drafter_sequence_step(const Backend& backend, CudaLos
                                                  const CudaDrafterWeights& weights, const CudaSequenceInputs& in,
                                                  const DrafterStepOptions& options, std::uint32_t sequence,
                                                  double weight_sum, std::vector<std::uint8_t>* hits = nullptr) {
-  const TrunkLayerContext<Bf16Bits> ctx = step_layer_context<Bf16Bits>(
-      config, dims, options, sequence, in.anchors, in.keep, in.block_positions, in.context_positions);
   TrunkGrads grads = weights.grads;
   grads.target_features = in.features_grad;
-
-  Trunk<Backend> trunk(backend, weights.trunk, ctx, dims.K, in.features, in.input_tokens, options.trunk_policy,
-                       options.checkpoint_every);
-  DeviceBuffer<Bf16Bits> y = trunk.forward();
+  Trunk<Backend> trunk = drafter_sequence_detail::sequence_trunk(backend, config, dims, weights, in, options, sequence);
   const CudaLossHeadTargets targets{in.teacher_rows, weights.lm_head, in.rows};
-  CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{dims.T, dims.H, dims.V}, targets, weight_sum);
-  y.release();
-  if (hits != nullptr) *hits = std::move(f.hits);
+  CudaLossHeadForward f = drafter_sequence_detail::sequence_forward(trunk, head, dims, targets, weight_sum, hits);
   DeviceBuffer<float> d_hidden = head.backward(targets, std::move(f.saved));
   trunk.backward(std::move(d_hidden), grads);
   return f.stats;
+}
+
+// The forward alone (evaluation, TRAINING §17): the trunk forward and the loss head's forward, no
+// backward, so no gradient is made (dL/dY, dL/dF, the parameters' are not touched); what the
+// policies keep for a backward is freed on return. Returns what cuda_drafter_sequence_step returns.
+template <class Backend>
+LossHeadStats<double> cuda_drafter_sequence_forward(const Backend& backend, CudaLossHead& head,
+                                                    const DrafterConfig& config, const DrafterDims& dims,
+                                                    const CudaDrafterWeights& weights, const CudaSequenceInputs& in,
+                                                    const DrafterStepOptions& options, std::uint32_t sequence,
+                                                    double weight_sum, std::vector<std::uint8_t>* hits = nullptr) {
+  Trunk<Backend> trunk = drafter_sequence_detail::sequence_trunk(backend, config, dims, weights, in, options, sequence);
+  const CudaLossHeadTargets targets{in.teacher_rows, weights.lm_head, in.rows};
+  return drafter_sequence_detail::sequence_forward(trunk, head, dims, targets, weight_sum, hits).stats;
 }
 
 }  // namespace dflash

@@ -51,6 +51,14 @@ struct DeviceParameters {
   }
 };
 
+// The loop of cuda_drafter_sequences (backward: forward and backward of each sequence) and of
+// cuda_drafter_forward_sequences (forward only): the same uploads, sequence by sequence.
+LossHeadStats<double> run_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
+                                    const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
+                                    const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+                                    const std::vector<PreparedSequence<double>>& seqs, double weight_sum, bool backward,
+                                    Tensor<double>* features_grad, std::vector<std::vector<std::uint8_t>>* hits);
+
 }  // namespace
 
 DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& a, MemoryCategory c, const double* x, std::int64_t n) {
@@ -65,6 +73,31 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
                                              const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                              Tensor<double>* features_grad,
                                              std::vector<std::vector<std::uint8_t>>* hits) {
+  return run_sequences(allocator, host, config, weights, batch, options, loss_options, seqs, weight_sum, true,
+                       features_grad, hits);
+}
+
+LossHeadStats<double> cuda_drafter_forward_sequences(DeviceAllocator& allocator, MemoryTracker& host,
+                                                     const DrafterConfig& config, const CudaDrafterWeights& weights,
+                                                     const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                                     const LossHeadOptions& loss_options,
+                                                     const std::vector<PreparedSequence<double>>& seqs,
+                                                     double weight_sum, std::vector<std::vector<std::uint8_t>>* hits) {
+  // chunk_recompute's forward computes the statistics alone: chunk_grad_in_forward's would also make
+  // dL/dY, materialize's keep every row's logits.
+  LossHeadOptions forward_only = loss_options;
+  forward_only.policy = LossPolicy::chunk_recompute;
+  return run_sequences(allocator, host, config, weights, batch, options, forward_only, seqs, weight_sum, false, nullptr,
+                       hits);
+}
+
+namespace {
+
+LossHeadStats<double> run_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
+                                    const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
+                                    const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+                                    const std::vector<PreparedSequence<double>>& seqs, double weight_sum, bool backward,
+                                    Tensor<double>* features_grad, std::vector<std::vector<std::uint8_t>>* hits) {
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
   const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
   const std::int64_t KH = dims.feature_width();
@@ -101,10 +134,13 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
                                     features.data(), teacher16.data(),
                                     DeviceRowTargets{labels.data(), row_weights.data(), valid.data()},
                                     d_features.data()};
+    const std::uint32_t sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
+    std::vector<std::uint8_t>* sequence_hits = hits != nullptr ? &hits->emplace_back() : nullptr;
     const LossHeadStats<double> stats =
-        cuda_drafter_sequence_step(backend, head, config, dims, weights, inputs, options,
-                                   options.sequence_offset + static_cast<std::uint32_t>(b), weight_sum,
-                                   hits != nullptr ? &hits->emplace_back() : nullptr);
+        backward ? cuda_drafter_sequence_step(backend, head, config, dims, weights, inputs, options, sequence,
+                                              weight_sum, sequence_hits)
+                 : cuda_drafter_sequence_forward(backend, head, config, dims, weights, inputs, options, sequence,
+                                                 weight_sum, sequence_hits);
     total.loss += stats.loss;
     total.ce += stats.ce;
     total.kl += stats.kl;
@@ -118,6 +154,8 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
   }
   return total;
 }
+
+}  // namespace
 
 CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
                                         const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,

@@ -55,4 +55,20 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
                                              Tensor<double>* features_grad,
                                              std::vector<std::vector<std::uint8_t>>* hits = nullptr);
 
+// cuda_drafter_sequences' forward alone (evaluation, TRAINING §17): the same uploads, each
+// sequence's trunk forward and loss head forward over `weight_sum`, no backward: no gradient is made
+// and weights.grads are not touched. The loss head runs chunk_recompute whatever loss_options says
+// (the policy whose forward computes only the statistics), so the device memory it takes is at most
+// the training step's under any loss policy (planner/loss_head_memory.hpp: its copy of Y in bf16
+// and row statistics against chunk_grad_in_forward's fp32 dL/dY; one chunk's logits against
+// materialize's [T, V]), and the trunk's the same as in training. Returns the statistics and `hits` as
+// cuda_drafter_sequences does.
+LossHeadStats<double> cuda_drafter_forward_sequences(DeviceAllocator& allocator, MemoryTracker& host,
+                                                     const DrafterConfig& config, const CudaDrafterWeights& weights,
+                                                     const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                                     const LossHeadOptions& loss_options,
+                                                     const std::vector<PreparedSequence<double>>& seqs,
+                                                     double weight_sum,
+                                                     std::vector<std::vector<std::uint8_t>>* hits = nullptr);
+
 }  // namespace dflash

@@ -16,7 +16,7 @@
 //
 // Everything here is a pure function compiled for host and device: the CPU tests check the maps
 // (bijections onto the tiles, the documented entries) and the host emulator of the instruction
-// (tests/cuda/host_warp_exec.hpp) gathers and scatters through them; only the instruction itself
+// (harness/cuda/host_warp_exec.hpp) gathers and scatters through them; only the instruction itself
 // (cuda/warp_exec_device.cuh) is device-only.
 #pragma once
 

@@ -1,6 +1,6 @@
 // One drafter layer of one sequence (SPEC §3), forward and backward, written once over a
 // backend: on the GPU (cuda/cuda_backend.hpp: cuBLAS, the CUDA kernels) and on the CPU
-// (tests/cuda/host_backend.hpp: the same kernel bodies and programs run by host loops, plain
+// (harness/cuda/host_backend.hpp: the same kernel bodies and programs run by host loops, plain
 // GEMM loops), so that the layer's orchestration -- every projection's transposition, buffer,
 // dropout site and order -- is tested in CI against the double reference. The twin of
 // reference/drafter_layer.hpp, in its order.

@@ -2,7 +2,7 @@
 // dropout settings, the step's dropout coordinates (seed, step, and `sequence`: the GLOBAL sequence
 // index, options.sequence_offset + b for the batch's sequence b, SPEC §6) and the sequence's index tensors (wherever they live:
 // device or host). One home for cuda_drafter_sequence_step and its CPU twin
-// (tests/cuda/drafter_step_twin.hpp), so that both run the trunk on the same coordinates.
+// (harness/cuda/drafter_step_twin.hpp), so that both run the trunk on the same coordinates.
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 // the body on them, mma() issues the tensor-core instruction on the operands the body selects,
 // exchange() is __shfl_xor_sync. The one device-only piece of the kernels' logic is the inline
 // PTX in mma(); the CPU tests run the same programs through the host emulator
-// (tests/cuda/host_warp_exec.hpp). Only the device pass runs it (the host pass of nvcc compiles
+// (harness/cuda/host_warp_exec.hpp). Only the device pass runs it (the host pass of nvcc compiles
 // empty bodies that are never called).
 #pragma once
 

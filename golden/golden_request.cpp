@@ -71,6 +71,7 @@ GoldenCostEstimate estimate_golden_cost(const GoldenCase& c) {
   plan.context = c.batch.context_length;
   plan.sequences = c.batch.sequences;
   plan.precision = TrainingPrecision::reference();
+  plan.features_grad = true;  // the golden's step hands dL/dF back
   plan.layout.gpus = 1;
   plan.layout.zero_stage = 0;
   e.step_bytes = plan_training_memory(plan).categories.total();

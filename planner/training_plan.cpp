@@ -91,23 +91,24 @@ MemoryPlan plan_training_memory(const PlanRequest& r) {
                                                                : loss_head_memory(plan.loss_head_shape, r.loss_policy);
   const std::int64_t hidden_rows = checked_product({dims.T, dims.H, p.activation_bytes});  // Y, or G's rows
   const std::int64_t n = r.sequences;
+  const std::int64_t feature_grad = r.features_grad ? plan.trunk.feature_grad_bytes : 0;  // one sequence's dL/dF
   if (p.trunk == TrunkMemoryModel::cuda) {
     // cuda_drafter_step runs its sequences one after another and hands results back to the host:
-    // one sequence's fp32 dL/dF and the loss head's dL/dY are alive together during the trunk
-    // backward; only the loss head's rows are outputs. Its norm weights are fp32, its matrices at
-    // parameter_bytes.
+    // one sequence's fp32 dL/dF (when made) and the loss head's dL/dY are alive together during
+    // the trunk backward; only the loss head's rows are outputs. Its norm weights are fp32, its
+    // matrices at parameter_bytes.
     const std::int64_t norms = plan.parameters.norm_weights;
     c[PlanCategory::parameters] =
         checked_sum(checked_product({plan.parameters.trainable - norms, p.parameter_bytes}),
                     checked_product({norms, kCudaTrunkFp32Bytes}));
-    c[PlanCategory::gradients] = checked_sum(checked_sum(c[PlanCategory::gradients], plan.trunk.feature_grad_bytes),
-                                             loss[PlanCategory::gradients]);
+    c[PlanCategory::gradients] =
+        checked_sum(checked_sum(c[PlanCategory::gradients], feature_grad), loss[PlanCategory::gradients]);
     c[PlanCategory::inputs] = cuda_step_input_bytes(dims, p);
     c[PlanCategory::outputs] = loss[PlanCategory::outputs];
   } else {
-    c[PlanCategory::gradients] = checked_sum(
-      checked_sum(c[PlanCategory::gradients], checked_product({n, plan.trunk.feature_grad_bytes})),
-      std::max(loss[PlanCategory::gradients], plan.trunk.feature_grad_bytes));
+    c[PlanCategory::gradients] =
+        checked_sum(checked_sum(c[PlanCategory::gradients], checked_product({n, feature_grad})),
+                    std::max(loss[PlanCategory::gradients], feature_grad));
     c[PlanCategory::inputs] =
         checked_sum(checked_sum(checked_product({n, r.micro_steps, sequence_input_bytes(dims, p)}),
                                 checked_product({n, sequence_anchor_bytes(dims)})),

@@ -7,8 +7,9 @@
 // trunk forward, loss head forward and backward, trunk backward), so more sequences add only to the
 // batch-wide tensors (inputs, outputs, dL/dF). Per category, as reference/drafter.hpp allocates:
 //   parameters, frozen, master_weights, optimizer_state, communication   parameter_memory.hpp
-//   gradients   parameter gradients + dL/dF of the batch [n, S, K H] + the larger of the loss
-//               head's gradients (dL/dY [T, H]) and one sequence's dL/dF (made after dL/dY is freed)
+//   gradients   parameter gradients + the loss head's gradients (dL/dY [T, H]); with
+//               features_grad, also dL/dF of the batch [n, S, K H], and one sequence's dL/dF
+//               counted in place of dL/dY when larger (it is made after dL/dY is freed)
 //   inputs      per sequence of all U micro-steps: token ids (8 B) and loss mask (1 B) [S], F [S, K H] and G [S, H] at
 //               input precision, anchor slots and keep flags [N] (8 + 1 B); plus one sequence's
 //               teacher rows gathered for the loss head [T, H]
@@ -19,8 +20,8 @@
 //               the loss head's lse and token loss [T] of the sequence in flight
 // With the CUDA trunk (precision.trunk, the production default), the categories follow
 // cuda_drafter_step (cuda/drafter_step_cuda.cpp), which keeps the batch on the host and runs one
-// sequence at a time: gradients = parameter gradients + one sequence's fp32 dL/dF + the loss
-// head's dL/dY; inputs = what it uploads for one sequence (training_plan.cpp); outputs = the loss
+// sequence at a time: gradients = parameter gradients + the loss head's dL/dY (+ one sequence's
+// fp32 dL/dF with features_grad); inputs = what it uploads for one sequence (training_plan.cpp); outputs = the loss
 // head's; saved and transient the CUDA trunk's (planner/cuda_trunk_memory.hpp); the loss head's
 // categories cuda_loss_head_memory's (no chunk_retain: InputError naming loss_policy).
 // The total adds every category's own peak: an upper bound of the true peak, whose slack is what
@@ -58,6 +59,11 @@ struct PlanRequest {
   TrunkPolicy trunk_policy = TrunkPolicy::per_layer;
   std::int64_t checkpoint_every = 1;
   bool lm_head_grad = false;  // the head is frozen (SPEC §2)
+  // Whether the step makes dL/dF. The target's features are inputs (TRAINING §14): the CUDA
+  // training step (distributed/cuda_train_step.hpp) never makes it. The steps that hand it back
+  // (drafter_step, cuda_drafter_step: verification, goldens) and the reference training step
+  // (drafter_step_accumulate makes and frees it) do.
+  bool features_grad = false;
   TrainingPrecision precision = TrainingPrecision::production();
   ParallelLayout layout;
   std::int64_t device_bytes = kDefaultDeviceBytes;

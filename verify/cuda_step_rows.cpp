@@ -1,7 +1,7 @@
 // The whole CUDA step in the verification matrix (`dflash verify --device cuda`, group cuda):
 // cuda_drafter_step on the tiny config (dropout off and on) and the mid config (dropout on; 4
 // anchor slots, S = 300 so that its sliding window binds) against the double reference step
-// under SPEC §10's bf16 rule (the plain bf16 computation: tests/cuda/drafter_step_twin.hpp), one
+// under SPEC §10's bf16 rule (the plain bf16 computation: harness/cuda/drafter_step_twin.hpp), one
 // row per trunk policy x loss policy: the error is the worst ratio, over the losses, every
 // parameter's gradient (the trunk's) and dL/dF, of the CUDA error to its bound; it passes at <= 1.
 // Then: every trunk policy bitwise equal (per loss policy, and the two chunked loss policies to
@@ -18,8 +18,8 @@
 #include "common/dropout_site_view.hpp"
 #include "cuda/trunk_elementwise_kernels.hpp"
 #include "reference/compare.hpp"
-#include "tests/cuda/config_path.hpp"
-#include "tests/cuda/drafter_step_twin.hpp"
+#include "harness/cuda/config_path.hpp"
+#include "harness/cuda/drafter_step_twin.hpp"
 #include "verify/verify_rows.hpp"
 
 namespace dflash {

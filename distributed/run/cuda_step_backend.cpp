@@ -1,10 +1,9 @@
 #include "distributed/run/cuda_step_backend.hpp"
 
-#include <optional>
-
 #include <cuda_runtime_api.h>
 
 #include "cuda/device_probe.hpp"
+#include "cuda/drafter_step_cuda.hpp"
 #include "distributed/cuda_train_step.hpp"
 #include "distributed/mpi_communicator.hpp"
 #include "distributed/single_process_communicator.hpp"
@@ -51,12 +50,22 @@ class CudaStepBackend final : public StepBackend {
         state_(allocator_, {comm, *device_comm_}, config, training, frozen, state.optimizer) {}
 
   std::int64_t completed_steps() const override { return state_.step(); }
-  const DrafterParameters<double>& parameters() override {
-    if (!parameters_step_ || *parameters_step_ != state_.step()) {
-      parameters_ = state_.working_parameters(parameters_tracker_, config_);
-      parameters_step_ = state_.step();
+  // The forward alone on the resident working copy, with the host checks the step runs first.
+  SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
+                                        const DrafterStepOptions& options) override {
+    validate_drafter_batch(config, batch, options.sequence_offset);
+    const LossHeadOptions loss_options = validate_drafter_step_options(config, options);
+    const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
+    drafter_detail::validate_teacher_rows(batch, seqs);
+    std::vector<std::vector<std::uint8_t>> hits;
+    SequenceEvaluation e{cuda_drafter_forward_sequences(state_.allocator(), host_tracker_, config, state_.weights(),
+                                                        batch, options, loss_options, seqs, 1.0, &hits),
+                         0.0, BlockStatistics(config.block_size)};
+    for (std::size_t b = 0; b < seqs.size(); ++b) {
+      for (const double w : seqs[b].blocks.weights) e.weight_sum += w;
+      add_block_hits(e.blocks, config.block_size, seqs[b].slots.keep, seqs[b].blocks.valid, hits[b]);
     }
-    return parameters_;
+    return e;
   }
   StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
     return cuda_train_step(host_tracker_, state_, config_, training_, sequences, options);
@@ -74,10 +83,8 @@ class CudaStepBackend final : public StepBackend {
   const TrainingConfig& training_;
   std::unique_ptr<Communicator> device_comm_;
   DeviceAllocator allocator_;
-  MemoryTracker host_tracker_, parameters_tracker_;
+  MemoryTracker host_tracker_;
   CudaTrainingState state_;
-  DrafterParameters<double> parameters_;
-  std::optional<std::int64_t> parameters_step_;
 };
 
 }  // namespace

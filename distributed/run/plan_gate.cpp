@@ -36,6 +36,7 @@ PlanRequest training_plan_request(const DrafterConfig& config, const TrainingCon
   r.layout.zero_stage = training.zero_stage;
   if (backend == TrainingBackend::cpu) {
     r.precision = TrainingPrecision::reference_training();
+    r.features_grad = true;  // drafter_step_accumulate makes (and frees) each sequence's dL/dF
     r.device_bytes = host_memory_bytes_per_rank();
   } else {
     r.precision = TrainingPrecision::production();

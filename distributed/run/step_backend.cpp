@@ -20,7 +20,16 @@ class ReferenceStepBackend final : public StepBackend {
       : tracker_(tracker), comm_(comm), config_(config), training_(training), frozen_(frozen), state_(std::move(state)) {}
 
   std::int64_t completed_steps() const override { return state_.optimizer.step; }
-  const DrafterParameters<double>& parameters() override { return state_.params; }
+  SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
+                                        const DrafterStepOptions& options) override {
+    MemoryTracker scratch;  // host memory of the evaluation, apart from the step's peaks
+    const DrafterOutputs<double> out =
+        drafter_forward(scratch, config, state_.params, frozen_, batch, options, std::optional<double>(1.0));
+    SequenceEvaluation e{out.stats, 0.0, BlockStatistics(config.block_size)};
+    for (std::int64_t i = 0; i < out.weights.numel(); ++i) e.weight_sum += out.weights[i];
+    add_block_statistics(e.blocks, config.block_size, out);
+    return e;
+  }
   StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
     return train_step(tracker_, comm_, config_, training_, frozen_, state_, sequences, options);
   }

@@ -13,17 +13,29 @@
 #include <string>
 #include <vector>
 
+#include "distributed/metrics/block_statistics.hpp"
 #include "distributed/train_step.hpp"
 #include "golden/safetensors_dtype.hpp"
 
 namespace dflash {
 
+// One held-out batch's statistics from a forward alone (evaluation, TRAINING §17).
+struct SequenceEvaluation {
+  LossHeadStats<double> stats;  // over W = 1: loss, ce, kl are the sums of w l, w CE, w KL; correct, valid_rows
+  double weight_sum = 0;        // the batch's W (sum of w over its rows)
+  BlockStatistics blocks;       // from the forward's own loss-head hits
+};
+
 class StepBackend {
  public:
   virtual ~StepBackend() = default;
   virtual std::int64_t completed_steps() const = 0;  // Adam's step count
-  // The parameters the next step computes with, as double (evaluation).
-  virtual const DrafterParameters<double>& parameters() = 0;
+  // The forward alone of `batch` with the parameters the next step computes with, `config` and
+  // `options` as given (evaluation passes dropout off), the loss over W = 1: no gradient is made.
+  // Reference: drafter_forward in double. CUDA: cuda_drafter_forward_sequences on the bf16 working
+  // copy (device memory within the training step's plan).
+  virtual SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
+                                                const DrafterStepOptions& options) = 0;
   // One optimizer step on this rank's share of the global batch (every rank calls it).
   virtual StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) = 0;
   // Master weights, exp_avg, exp_avg_sq as full flat vectors of P values (a collective).

@@ -235,7 +235,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       }
     }
     if (eval_set && (t + 1) % o.eval_every == 0) {
-      const EvalRecord e = evaluate(comm, config, training, backend->parameters(), frozen, *eval_set, t);
+      const EvalRecord e = evaluate(comm, *backend, config, training, *eval_set, t);
       if (lead) eval_log << eval_record_json(e).dump() << "\n" << std::flush;
     }
     if (o.after_step) o.after_step(t);

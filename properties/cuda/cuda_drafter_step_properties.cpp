@@ -5,7 +5,7 @@
 // size (1 row to beyond T):
 //  - within SPEC §10's bf16 rule of the double reference step, the plain bf16 computation being
 //    the step's own trunk on the CPU backend in bf16 plus the loss head's emulation
-//    (tests/cuda/drafter_step_twin.hpp);
+//    (harness/cuda/drafter_step_twin.hpp);
 //  - two trunk policies (and the two chunked loss policies) give the same bits.
 // Each property is one GoogleTest that skips, with the reason, where no GPU is usable.
 #include <filesystem>
@@ -15,8 +15,8 @@
 #include <rapidcheck.h>
 
 #include "reference/drafter_problem.hpp"
-#include "tests/cuda/config_path.hpp"
-#include "tests/cuda/drafter_step_twin.hpp"
+#include "harness/cuda/config_path.hpp"
+#include "harness/cuda/drafter_step_twin.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
 
 namespace dflash {
@@ -84,7 +84,7 @@ rc::Gen<StepCase> gen_case() {
   });
 }
 
-// The case's problem in the device formats (tests/cuda/drafter_step_twin.hpp).
+// The case's problem in the device formats (harness/cuda/drafter_step_twin.hpp).
 struct CaseProblem {
   MemoryTracker tracker;
   DrafterParameters<double> params;

@@ -146,6 +146,7 @@ RC_GTEST_PROP(PlanAgainstReference, DrafterStepEveryPolicyCombination, ()) {
       q.trunk_policy = trunk;
       q.checkpoint_every = s.options.checkpoint_every;
       q.precision = TrainingPrecision::reference();
+      q.features_grad = true;  // drafter_step hands dL/dF back
       q.layout = {.gpus = 1, .zero_stage = 0};
       const MemoryPlan plan = plan_training_memory(q);
 

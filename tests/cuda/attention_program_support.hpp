@@ -1,7 +1,7 @@
 // One DFlash attention problem (shapes, anchors, keep flags, layer type, dropout), its inputs in
 // double (each value a float, so the fp32 programs and the double reference see the same
 // inputs), the double and the plain fp32 reference results, and the CUDA block programs run over
-// their real grids on the host (tests/cuda/host_block_exec.hpp).
+// their real grids on the host (harness/cuda/host_block_exec.hpp).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@
 #include "reference/attention.hpp"
 #include "reference/compare.hpp"
 #include "reference/counter_rng.hpp"
-#include "tests/cuda/host_block_exec.hpp"
+#include "harness/cuda/host_block_exec.hpp"
 
 namespace dflash {
 

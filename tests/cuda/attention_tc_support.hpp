@@ -1,5 +1,5 @@
 // The tensor-core attention forward (cuda/attention_tc_program.hpp) run on the host with the
-// emulated mma (tests/cuda/host_warp_exec.hpp), on the attention cases it supports, and what its
+// emulated mma (harness/cuda/host_warp_exec.hpp), on the attention cases it supports, and what its
 // CPU and GPU tests compare it with.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 #include "cuda/attention_tc_program.hpp"
 #include "tests/cuda/attention_program_support.hpp"
-#include "tests/cuda/host_warp_exec.hpp"
+#include "harness/cuda/host_warp_exec.hpp"
 
 namespace dflash {
 

@@ -12,7 +12,7 @@
 
 #include "common/tolerances.hpp"
 #include "cuda/optimizer_program.hpp"
-#include "tests/cuda/host_block_exec.hpp"
+#include "harness/cuda/host_block_exec.hpp"
 
 namespace dflash {
 

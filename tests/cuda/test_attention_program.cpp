@@ -1,5 +1,5 @@
 // The DFlash attention kernels' programs (cuda/attention_program.hpp) run on the CPU over their
-// real grids and thread partition (tests/cuda/host_block_exec.hpp), against the double reference
+// real grids and thread partition (harness/cuda/host_block_exec.hpp), against the double reference
 // (reference/attention.hpp): the mask and the dropout draws bitwise, the values within the fp32
 // rule of SPEC §10, the tile schedule exactly (skipped tiles are never visited), and the bits
 // independent of the thread partition.

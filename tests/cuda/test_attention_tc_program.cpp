@@ -1,6 +1,6 @@
 // The tensor-core attention forward (cuda/attention_tc_program.hpp) run on the CPU over its real
 // grid, warps and lanes, with the mma emulated through the PTX fragment maps
-// (tests/cuda/host_warp_exec.hpp): the fragment maps themselves, the emulated instruction, the
+// (harness/cuda/host_warp_exec.hpp): the fragment maps themselves, the emulated instruction, the
 // selection rule, and the forward against the CUDA-core program (cuda/attention_program.hpp) and
 // the double reference: values within the bf16 rule of SPEC §10, the visited tiles, the visible
 // elements and the dropout draws bitwise the same, the bits independent of warp and lane order.

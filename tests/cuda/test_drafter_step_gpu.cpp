@@ -19,9 +19,9 @@
 #include "planner/training_plan.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
-#include "tests/cuda/config_path.hpp"
+#include "harness/cuda/config_path.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
-#include "tests/cuda/host_backend.hpp"
+#include "harness/cuda/host_backend.hpp"
 #include "tests/cuda/trunk_twin_support.hpp"
 
 namespace dflash {
@@ -124,6 +124,7 @@ TEST_F(DrafterStepGpu, PeaksPerCategoryAsPlanned) {
     r.trunk_policy = trunk;
     r.checkpoint_every = o.checkpoint_every;
     r.layout = {.gpus = 1, .zero_stage = 0};
+    r.features_grad = true;  // cuda_drafter_step hands dL/dF back
     const CategoryBytes c = plan_training_memory(r).categories;
     const MemoryTracker& t = allocator().tracker();
     auto peak = [&](MemoryCategory m) { return static_cast<std::int64_t>(t.peak(m)); };

@@ -1,7 +1,7 @@
 // The whole CUDA step (cuda_drafter_step) against the double reference step under SPEC §10's
 // bf16 rule, on the tiny and mid configs with dropout off and on: the losses, every parameter's
 // gradient and dL/dF within 2 x the plain bf16 computation's error + the fp32 floor
-// (tests/cuda/drafter_step_twin.hpp), under every trunk policy x loss policy; the trunk policies
+// (harness/cuda/drafter_step_twin.hpp), under every trunk policy x loss policy; the trunk policies
 // bitwise equal for each loss policy, the two chunked loss policies bitwise equal, and a second
 // run bitwise equal to the first. Skipped, with the reason, without a GPU.
 #include <cctype>
@@ -15,8 +15,8 @@
 #include "cuda/drafter_step_cuda.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
-#include "tests/cuda/config_path.hpp"
-#include "tests/cuda/drafter_step_twin.hpp"
+#include "harness/cuda/config_path.hpp"
+#include "harness/cuda/drafter_step_twin.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
 
 namespace dflash {

@@ -1,5 +1,5 @@
 // The harness the GPU step is judged by, on the CPU (every CI): the plain bf16 computation of the
-// whole step (tests/cuda/drafter_step_twin.hpp) on the tiny and mid configs, dropout off and on,
+// whole step (harness/cuda/drafter_step_twin.hpp) on the tiny and mid configs, dropout off and on,
 // against the double reference step on the same device-format inputs. Each quantity must be off
 // by no more than SPEC §10's model bound of a plain bf16 step (step_result_bound,
 // golden/golden_compare_rules.hpp: independent bf16 roundings along the step's path) and must be
@@ -16,8 +16,8 @@
 
 #include "golden/golden_compare_rules.hpp"
 #include "reference/drafter_problem.hpp"
-#include "tests/cuda/config_path.hpp"
-#include "tests/cuda/drafter_step_twin.hpp"
+#include "harness/cuda/config_path.hpp"
+#include "harness/cuda/drafter_step_twin.hpp"
 
 namespace dflash {
 namespace {

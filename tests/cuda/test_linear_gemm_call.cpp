@@ -25,7 +25,7 @@
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_dims.hpp"
 #include "reference/errors.hpp"
-#include "tests/cuda/config_path.hpp"
+#include "harness/cuda/config_path.hpp"
 #include "tests/cuda/textbook_gemm.hpp"
 
 namespace dflash {

@@ -25,7 +25,7 @@
 #include "common/tolerances.hpp"
 #include "cuda/loss_head_row_gather.hpp"
 #include "cuda/loss_head_row_phases.hpp"
-#include "tests/cuda/host_block_exec.hpp"
+#include "harness/cuda/host_block_exec.hpp"
 
 namespace dflash {
 namespace {

@@ -1,5 +1,5 @@
 // The trunk's orchestration (cuda/trunk.hpp over cuda/trunk_layer.hpp: the code the GPU runs)
-// on the CPU backend (tests/cuda/host_backend.hpp) with fp32 storage, against the double
+// on the CPU backend (harness/cuda/host_backend.hpp) with fp32 storage, against the double
 // reference trunk (reference/drafter_trunk.hpp) on the tiny and mid configs with dropout at
 // every site: Y, dL/dF and every parameter gradient within the fp32 rule (2 x the error of the
 // reference trunk run in float, + the fp32 floor), every policy bitwise the same, and the saved
@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "tests/cuda/host_backend.hpp"
+#include "harness/cuda/host_backend.hpp"
 #include "tests/cuda/trunk_twin_support.hpp"
 
 namespace dflash {

@@ -1,6 +1,6 @@
 // The trunk's elementwise and per-row kernel bodies (cuda/trunk_elementwise_program.hpp) run on
 // the CPU over their kernels' partition (one thread per element or per (row, head): a loop over
-// every index; one block per row: tests/cuda/host_block_exec.hpp with the kernels' thread count),
+// every index; one block per row: harness/cuda/host_block_exec.hpp with the kernels' thread count),
 // against the double reference: values within the fp32 rule of SPEC §10 (2 x the error of the
 // reference run in float, plus a floor), dropout masks and gathers bitwise.
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include "reference/counter_rng.hpp"
 #include "reference/drafter_layer.hpp"
 #include "tests/cuda/attention_program_support.hpp"
-#include "tests/cuda/host_block_exec.hpp"
+#include "harness/cuda/host_block_exec.hpp"
 
 namespace dflash {
 namespace {

@@ -1,6 +1,6 @@
 // The CUDA trunk's memory plan (planner/cuda_trunk_memory.hpp) against what the
 // trunk's code (cuda/trunk.hpp over cuda/trunk_layer.hpp) allocates when it
-// runs on the CPU backend (tests/cuda/host_backend.hpp) with a MemoryTracker
+// runs on the CPU backend (harness/cuda/host_backend.hpp) with a MemoryTracker
 // counting every buffer by category, as the device allocator does: for bf16
 // storage (the GPU's formats, 2 B) and fp32 storage (4 B), on the tiny and mid
 // configs, under every trunk policy (every_k 3 on mid's 4 layers leaves a
@@ -12,7 +12,7 @@
 
 #include "cuda/bf16_bits.hpp"
 #include "planner/cuda_trunk_memory.hpp"
-#include "tests/cuda/host_backend.hpp"
+#include "harness/cuda/host_backend.hpp"
 #include "tests/cuda/trunk_twin_support.hpp"
 
 namespace dflash {

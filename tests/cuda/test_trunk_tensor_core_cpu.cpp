@@ -1,6 +1,6 @@
 // The trunk (cuda/trunk.hpp: the code the GPU runs) on the CPU backend with bf16 storage and the
 // tensor-core attention forward switched on (HostBackend::attention_forward_kernel, the same switch
-// as CudaBackend's; its mma emulated on the host, tests/cuda/host_warp_exec.hpp). On mid (d 32) the
+// as CudaBackend's; its mma emulated on the host, harness/cuda/host_warp_exec.hpp). On mid (d 32) the
 // tensor-core forward runs: Y, every parameter gradient and dL/dF stay within SPEC §10's bf16 rule
 // of the double reference, the plain computation being the same trunk with the CUDA-core forward
 // (P rounded to bf16 is one more rounding of the size of O's, as in test_attention_tc_program), and
@@ -8,7 +8,7 @@
 // falls back to the CUDA-core forward and the trunk is bitwise the plain one.
 #include <gtest/gtest.h>
 
-#include "tests/cuda/host_backend.hpp"
+#include "harness/cuda/host_backend.hpp"
 #include "tests/cuda/trunk_twin_support.hpp"
 
 namespace dflash {

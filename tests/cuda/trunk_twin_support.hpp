@@ -16,8 +16,8 @@
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
 #include "tests/cuda/attention_program_support.hpp"
-#include "tests/cuda/config_path.hpp"
-#include "tests/cuda/device_formats.hpp"
+#include "harness/cuda/config_path.hpp"
+#include "harness/cuda/device_formats.hpp"
 
 namespace dflash {
 

@@ -14,7 +14,8 @@
 //   - the per-row argmax hits behind the block statistics: the loss head's own (they count its
 //     accuracy), on the reference's rows, equal to the reference's on at least kHitAgreement;
 //   - ZeRO-1 bitwise ZeRO-0 on one rank; the host OptimizerState round trip; device memory of
-//     the state per category equal to the plan (the layout `dflash train --backend cuda` plans).
+//     the state per category equal to the plan (the layout `dflash train --backend cuda` plans),
+//     and of the step (gradients without dL/dF, inputs, saved, outputs) equal to it.
 // Skipped with the reason without a GPU (failed under DFLASH_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
@@ -219,6 +220,22 @@ TEST_F(CudaTrainStep, StateMemoryPerCategoryIsThePlansWithZeroOne) {
   MemoryTracker host;
   cuda_train_step(host, state, p.config, p.training, {&mine, 1});
   expect_state_bytes("peak over a step", true);
+
+  // What the step adds, for the batch's shapes, to the byte: gradients are the flat vector and one
+  // sequence's dL/dY, and no dL/dF (the features are inputs, TRAINING §14; the plan counted one
+  // sequence's fp32 dL/dF before features_grad); the inputs, saved tensors and outputs of one
+  // sequence at a time.
+  PlanRequest shaped = request;
+  shaped.tokens = batch.anchor_slots(p.config) * p.config.block_size;
+  shaped.context = batch.context_length();
+  const CategoryBytes step_plan = plan_training_memory(shaped).categories;
+  for (const auto& [m, c] : {std::pair{MemoryCategory::gradients, PlanCategory::gradients},
+                             std::pair{MemoryCategory::inputs, PlanCategory::inputs},
+                             std::pair{MemoryCategory::saved, PlanCategory::saved},
+                             std::pair{MemoryCategory::loss_saved, PlanCategory::loss_saved},
+                             std::pair{MemoryCategory::outputs, PlanCategory::outputs}}) {
+    EXPECT_EQ(std::int64_t(device.peak(m)), step_plan[c]) << category_name(m);
+  }
 }
 
 }  // namespace

@@ -159,6 +159,7 @@ void expect_plan_equals_measured(int R, std::int64_t U, int zero) {
   q.sequences = b;
   q.micro_steps = U;
   q.precision = TrainingPrecision::reference_training();
+  q.features_grad = true;  // drafter_step_accumulate makes each sequence's dL/dF
   q.layout = {.gpus = R, .zero_stage = zero, .bucket_bytes = kSmallBucket, .buckets_in_flight = 1};
   const MemoryPlan plan = plan_training_memory(q);
   const std::vector<CategoryComparison> rows = compare_plan_with_tracker(plan.categories, tracker);

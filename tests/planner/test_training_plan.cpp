@@ -152,7 +152,7 @@ TEST(TrainingPlan, ProductionPlansTheCudaStep) {
   EXPECT_EQ(c[PlanCategory::saved], cuda.context_bytes + m.L * 4 * m.T * m.H + cuda.layer_activation_bytes);
   EXPECT_EQ(plan.trunk.transient_bytes, cuda.transient_bytes);
   const std::int64_t P = plan.parameters.trainable;
-  EXPECT_EQ(c[PlanCategory::gradients], 4 * P + 4 * m.S * m.K * m.H + 4 * m.T * m.H);  // + dL/dF, dL/dY
+  EXPECT_EQ(c[PlanCategory::gradients], 4 * P + 4 * m.T * m.H);  // + dL/dY; the training step makes no dL/dF
   EXPECT_EQ(c[PlanCategory::inputs],
             8 * m.S + 9 * m.N + 29 * m.T + 2 * m.S * m.K * m.H + 2 * m.T * m.H);  // one sequence's upload
   r.precision.trunk = TrunkMemoryModel::reference;
@@ -160,6 +160,32 @@ TEST(TrainingPlan, ProductionPlansTheCudaStep) {
   EXPECT_EQ(reference.trunk.saved_tensors.peak_elements,
             trunk_saved_plan(m, TrunkPolicy::per_layer, 1).peak_elements);
   EXPECT_LT(reference.categories[PlanCategory::saved], c[PlanCategory::saved]);  // bf16 residual, fewer tensors
+}
+
+// dL/dF is counted only for a step that makes it (features_grad): the frozen features get no
+// gradient in training (TRAINING §14), so the CUDA training step never allocates it; the
+// verification steps hand one back per sequence, and the reference's batch-wide copy is per sequence.
+TEST(TrainingPlan, FeatureGradientOnlyWhereTheStepMakesIt) {
+  PlanRequest r = full_scale();
+  r.layout = {.gpus = 1, .zero_stage = 0};
+  const DrafterDims m = DrafterDims::of(r.config, r.context, r.tokens / r.config.block_size);
+  const std::int64_t P = drafter_parameter_counts(r.config).trainable;
+  const std::int64_t dY = 4 * m.T * m.H, dF = 4 * m.S * m.K * m.H;
+  ASSERT_FALSE(r.features_grad);  // the training step's plan, `dflash plan`'s default
+  EXPECT_EQ(plan_training_memory(r).categories[PlanCategory::gradients], 4 * P + dY);
+  r.features_grad = true;  // cuda_drafter_step: one sequence's fp32 dL/dF beside dL/dY
+  EXPECT_EQ(plan_training_memory(r).categories[PlanCategory::gradients], 4 * P + dF + dY);
+
+  // Reference precision, 3 sequences: the batch's dL/dF [3, S, K H], and one sequence's made after
+  // dL/dY is freed (the larger of the two counts).
+  r.precision = TrainingPrecision::reference_training();
+  r.sequences = 3;
+  const std::int64_t dY8 = 8 * m.T * m.H, dF8 = 8 * m.S * m.K * m.H;
+  const std::int64_t grads = plan_training_memory(r).categories[PlanCategory::gradients];
+  r.features_grad = false;
+  const std::int64_t without = plan_training_memory(r).categories[PlanCategory::gradients];
+  EXPECT_EQ(grads - without, 3 * dF8 + std::max(dY8, dF8) - dY8);
+  EXPECT_EQ(without, 8 * P + dY8);
 }
 
 // The reference trunk's statistics follow statistic_bytes (the CUDA trunk's are fp32 by type).

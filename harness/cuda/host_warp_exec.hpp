@@ -23,7 +23,7 @@
 
 #include "common/storage.hpp"
 #include "cuda/mma_fragments.hpp"
-#include "tests/cuda/host_block_exec.hpp"
+#include "harness/cuda/host_block_exec.hpp"
 
 namespace dflash {
 

@@ -30,8 +30,8 @@
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
 #include "reference/errors.hpp"
-#include "tests/cuda/device_formats.hpp"
-#include "tests/cuda/host_backend.hpp"
+#include "harness/cuda/device_formats.hpp"
+#include "harness/cuda/host_backend.hpp"
 
 namespace dflash {
 

@@ -1,5 +1,5 @@
 // The CPU backend of the trunk (cuda/trunk_layer.hpp, cuda/trunk.hpp): the kernels' own bodies
-// and block programs run by host loops over their grids (tests/cuda/host_block_exec.hpp), and
+// and block programs run by host loops over their grids (harness/cuda/host_block_exec.hpp), and
 // the linear layers as plain fp32 sums of Storage operands in index order (the plain computation
 // cuBLAS is held to). Buffers are counted by a MemoryTracker like the device allocator's, and
 // filled with NaN bytes when made, as device memory is not initialised: a read of a value no
@@ -19,8 +19,8 @@
 #include "cuda/trunk_elementwise_program.hpp"
 #include "reference/memory_tracker.hpp"
 #include "reference/tensor.hpp"
-#include "tests/cuda/host_block_exec.hpp"
-#include "tests/cuda/host_warp_exec.hpp"
+#include "harness/cuda/host_block_exec.hpp"
+#include "harness/cuda/host_warp_exec.hpp"
 
 namespace dflash {
 
