@@ -72,12 +72,14 @@ bool attention_forward_uses_tensor_cores(const AttentionTiling& tl) {
 // elsewhere (same outputs, within the fp32 rule of each other).
 enum class AttentionForwardKernel { cuda_cores, tensor_cores_where_supported };
 
-// The drafter step's switch (CudaBackend::attention_forward_kernel, and the same member of the
-// tests' CPU backend, harness/cuda/host_backend.hpp): the CUDA-core forward until the tensor-core
-// kernel's GPU tests (tests/cuda/test_attention_gpu.cpp, TensorCore*) have passed on a device. Its
-// program is tested on the CPU with the mma emulated, but the instruction itself (the inline PTX
-// and its operand registers) only runs on a GPU.
-inline constexpr AttentionForwardKernel kDrafterStepAttentionForward = AttentionForwardKernel::cuda_cores;
+// The drafter step's switch (CudaBackend::attention_forward_kernel): the tensor-core forward where
+// it supports the shape. Its whole program runs in the CPU tests with the mma emulated
+// (tests/cuda/test_attention_tc_program.cpp, test_trunk_tensor_core_cpu.cpp); only the
+// instruction itself (the inline PTX and its operand registers) is checked on a device alone
+// (tests/cuda/test_attention_gpu.cpp, TensorCore*). AttentionForwardKernel::cuda_cores here
+// switches the step back to the CUDA-core forward.
+inline constexpr AttentionForwardKernel kDrafterStepAttentionForward =
+    AttentionForwardKernel::tensor_cores_where_supported;
 
 // One lane's registers. Rows "half 0 / half 1" are the lane's two rows of the warp's 16:
 // groupID and groupID + 8 (C elements 0, 1 and 2, 3).

@@ -5,8 +5,8 @@
 // per_layer x chunk_grad_in_forward: step time (median of --reps after a warm-up), model FLOPs
 // (bench/cuda/drafter_step_metrics.hpp) and MFU against the measured large-GEMM bf16 rate and the
 // H200 datasheet peak, the attention kernels' time (cudaEvents around every attention launch of the
-// step) and FLOP rate (per_layer x chunk_recompute once more with the tensor-core attention forward,
-// cuda/attention_tc_program.hpp, to compare both forward kernels), and each category's peak bytes (the DeviceAllocator's tracker) against
+// step) and FLOP rate (per_layer x chunk_recompute once more with the other attention forward
+// kernel than the step's default, cuda/attention_tc_program.hpp: both forward kernels timed), and each category's peak bytes (the DeviceAllocator's tracker) against
 // `dflash plan` for the same config and policies (one GPU).
 //
 //   bench_cuda_drafter_step --config configs/qwen3.6-27b.json [--context 4096] [--reps 3] [--seed S]
@@ -260,7 +260,7 @@ struct PolicyRun {
   double median_ms() const { return median(ms); }
   bool tensor_core_forward() const { return attention_forward == AttentionForwardKernel::tensor_cores_where_supported; }
   std::string name() const {
-    return str("per_layer x ", loss_policy_name(policy), tensor_core_forward() ? ", tc attn fwd" : "");
+    return str("per_layer x ", loss_policy_name(policy), tensor_core_forward() ? ", tc attn fwd" : ", cc attn fwd");
   }
 };
 
@@ -424,10 +424,13 @@ int bench_main(int argc, char** argv) {
 
   std::vector<PolicyRun> runs;
   std::vector<std::string> wrong, missed;
-  const std::pair<LossPolicy, AttentionForwardKernel> measured[] = {
-      {LossPolicy::chunk_recompute, backend.attention_forward_kernel},
-      {LossPolicy::chunk_grad_in_forward, backend.attention_forward_kernel},
-      {LossPolicy::chunk_recompute, AttentionForwardKernel::tensor_cores_where_supported}};
+  const AttentionForwardKernel step_kernel = backend.attention_forward_kernel;
+  const AttentionForwardKernel other_kernel = step_kernel == AttentionForwardKernel::cuda_cores
+                                                  ? AttentionForwardKernel::tensor_cores_where_supported
+                                                  : AttentionForwardKernel::cuda_cores;
+  const std::pair<LossPolicy, AttentionForwardKernel> measured[] = {{LossPolicy::chunk_recompute, step_kernel},
+                                                                    {LossPolicy::chunk_grad_in_forward, step_kernel},
+                                                                    {LossPolicy::chunk_recompute, other_kernel}};
   for (const auto& [p, kernel] : measured) {
     PolicyRun planned;
     planned.policy = p;

@@ -52,8 +52,10 @@ struct HostBackend {
   using Buffer = HostBuffer<T>;
 
   MemoryTracker& tracker;
-  // As CudaBackend's: the tensor-core forward (its host emulation) where it supports the shape.
-  AttentionForwardKernel attention_forward_kernel = kDrafterStepAttentionForward;
+  // As CudaBackend's switch, but the CUDA-core forward by default: this backend with bf16 storage
+  // is the plain computation (SPEC §10) the step is judged by. tensor_cores_where_supported runs
+  // the tensor-core forward's program with the mma emulated.
+  AttentionForwardKernel attention_forward_kernel = AttentionForwardKernel::cuda_cores;
 
   template <class T>
   Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
