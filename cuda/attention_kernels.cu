@@ -7,6 +7,7 @@
 #include "cuda/bf16_bits.hpp"
 #include "cuda/block_exec_device.cuh"
 #include "cuda/cuda_check.hpp"
+#include "cuda/warp_exec_device.cuh"
 
 namespace dflash {
 namespace {
@@ -34,6 +35,14 @@ __global__ void __launch_bounds__(kAttentionThreads)
   extern __shared__ __align__(16) unsigned char shared[];
   DeviceBlockExec exec;
   attention_dkv_block(exec, problem, in, grads, shared, blockIdx.x);
+}
+
+__global__ void __launch_bounds__(kTcMaxWarps * kWarpLanes)
+    attention_forward_tc_kernel(AttentionProblem problem, AttentionOperands<Bf16Bits> in,
+                                AttentionForwardOutputs<Bf16Bits> out) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  DeviceWarpExec exec;
+  attention_forward_tc_block(exec, problem, in, out, shared, blockIdx.x);
 }
 
 void check_tiling(const AttentionTiling& tiling) {
@@ -67,6 +76,19 @@ void launch_attention_forward(const AttentionProblem& problem, const AttentionOp
   attention_forward_kernel<Storage><<<static_cast<unsigned>(problem.tiling.query_tiles()), kAttentionThreads, bytes,
                                       stream>>>(problem, in, out);
   DFLASH_CUDA_CHECK_LAUNCH("attention_forward_kernel");
+}
+
+void launch_attention_forward_tensor_cores(const AttentionProblem& problem, const AttentionOperands<Bf16Bits>& in,
+                                           const AttentionForwardOutputs<Bf16Bits>& out, cudaStream_t stream) {
+  if (const char* why = attention_tensor_core_problem(problem.tiling)) {
+    throw std::invalid_argument(std::string("DFlash tensor-core attention tiling: ") + why);
+  }
+  const std::size_t bytes = attention_forward_tc_shared_bytes(problem.tiling);
+  allow_shared_memory(attention_forward_tc_kernel, bytes, "tensor-core forward");
+  attention_forward_tc_kernel<<<static_cast<unsigned>(problem.tiling.query_tiles()),
+                                static_cast<unsigned>(tc_forward_threads(problem.tiling)), bytes, stream>>>(problem, in,
+                                                                                                           out);
+  DFLASH_CUDA_CHECK_LAUNCH("attention_forward_tc_kernel");
 }
 
 template <class Storage>

@@ -21,6 +21,7 @@ struct CudaBackend {
 
   DeviceAllocator& allocator;
   LinearGemm& gemm;
+  AttentionForwardKernel attention_forward_kernel = kDrafterStepAttentionForward;
 
   template <class T>
   Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
@@ -82,7 +83,7 @@ struct CudaBackend {
   }
   void attention_forward(const AttentionProblem& pb, const AttentionOperands<Storage>& in,
                          const AttentionForwardOutputs<Storage>& out) const {
-    launch_attention_forward(pb, in, out, stream());
+    launch_attention_forward(pb, in, out, stream(), attention_forward_kernel);
   }
   void attention_backward(const AttentionProblem& pb, const AttentionOperands<Storage>& in,
                           const AttentionGradients& grads) const {

@@ -5,7 +5,8 @@
 // per_layer x chunk_grad_in_forward: step time (median of --reps after a warm-up), model FLOPs
 // (bench/cuda/drafter_step_metrics.hpp) and MFU against the measured large-GEMM bf16 rate and the
 // H200 datasheet peak, the attention kernels' time (cudaEvents around every attention launch of the
-// step) and FLOP rate, and each category's peak bytes (the DeviceAllocator's tracker) against
+// step) and FLOP rate (per_layer x chunk_recompute once more with the other attention forward
+// kernel than the step's default, cuda/attention_tc_program.hpp: both forward kernels timed), and each category's peak bytes (the DeviceAllocator's tracker) against
 // `dflash plan` for the same config and policies (one GPU).
 //
 //   bench_cuda_drafter_step --config configs/qwen3.6-27b.json [--context 4096] [--reps 3] [--seed S]
@@ -26,7 +27,9 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -242,6 +245,7 @@ struct DeviceSequence {
 
 struct PolicyRun {
   LossPolicy policy = LossPolicy::chunk_recompute;
+  AttentionForwardKernel attention_forward = AttentionForwardKernel::cuda_cores;
   std::vector<double> ms, attention_forward_ms, attention_backward_ms;
   std::vector<double> losses;
   LossHeadStats<double> stats;
@@ -254,10 +258,15 @@ struct PolicyRun {
     return v[v.size() / 2];
   }
   double median_ms() const { return median(ms); }
+  bool tensor_core_forward() const { return attention_forward == AttentionForwardKernel::tensor_cores_where_supported; }
+  std::string name() const {
+    return str("per_layer x ", loss_policy_name(policy), tensor_core_forward() ? ", tc attn fwd" : ", cc attn fwd");
+  }
 };
 
 PolicyRun run_policy(const CudaBackend& be, const DrafterConfig& config, const DrafterDims& dims,
-                     DeviceModel& model, const DeviceSequence& seq, double weight_sum, LossPolicy policy, int reps) {
+                     DeviceModel& model, const DeviceSequence& seq, double weight_sum, LossPolicy policy, int reps,
+                     AttentionForwardKernel attention_forward) {
   DeviceAllocator& allocator = be.allocator;
   DrafterStepOptions options = drafter_step_options(config);
   options.trunk_policy = TrunkPolicy::per_layer;
@@ -281,11 +290,14 @@ PolicyRun run_policy(const CudaBackend& be, const DrafterConfig& config, const D
 
   PolicyRun run;
   run.policy = policy;
+  run.attention_forward = attention_forward;
   allocator.release_cached_memory();
   allocator.reset_peaks();
   {
     AttentionTimer timer;
-    const TimedCudaBackend backend{be, &timer};
+    CudaBackend base = be;
+    base.attention_forward_kernel = attention_forward;
+    const TimedCudaBackend backend{base, &timer};
     CudaLossHead head(allocator, loss_options);
     for (int r = 0; r <= reps; ++r) {  // run 0 is the warm-up (cuBLAS heuristics, pool growth)
       model.zero_grads();
@@ -344,6 +356,8 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
         << ", \"attention_forward_ms\": " << PolicyRun::median(r.attention_forward_ms)
         << ", \"attention_backward_ms\": " << PolicyRun::median(r.attention_backward_ms)
         << ", \"attention_executed_flops\": " << f.attention_executed()
+        << ", \"attention_forward_kernel\": \"" << (r.tensor_core_forward() ? "tensor_cores" : "cuda_cores")
+        << "\", \"attention_forward_executed_flops\": " << f.attention_forward + f.attention_recompute
         << ", \"loss\": " << r.stats.loss << ", \"ce\": " << r.stats.ce << ", \"kl\": " << r.stats.kl
         << ", \"accuracy\": " << r.stats.accuracy() << ", \"losses\": [";
     for (std::size_t k = 0; k < r.losses.size(); ++k) out << (k ? ", " : "") << r.losses[k];
@@ -410,10 +424,20 @@ int bench_main(int argc, char** argv) {
 
   std::vector<PolicyRun> runs;
   std::vector<std::string> wrong, missed;
-  for (LossPolicy p : {LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward}) {
-    const std::string name = str("per_layer x ", loss_policy_name(p));
+  const AttentionForwardKernel step_kernel = backend.attention_forward_kernel;
+  const AttentionForwardKernel other_kernel = step_kernel == AttentionForwardKernel::cuda_cores
+                                                  ? AttentionForwardKernel::tensor_cores_where_supported
+                                                  : AttentionForwardKernel::cuda_cores;
+  const std::pair<LossPolicy, AttentionForwardKernel> measured[] = {{LossPolicy::chunk_recompute, step_kernel},
+                                                                    {LossPolicy::chunk_grad_in_forward, step_kernel},
+                                                                    {LossPolicy::chunk_recompute, other_kernel}};
+  for (const auto& [p, kernel] : measured) {
+    PolicyRun planned;
+    planned.policy = p;
+    planned.attention_forward = kernel;
+    const std::string name = planned.name();
     try {
-      PolicyRun r = run_policy(backend, config, dims, model, seq, rows.weight_sum, p, o.reps);
+      PolicyRun r = run_policy(backend, config, dims, model, seq, rows.weight_sum, p, o.reps, kernel);
       if (!std::isfinite(r.stats.loss)) wrong.push_back(str(name, ": loss ", r.stats.loss));
       for (double l : r.losses) {
         if (std::memcmp(&l, &r.losses.front(), sizeof l) != 0) {
@@ -435,16 +459,17 @@ int bench_main(int argc, char** argv) {
 
   std::printf("\n%s: %.3f ms, %.1f TFLOP/s (datasheet %.0f)\n", card.what.c_str(), card.ms, card.tflops(),
               kH200DatasheetBf16Tflops);
-  std::printf("%-34s %9s %9s %8s %8s %10s %10s %9s %9s %11s\n", "policy", "ms step", "model TF", "MFU card", "MFU peak",
-              "attn fwd ms", "attn bwd ms", "attn TF", "exec TF", "loss");
+  std::printf("%-46s %9s %9s %8s %8s %10s %10s %9s %9s %9s %11s\n", "policy", "ms step", "model TF", "MFU card",
+              "MFU peak", "attn fwd ms", "attn bwd ms", "fwd TF", "attn TF", "exec TF", "loss");
   for (const PolicyRun& r : runs) {
     const double s = r.median_ms() * 1e-3, af = PolicyRun::median(r.attention_forward_ms),
                  ab = PolicyRun::median(r.attention_backward_ms);
     const StepFlops f = drafter_step_flops(dims, pairs, false, TrunkPolicy::per_layer, r.policy);
-    std::printf("%-34s %9.1f %9.1f %7.1f%% %7.1f%% %10.1f %10.1f %9.1f %9.1f %11.6f\n",
-                str("per_layer x ", loss_policy_name(r.policy)).c_str(), r.median_ms(), flops.model() / s / 1e12,
-                100 * flops.model() / s / 1e12 / card.tflops(), 100 * flops.model() / s / 1e12 / kH200DatasheetBf16Tflops,
-                af, ab, f.attention_executed() / ((af + ab) * 1e-3) / 1e12, f.executed() / s / 1e12, r.stats.loss);
+    std::printf("%-46s %9.1f %9.1f %7.1f%% %7.1f%% %10.1f %10.1f %9.1f %9.1f %9.1f %11.6f\n", r.name().c_str(),
+                r.median_ms(), flops.model() / s / 1e12, 100 * flops.model() / s / 1e12 / card.tflops(),
+                100 * flops.model() / s / 1e12 / kH200DatasheetBf16Tflops, af, ab,
+                (f.attention_forward + f.attention_recompute) / (af * 1e-3) / 1e12,
+                f.attention_executed() / ((af + ab) * 1e-3) / 1e12, f.executed() / s / 1e12, r.stats.loss);
     std::printf("  memory (GiB)   %-12s %9s %9s\n", "category", "measured", "planned");
     for (const CategoryComparison& c : r.memory) {
       if (c.planned == 0 && c.measured == 0) continue;
@@ -456,7 +481,7 @@ int bench_main(int argc, char** argv) {
   }
   if (!o.json.empty()) write_json(o.json, o, gpu, dims, card, flops, pairs, rows, model.names, runs);
 
-  if (runs.size() < 2) missed.push_back("not every policy was measured");
+  if (runs.size() < std::size(measured)) missed.push_back("not every policy was measured");
   return report_verdicts(missed, wrong);
 }
 

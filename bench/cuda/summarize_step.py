@@ -68,7 +68,9 @@ def report(cuda, torch):
         s = r["ms_median"] * 1e-3
         attention_s = (r["attention_forward_ms"] + r["attention_backward_ms"]) * 1e-3
         speed = f"{torch['ms_median'] / r['ms_median']:.2f}x" if torch else ""
-        lines.append(f"| CUDA per_layer x {r['loss_policy']} | {r['ms_median']:.1f} | {flops['model'] / s / 1e12:.1f} | "
+        kernel = {"tensor_cores": ", tensor-core attention forward",
+                  "cuda_cores": ", CUDA-core attention forward"}.get(r.get("attention_forward_kernel"), "")
+        lines.append(f"| CUDA per_layer x {r['loss_policy']}{kernel} | {r['ms_median']:.1f} | {flops['model'] / s / 1e12:.1f} | "
                      f"{100 * r['mfu_of_card']:.1f}% | {100 * r['mfu_of_datasheet']:.1f}% | "
                      f"{r['executed_flops'] / s / 1e12:.1f} | {r['attention_forward_ms']:.1f} | "
                      f"{r['attention_backward_ms']:.1f} | {r['attention_executed_flops'] / attention_s / 1e12:.1f} | "

@@ -10,14 +10,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "cuda/attention_program.hpp"
+#include "cuda/attention_tc_program.hpp"
 #include "cuda/trunk_elementwise_program.hpp"
 #include "reference/memory_tracker.hpp"
 #include "reference/tensor.hpp"
 #include "harness/cuda/host_block_exec.hpp"
+#include "harness/cuda/host_warp_exec.hpp"
 
 namespace dflash {
 
@@ -49,6 +52,10 @@ struct HostBackend {
   using Buffer = HostBuffer<T>;
 
   MemoryTracker& tracker;
+  // As CudaBackend's switch, but the CUDA-core forward by default: this backend with bf16 storage
+  // is the plain computation (SPEC §10) the step is judged by. tensor_cores_where_supported runs
+  // the tensor-core forward's program with the mma emulated.
+  AttentionForwardKernel attention_forward_kernel = AttentionForwardKernel::cuda_cores;
 
   template <class T>
   Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
@@ -121,6 +128,17 @@ struct HostBackend {
   }
   void attention_forward(const AttentionProblem& pb, const AttentionOperands<Storage>& in,
                          const AttentionForwardOutputs<Storage>& out) const {
+    if constexpr (std::is_same_v<Storage, Bf16Bits>) {
+      if (attention_forward_kernel == AttentionForwardKernel::tensor_cores_where_supported &&
+          attention_forward_uses_tensor_cores<Storage>(pb.tiling)) {
+        run_grid_on_host<HostWarpExec>(pb.tiling.query_tiles(), attention_forward_tc_shared_bytes(pb.tiling),
+                                       tc_forward_threads(pb.tiling), false,
+                                       [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+                                         attention_forward_tc_block(exec, pb, in, out, shared, b);
+                                       });
+        return;
+      }
+    }
     run_grid_on_host(pb.tiling.query_tiles(), attention_forward_shared_bytes<Storage>(pb.tiling), kAttentionThreads,
                      false, [&](HostBlockExec& exec, unsigned char* shared, std::int64_t b) {
                        attention_forward_block(exec, pb, in, out, shared, b);

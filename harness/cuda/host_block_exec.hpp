@@ -42,15 +42,16 @@ struct HostGridRun {
   std::vector<DropoutDrawRecord> draws;            // all blocks, in execution order
 };
 
-// Runs program(exec, shared, block) for every block of the grid, in order.
-template <class Program>
+// Runs program(exec, shared, block) for every block of the grid, in order (Exec: HostBlockExec, or
+// HostWarpExec for warp programs).
+template <class Exec = HostBlockExec, class Program>
 HostGridRun run_grid_on_host(std::int64_t blocks, std::size_t shared_bytes, int threads, bool reverse,
                              Program program) {
   HostGridRun run;
   std::vector<unsigned char> shared(shared_bytes + 16);
   for (std::int64_t b = 0; b < blocks; ++b) {
     std::fill(shared.begin(), shared.end(), 0xFF);  // every float a NaN, every bf16 a NaN
-    HostBlockExec exec(threads, reverse);
+    Exec exec(threads, reverse);
     program(exec, shared.data(), b);
     run.visited.push_back(std::move(exec.visited));
     run.draws.insert(run.draws.end(), exec.draws.begin(), exec.draws.end());

@@ -157,6 +157,14 @@ AttentionResults<Real> reference_attention(const AttentionCase& c, const Attenti
   return r;
 }
 
+// Float-representable inputs in Storage: float, or bf16 bits rounded to nearest even.
+template <class Storage>
+std::vector<Storage> in_storage(const std::vector<double>& x) {
+  std::vector<Storage> out(x.size());
+  for (std::size_t e = 0; e < x.size(); ++e) narrow_into(static_cast<float>(x[e]), out[e]);
+  return out;
+}
+
 // What the host runs of the three programs recorded besides the values.
 struct AttentionProgramTrace {
   HostGridRun forward, dq, dkv;
@@ -168,11 +176,7 @@ struct AttentionProgramTrace {
 template <class Storage>
 AttentionResults<float> program_attention(const AttentionCase& c, const AttentionData& data, int threads, bool reverse,
                                           AttentionProgramTrace* trace = nullptr) {
-  auto cast = [](const std::vector<double>& x) {
-    std::vector<Storage> out(x.size());
-    for (std::size_t e = 0; e < x.size(); ++e) narrow_into(static_cast<float>(x[e]), out[e]);
-    return out;
-  };
+  const auto cast = in_storage<Storage>;
   const std::vector<Storage> q = cast(data.q), kc = cast(data.k_ctx), vc = cast(data.v_ctx), kb = cast(data.k_blk),
                              vb = cast(data.v_blk), dout = cast(data.d_out);
   const AttentionProblem pb = attention_problem(c);

@@ -1,7 +1,10 @@
 // The DFlash attention kernels on the GPU (cuda/attention_kernels.hpp), on the CPU tests' cases:
 // fp32 storage within the fp32 rule of the double reference, bf16 storage within 2 x the error
 // of the same programs run with bf16 storage on the host (the plain bf16 computation), two runs
-// bitwise equal, and a tiling the kernels cannot run refused with its field named.
+// bitwise equal, and a tiling the kernels cannot run refused with its field named. The tensor-core
+// forward (cuda/attention_tc_program.hpp) on the cases it supports: within the bf16 rule of its
+// host emulation (tests/cuda/test_attention_tc_program.cpp) and of the CUDA-core kernel, two runs
+// bitwise equal.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -12,6 +15,7 @@
 #include "cuda/device_buffer.hpp"
 #include "reference/compare.hpp"
 #include "tests/cuda/attention_program_support.hpp"
+#include "tests/cuda/attention_tc_support.hpp"
 #include "tests/cuda/gpu_test_support.hpp"
 
 namespace dflash {
@@ -36,8 +40,9 @@ struct DeviceAttention {
     return b;
   }
 
-  // Runs forward then backward on the device; returns what came back.
-  static AttentionResults<float> run(DeviceAllocator& a, const AttentionCase& c, const AttentionData& data) {
+  // Runs forward (the kernel `forward` selects) then backward on the device; returns what came back.
+  static AttentionResults<float> run(DeviceAllocator& a, const AttentionCase& c, const AttentionData& data,
+                                     AttentionForwardKernel forward = AttentionForwardKernel::cuda_cores) {
     DeviceAttention d;
     d.anchors = DeviceBuffer<std::int64_t>(a, MemoryCategory::transient, c.anchors.size());
     d.anchors.upload(c.anchors);
@@ -66,7 +71,7 @@ struct DeviceAttention {
     AttentionOperands<Storage> in{d.q.data(),     d.k_ctx.data(), d.v_ctx.data(), d.k_blk.data(),
                                   d.v_blk.data(), nullptr,        nullptr,        nullptr};
     launch_attention_forward<Storage>(pb, in, AttentionForwardOutputs<Storage>{d.out.data(), d.lse.data()},
-                                      a.stream());
+                                      a.stream(), forward);
     in.out = d.out.data();
     in.d_out = d.d_out.data();
     in.lse = d.lse.data();
@@ -139,6 +144,49 @@ TEST_F(AttentionGpu, TwoRunsBitwiseEqual) {
     const AttentionResults<float> b = DeviceAttention<Bf16Bits>::run(allocator(), c, data);
     EXPECT_TRUE(same(a.out, b.out) && same(a.lse, b.lse) && same(a.dq, b.dq) && same(a.dk_ctx, b.dk_ctx) &&
                 same(a.dv_ctx, b.dv_ctx) && same(a.dk_blk, b.dk_blk) && same(a.dv_blk, b.dv_blk));
+  }
+}
+
+// The device's tensor cores against the same program on the host with the mma emulated: the
+// device sums each 16-term dot product in its own order and precision, the rest is the same code,
+// so the rule with the host run as the plain computation and the fp32 floor. Against the
+// CUDA-core kernel on the device the rule of the CPU test (P rounded to bf16: within 2 x).
+TEST_F(AttentionGpu, TensorCoreForwardWithinRuleOfHostEmulationAndCudaCores) {
+  for (const AttentionCase& c : tensor_core_cases()) {
+    SCOPED_TRACE(c.name);
+    const AttentionData data = bf16_rounded(AttentionData(c));
+    const AttentionResults<double> exact = reference_attention<double>(c, data);
+    const AttentionResults<float> host = tensor_core_forward(c, data, false);
+    const AttentionResults<float> got = DeviceAttention<Bf16Bits>::run(
+        allocator(), c, data, AttentionForwardKernel::tensor_cores_where_supported);
+    const AttentionResults<float> cuda_cores = DeviceAttention<Bf16Bits>::run(allocator(), c, data);
+    expect_within_rule("out", got.out, host.out, exact.out, kAttentionFp32Floor);
+    expect_within_rule("lse", got.lse, host.lse, exact.lse, kAttentionFp32Floor);
+    expect_within_rule("out", got.out, cuda_cores.out, exact.out, kAttentionFp32Floor);
+    expect_within_rule("lse", got.lse, cuda_cores.lse, exact.lse, kAttentionFp32Floor);
+  }
+}
+
+TEST_F(AttentionGpu, TensorCoreForwardTwoRunsBitwiseEqual) {
+  for (const AttentionCase& c : tensor_core_cases()) {
+    SCOPED_TRACE(c.name);
+    const AttentionData data = bf16_rounded(AttentionData(c));
+    const auto kernel = AttentionForwardKernel::tensor_cores_where_supported;
+    const AttentionResults<float> a = DeviceAttention<Bf16Bits>::run(allocator(), c, data, kernel);
+    const AttentionResults<float> b = DeviceAttention<Bf16Bits>::run(allocator(), c, data, kernel);
+    EXPECT_TRUE(bitwise_equal(a.out, b.out) && bitwise_equal(a.lse, b.lse));
+  }
+}
+
+TEST_F(AttentionGpu, TensorCoreTilingItCannotRunRefusedWithItsField) {
+  AttentionProblem pb = attention_problem(tensor_core_cases().front());
+  pb.tiling.d = 24;
+  try {
+    launch_attention_forward_tensor_cores(pb, AttentionOperands<Bf16Bits>{}, AttentionForwardOutputs<Bf16Bits>{},
+                                          nullptr);
+    FAIL() << "d = 24 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("d (head dim) must be a multiple of 16"), std::string::npos) << e.what();
   }
 }
 

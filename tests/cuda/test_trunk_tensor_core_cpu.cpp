@@ -1,0 +1,48 @@
+// The trunk (cuda/trunk.hpp: the code the GPU runs) on the CPU backend with bf16 storage and the
+// tensor-core attention forward switched on (HostBackend::attention_forward_kernel, the same switch
+// as CudaBackend's; its mma emulated on the host, harness/cuda/host_warp_exec.hpp). On mid (d 32) the
+// tensor-core forward runs: Y, every parameter gradient and dL/dF stay within SPEC §10's bf16 rule
+// of the double reference, the plain computation being the same trunk with the CUDA-core forward
+// (P rounded to bf16 is one more rounding of the size of O's, as in test_attention_tc_program), and
+// differ from it (the switch took effect). On tiny (d 4) no layer's shape is supported: the switch
+// falls back to the CUDA-core forward and the trunk is bitwise the plain one.
+#include <gtest/gtest.h>
+
+#include "harness/cuda/host_backend.hpp"
+#include "tests/cuda/trunk_twin_support.hpp"
+
+namespace dflash {
+namespace {
+
+constexpr auto kTensorCores = AttentionForwardKernel::tensor_cores_where_supported;
+
+TEST(TrunkTensorCoreForward, MidWithinBf16RuleOfDoubleReferenceAndNotThePlainBits) {
+  TrunkProblem p(TrunkCase{"mid.json", 300, 4});
+  p.round_to_device_formats();
+  ASSERT_TRUE(attention_forward_uses_tensor_cores<Bf16Bits>(
+      AttentionTiling{p.dims.S, p.dims.N, p.dims.B, p.dims.nh, p.dims.nkv, p.dims.d, 32}));
+  const TrunkValues<double> exact = reference_trunk<double>(p);
+  MemoryTracker host;
+  const TrunkValues<float> plain = run_trunk(HostBackend<Bf16Bits>{host}, p, TrunkPolicy::per_layer, 1);
+  const TrunkValues<float> got =
+      run_trunk(HostBackend<Bf16Bits>{host, kTensorCores}, p, TrunkPolicy::per_layer, 1);
+  expect_trunk_within_rule(p, got, plain, exact, kAttentionFp32Floor);
+  EXPECT_NE(got.hidden, plain.hidden) << "the tensor-core forward did not run";
+}
+
+TEST(TrunkTensorCoreForward, UnsupportedShapeFallsBackToTheCudaCoreForwardBitwise) {
+  TrunkProblem p(TrunkCase{"tiny.json", 11, 4});
+  p.round_to_device_formats();
+  ASSERT_FALSE(attention_forward_uses_tensor_cores<Bf16Bits>(
+      AttentionTiling{p.dims.S, p.dims.N, p.dims.B, p.dims.nh, p.dims.nkv, p.dims.d, 32}));
+  MemoryTracker host;
+  const TrunkValues<float> plain = run_trunk(HostBackend<Bf16Bits>{host}, p, TrunkPolicy::per_layer, 1);
+  const TrunkValues<float> got =
+      run_trunk(HostBackend<Bf16Bits>{host, kTensorCores}, p, TrunkPolicy::per_layer, 1);
+  EXPECT_EQ(got.hidden, plain.hidden);
+  EXPECT_EQ(got.grads, plain.grads);
+  EXPECT_EQ(got.features_grad, plain.features_grad);
+}
+
+}  // namespace
+}  // namespace dflash
