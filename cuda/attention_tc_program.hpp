@@ -128,22 +128,35 @@ struct TileContext {
   }
 };
 
-// S = Q K^T for the tile: per 8 keys, a sum over d / 16 mmas (head dims ascending).
-template <class Warp>
-DFLASH_HD void tile_scores(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t d) {
+// C = A B^T for the warp's 16 rows and the tile's keys: A in registers as A fragments per 16 head
+// dims (a_of(registers, kd)), B^T the key rows of `tile` ([keys, d] row-major, in shared memory).
+// Per 8 keys, the C fragment c_of(registers, nt) is zeroed and summed over d / 16 mmas, head dims
+// ascending. S = Q K^T (forward and backward) and dP = dO V^T (backward).
+template <class Warp, class AOf, class COf>
+DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t d, AOf a_of,
+                                   COf c_of) {
   DFLASH_UNROLL
   for (int nt = 0; nt < kTcMaxTileKeys / kMmaN; ++nt) {
     if (nt >= 2 * tc.key_chunks) break;
-    warp.lanes([&](int, Regs& r) {
-      for (int i = 0; i < kMmaCElements; ++i) r.s[nt][i] = 0.0f;
+    warp.lanes([&](int, auto& r) {
+      for (int i = 0; i < kMmaCElements; ++i) c_of(r, nt)[i] = 0.0f;
     });
     DFLASH_UNROLL
     for (int kd = 0; kd < kTcMaxHeadDim / kMmaK; ++kd) {
       if (kd >= tc.head_chunks) break;
-      warp.lanes([&](int lane, Regs& r) { load_b_fragment_from_columns(k + nt * kMmaN * d + kd * kMmaK, d, lane, r.b); });
-      warp.mma([&](Regs& r) { return MmaOperands{r.q[kd], r.b, r.s[nt]}; });
+      warp.lanes([&](int lane, auto& r) {
+        load_b_fragment_from_columns(tile + nt * kMmaN * d + kd * kMmaK, d, lane, r.b);
+      });
+      warp.mma([&](auto& r) { return MmaOperands{a_of(r, kd), r.b, c_of(r, nt)}; });
     }
   }
+}
+
+// S = Q K^T for the tile.
+template <class Warp>
+DFLASH_HD void tile_scores(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t d) {
+  rows_times_key_rows(
+      warp, tc, k, d, [](Regs& r, int kd) { return r.q[kd]; }, [](Regs& r, int nt) { return r.s[nt]; });
 }
 
 // The online softmax of the tile on the S fragments: scale and mask, the new row max (across the
