@@ -191,6 +191,18 @@ DFLASH_HD inline void zero_unseen_block_key_grads(const AttentionTiling& tl, con
   }
 }
 
+// Phase body: the dK/dV of context key tile kt (kv head g), accumulated in [keys, d] fp32 arrays, to
+// the gradients.
+DFLASH_HD inline void store_context_key_grads(const AttentionTiling& tl, const AttentionGradients& grads,
+                                              const KeyTile& kt, std::int64_t g, const float* dk, const float* dv,
+                                              int thread, int threads) {
+  for (std::int64_t e = thread; e < kt.count * tl.d; e += threads) {
+    const std::int64_t at = head_offset(kt.first + e / tl.d, tl.nkv, g, tl.d) + e % tl.d;
+    grads.dk_ctx[at] = dk[e];
+    grads.dv_ctx[at] = dv[e];
+  }
+}
+
 // Phase body: f P and dS of every (row, key) of the tile; zero where the key is hidden.
 template <class Exec, class Storage>
 DFLASH_HD void backward_scores(Exec& exec, const AttentionProblem& pb, const BackwardTile<Storage>& s, std::int64_t n,
@@ -486,13 +498,7 @@ DFLASH_HD void attention_dkv_block(Exec& exec, const AttentionProblem& pb, const
       }
     });
   }
-  exec.phase([&](int t) {
-    for (std::int64_t e = t; e < kt.count * d; e += threads) {
-      const std::int64_t at = head_offset(kt.first + e / d, tl.nkv, g, d) + e % d;
-      grads.dk_ctx[at] = sm.dk[e];
-      grads.dv_ctx[at] = sm.dv[e];
-    }
-  });
+  exec.phase([&](int t) { store_context_key_grads(tl, grads, kt, g, sm.dk, sm.dv, t, threads); });
 }
 
 }  // namespace dflash

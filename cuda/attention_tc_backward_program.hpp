@@ -185,21 +185,12 @@ DFLASH_HD void tile_gradient_weights(Exec& exec, Warp& warp, const TileContext& 
   });
 }
 
-// Warp step: dQ += dS K, per 16 keys (ascending) dS's bf16 A fragment from its registers, then
-// per 8 head dims one mma with the K tile's B fragment.
+// Warp step: dQ += dS K, dS's bf16 A fragment straight from its registers, K from shared memory.
 template <class Warp>
 DFLASH_HD void tile_query_gradient(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t d, int head_n8) {
-  DFLASH_UNROLL
-  for (int kc = 0; kc < kTcMaxTileKeys / kMmaK; ++kc) {
-    if (kc >= tc.key_chunks) break;
-    warp.lanes([&](int, Regs& r) { accumulators_to_a_fragment(r.dp[2 * kc], r.dp[2 * kc + 1], r.a); });
-    DFLASH_UNROLL
-    for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
-      if (c >= head_n8) break;
-      warp.lanes([&](int lane, Regs& r) { load_b_fragment_from_rows(k + kc * kMmaK * d + c * kMmaN, d, lane, r.b); });
-      warp.mma([&](Regs& r) { return MmaOperands{r.a, r.b, r.dq[c]}; });
-    }
-  }
+  attention_tc_detail::weights_times_key_rows(
+      warp, tc, k, d, head_n8, [](Regs& r, int nt) { return r.dp[nt]; }, [](Regs& r) { return r.a; },
+      [](Regs& r, int c) { return r.dq[c]; });
 }
 
 // Warp step: dK = dS^T Q and dV = (fP)^T dO of the tile's keys from the bf16 f P and dS in shared
@@ -367,13 +358,7 @@ DFLASH_HD void attention_dkv_tc_block(Exec& exec, const AttentionProblem& pb, co
           });
     });
   }
-  exec.phase([&](int t) {
-    for (std::int64_t e = t; e < kt.count * d; e += threads) {
-      const std::int64_t at = head_offset(kt.first + e / d, tl.nkv, g, d) + e % d;
-      grads.dk_ctx[at] = sm.dk[e];
-      grads.dv_ctx[at] = sm.dv[e];
-    }
-  });
+  exec.phase([&](int t) { store_context_key_grads(tl, grads, kt, g, sm.dk, sm.dv, t, threads); });
 }
 
 }  // namespace dflash

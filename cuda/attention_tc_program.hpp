@@ -233,21 +233,34 @@ DFLASH_HD void tile_softmax(Exec& exec, Warp& warp, const TileContext& tc, int h
   });
 }
 
-// O += P V: per 16 keys (ascending), P's bf16 A fragment from the S registers, then per 8 head
-// dims one mma with the V tile's B fragment.
-template <class Warp>
-DFLASH_HD void tile_values(Warp& warp, const TileContext& tc, const Bf16Bits* v, std::int64_t d, int head_n8) {
+// C += W B for the warp's 16 rows: W the tile's weights held in fp32 C fragments per 8 keys
+// (w_of(registers, nt)), per 16 keys (ascending) rounded to bf16 into the A fragment
+// a_of(registers); B the key rows of `tile` ([keys, d] row-major, in shared memory); per 8 head
+// dims one mma into c_of(registers, c). O += P V (forward) and dQ += dS K (backward).
+template <class Warp, class WOf, class AOf, class COf>
+DFLASH_HD void weights_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t d,
+                                      int head_n8, WOf w_of, AOf a_of, COf c_of) {
   DFLASH_UNROLL
   for (int kc = 0; kc < kTcMaxTileKeys / kMmaK; ++kc) {
     if (kc >= tc.key_chunks) break;
-    warp.lanes([&](int, Regs& r) { accumulators_to_a_fragment(r.s[2 * kc], r.s[2 * kc + 1], r.p); });
+    warp.lanes([&](int, auto& r) { accumulators_to_a_fragment(w_of(r, 2 * kc), w_of(r, 2 * kc + 1), a_of(r)); });
     DFLASH_UNROLL
     for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
       if (c >= head_n8) break;
-      warp.lanes([&](int lane, Regs& r) { load_b_fragment_from_rows(v + kc * kMmaK * d + c * kMmaN, d, lane, r.b); });
-      warp.mma([&](Regs& r) { return MmaOperands{r.p, r.b, r.o[c]}; });
+      warp.lanes([&](int lane, auto& r) {
+        load_b_fragment_from_rows(tile + kc * kMmaK * d + c * kMmaN, d, lane, r.b);
+      });
+      warp.mma([&](auto& r) { return MmaOperands{a_of(r), r.b, c_of(r, c)}; });
     }
   }
+}
+
+// O += P V: P's bf16 A fragment straight from the S registers, the V tile from shared memory.
+template <class Warp>
+DFLASH_HD void tile_values(Warp& warp, const TileContext& tc, const Bf16Bits* v, std::int64_t d, int head_n8) {
+  weights_times_key_rows(
+      warp, tc, v, d, head_n8, [](Regs& r, int nt) { return r.s[nt]; }, [](Regs& r) { return r.p; },
+      [](Regs& r, int c) { return r.o[c]; });
 }
 
 }  // namespace attention_tc_detail
