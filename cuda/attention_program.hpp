@@ -191,6 +191,23 @@ DFLASH_HD inline void zero_unseen_block_key_grads(const AttentionTiling& tl, con
   }
 }
 
+// Phase body of the dq programs: each row's lse and delta = dO . O (to `lse`, `delta` and, for the
+// dkv program, grads.delta), and block n's key gradients zeroed when no query sees them.
+template <class Storage>
+DFLASH_HD void begin_query_tile_backward(const AttentionProblem& pb, const AttentionOperands<Storage>& in,
+                                         const AttentionGradients& grads, std::int64_t n, std::int64_t g, float* lse,
+                                         float* delta, int thread, int threads) {
+  const AttentionTiling& tl = pb.tiling;
+  for (std::int64_t r = thread; r < tl.query_rows(); r += threads) {
+    const float dot_o = row_delta(tl, in, n, g, r);
+    const std::int64_t row_head = (n * tl.B + tl.row_token(r)) * tl.nh + tl.row_head(g, r);
+    lse[r] = in.lse[row_head];
+    delta[r] = dot_o;
+    grads.delta[row_head] = dot_o;
+  }
+  if (pb.mask.keep[n] == 0) zero_unseen_block_key_grads(tl, grads, n, g, thread, threads);
+}
+
 // Phase body: the dK/dV of context key tile kt (kv head g), accumulated in [keys, d] fp32 arrays, to
 // the gradients.
 DFLASH_HD inline void store_context_key_grads(const AttentionTiling& tl, const AttentionGradients& grads,
@@ -396,14 +413,7 @@ DFLASH_HD void attention_dq_block(Exec& exec, const AttentionProblem& pb, const 
     load_query_rows(tl, in.q, n, g, s.q, t, threads);
     load_query_rows(tl, in.d_out, n, g, s.d_out, t, threads);
     for (std::int64_t e = t; e < R * d; e += threads) sm.dq[e] = 0.0f;
-    for (std::int64_t r = t; r < R; r += threads) {
-      const float delta = row_delta(tl, in, n, g, r);
-      const std::int64_t row_head = (n * tl.B + tl.row_token(r)) * tl.nh + tl.row_head(g, r);
-      s.lse[r] = in.lse[row_head];
-      s.delta[r] = delta;
-      grads.delta[row_head] = delta;
-    }
-    if (pb.mask.keep[n] == 0) zero_unseen_block_key_grads(tl, grads, n, g, t, threads);
+    begin_query_tile_backward(pb, in, grads, n, g, s.lse, s.delta, t, threads);
   });
   const std::int64_t steps = query_tile_steps(tl, pb.mask, n);
   for (std::int64_t step = 0; step < steps; ++step) {

@@ -243,21 +243,14 @@ DFLASH_HD void attention_dq_tc_block(Exec& exec, const AttentionProblem& pb, con
   SharedCarver mem(shared);
   const AttentionTcBackwardShared sm(mem, tl, false);
   const std::int64_t n = query_tile / tl.nkv, g = query_tile % tl.nkv;
-  const std::int64_t R = tl.query_rows(), d = tl.d;
+  const std::int64_t d = tl.d;
   const int threads = exec.threads(), warps = threads / kWarpLanes;
   const int head_chunks = static_cast<int>(d / kMmaK), head_n8 = static_cast<int>(d / kMmaN);
   auto regs = exec.template lane_registers<Regs>();
 
   exec.phase([&](int t) {
     load_query_tile(tl, in, n, g, sm, t, threads);
-    for (std::int64_t r = t; r < R; r += threads) {
-      const float delta = row_delta(tl, in, n, g, r);
-      const std::int64_t row_head = (n * tl.B + tl.row_token(r)) * tl.nh + tl.row_head(g, r);
-      sm.lse[r] = in.lse[row_head];
-      sm.delta[r] = delta;
-      grads.delta[row_head] = delta;
-    }
-    if (pb.mask.keep[n] == 0) zero_unseen_block_key_grads(tl, grads, n, g, t, threads);
+    begin_query_tile_backward(pb, in, grads, n, g, sm.lse, sm.delta, t, threads);
   });
   exec.warp_phase(regs, [&](auto& warp) {
     load_row_fragments(warp, sm, warp.index() * kMmaM, d, head_chunks);
@@ -294,17 +287,8 @@ DFLASH_HD void attention_dq_tc_block(Exec& exec, const AttentionProblem& pb, con
   exec.warp_phase(regs, [&](auto& warp) {
     const std::int64_t row0 = warp.index() * kMmaM;
     warp.lanes([&](int lane, Regs& r) {
-      DFLASH_UNROLL
-      for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
-        if (c >= head_n8) break;
-        for (int i = 0; i < kMmaCElements; ++i) {
-          const FragmentCoord at = mma_c_coord(lane, i);
-          const std::int64_t row = row0 + at.row;
-          if (row >= R) continue;
-          grads.dq[head_offset(n * tl.B + tl.row_token(row), tl.nh, tl.row_head(g, row), d) + c * kMmaN + at.col] =
-              r.dq[c][i];
-        }
-      }
+      attention_tc_detail::for_each_row_element(tl, n, g, row0, lane, head_n8,
+                                                [&](int c, int i, std::int64_t at) { grads.dq[at] = r.dq[c][i]; });
     });
   });
 }

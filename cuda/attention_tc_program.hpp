@@ -263,6 +263,26 @@ DFLASH_HD void tile_values(Warp& warp, const TileContext& tc, const Bf16Bits* v,
       [](Regs& r, int c) { return r.o[c]; });
 }
 
+// The lane's elements of the warp's [16 rows, d] accumulator array (C fragments per 8 head dims,
+// rows row0 + ...) that belong to real rows of query tile (n, g): f(c, i, offset of the element in
+// a [T, nh d] tensor) for fragment c, element i. How O and dQ leave the registers.
+template <class F>
+DFLASH_HD void for_each_row_element(const AttentionTiling& tl, std::int64_t n, std::int64_t g, std::int64_t row0,
+                                    int lane, int head_n8, F&& f) {
+  DFLASH_UNROLL
+  for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
+    if (c >= head_n8) break;
+    for (int i = 0; i < kMmaCElements; ++i) {
+      const FragmentCoord at = mma_c_coord(lane, i);
+      const std::int64_t row = row0 + at.row;
+      if (row >= tl.query_rows()) continue;
+      const std::int64_t to = attention_program_detail::head_offset(n * tl.B + tl.row_token(row), tl.nh,
+                                                                    tl.row_head(g, row), tl.d);
+      f(c, i, to + c * kMmaN + at.col);
+    }
+  }
+}
+
 }  // namespace attention_tc_detail
 
 // Grid: query_tiles() blocks of tc_forward_threads() threads (16 query rows per warp).
@@ -326,18 +346,10 @@ DFLASH_HD void attention_forward_tc_block(Exec& exec, const AttentionProblem& pb
   exec.warp_phase(regs, [&](auto& warp) {
     const std::int64_t row0 = warp.index() * kMmaM;
     warp.lanes([&](int lane, Regs& r) {
-      DFLASH_UNROLL
-      for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
-        if (c >= head_n8) break;
-        for (int i = 0; i < kMmaCElements; ++i) {
-          const FragmentCoord at = mma_c_coord(lane, i);
-          const std::int64_t row = row0 + at.row;
-          if (row >= R) continue;
-          const float l = r.row_sum[i >> 1];
-          const std::int64_t to = head_offset(n * tl.B + tl.row_token(row), tl.nh, tl.row_head(g, row), d);
-          narrow_into(l > 0.0f ? r.o[c][i] / l : 0.0f, out.out[to + c * kMmaN + at.col]);
-        }
-      }
+      attention_tc_detail::for_each_row_element(tl, n, g, row0, lane, head_n8, [&](int c, int i, std::int64_t at) {
+        const float l = r.row_sum[i >> 1];
+        narrow_into(l > 0.0f ? r.o[c][i] / l : 0.0f, out.out[at]);
+      });
       if (mma_lane_in_quad(lane) != 0) return;  // the quad's first lane writes its two rows' lse
       for (int half = 0; half < 2; ++half) {
         const std::int64_t row = row0 + mma_group(lane) + half * 8;
