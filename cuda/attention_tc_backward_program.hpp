@@ -6,7 +6,7 @@
 // the same outputs (AttentionGradients, delta included). They differ in how they multiply:
 //
 //   dq   one block per query tile (n, g). Warp w owns rows [16 w, 16 w + 16) of the tile (zero
-//        rows pad it to a multiple of 16); its Q and dO rows live in registers as A fragments.
+//        rows pad it to a multiple of 16); its Q and dO A fragments come from shared memory.
 //        Per key tile (zero keys pad it to a multiple of 16; padding is hidden, never drawn):
 //          S = Q K^T, dP = dO V^T        mma, fp32 accumulate, in registers
 //          f P, dS                       per element from S, dP, lse, delta and the dropout
@@ -53,9 +53,9 @@ inline constexpr AttentionBackwardKernel kDrafterStepAttentionBackward =
     AttentionBackwardKernel::tensor_cores_where_supported;
 
 // One lane's registers (rows "half 0 / half 1": groupID and groupID + 8, as in the forward).
+// Q and dO are not held: their A fragments are loaded from shared memory once per 16 head dims of
+// each product (rows_times_key_rows), which leaves the registers to S, dP and dQ.
 struct AttentionTcBackwardRegisters {
-  std::uint32_t q[kTcMaxHeadDim / kMmaK][4];      // Q as A fragments, per 16 head dims
-  std::uint32_t d_out[kTcMaxHeadDim / kMmaK][4];  // dO as A fragments
   float s[kTcMaxTileKeys / kMmaN][4];             // S, then f P, per 8 keys
   float dp[kTcMaxTileKeys / kMmaN][4];            // dP, then dS
   float dq[kTcMaxHeadDim / kMmaN][4];             // dQ (dq program), per 8 head dims
@@ -127,17 +127,10 @@ inline DFLASH_HD void load_key_tile(const AttentionTiling& tl, const AttentionOp
   }
 }
 
-// Warp step: the warp's Q and dO rows as A fragments, its two rows' lse and delta per lane.
+// Warp step: the lse and delta of each lane's two rows.
 template <class Warp>
-DFLASH_HD void load_row_fragments(Warp& warp, const AttentionTcBackwardShared& sm, std::int64_t row0, std::int64_t d,
-                                  int head_chunks) {
+DFLASH_HD void load_lane_row_stats(Warp& warp, const AttentionTcBackwardShared& sm, std::int64_t row0) {
   warp.lanes([&](int lane, Regs& r) {
-    DFLASH_UNROLL
-    for (int kd = 0; kd < kTcMaxHeadDim / kMmaK; ++kd) {
-      if (kd >= head_chunks) break;
-      load_a_fragment(sm.q + row0 * d + kd * kMmaK, d, lane, r.q[kd]);
-      load_a_fragment(sm.d_out + row0 * d + kd * kMmaK, d, lane, r.d_out[kd]);
-    }
     for (int half = 0; half < 2; ++half) {
       const std::int64_t row = row0 + mma_group(lane) + half * 8;
       r.lse[half] = sm.lse[row];
@@ -153,10 +146,15 @@ DFLASH_HD void tile_gradient_weights(Exec& exec, Warp& warp, const TileContext& 
                                      bool to_shared) {
   const AttentionTiling& tl = tc.pb.tiling;
   const std::int64_t d = tl.d, stride = tc_tile_keys(tl);
+  const auto a_fragment = [](Regs& r, int) { return r.a; };
   attention_tc_detail::rows_times_key_rows(
-      warp, tc, sm.k, d, [](Regs& r, int kd) { return r.q[kd]; }, [](Regs& r, int nt) { return r.s[nt]; });
+      warp, tc, sm.k, d,
+      [&](int lane, Regs& r, int kd) { load_a_fragment(sm.q + tc.row0 * d + kd * kMmaK, d, lane, r.a); }, a_fragment,
+      [](Regs& r, int nt) { return r.s[nt]; });
   attention_tc_detail::rows_times_key_rows(
-      warp, tc, sm.v, d, [](Regs& r, int kd) { return r.d_out[kd]; }, [](Regs& r, int nt) { return r.dp[nt]; });
+      warp, tc, sm.v, d,
+      [&](int lane, Regs& r, int kd) { load_a_fragment(sm.d_out + tc.row0 * d + kd * kMmaK, d, lane, r.a); },
+      a_fragment, [](Regs& r, int nt) { return r.dp[nt]; });
   const float sqrt_d = sqrtf(static_cast<float>(d));
   warp.lanes([&](int lane, Regs& r) {
     DFLASH_UNROLL
@@ -253,7 +251,7 @@ DFLASH_HD void attention_dq_tc_block(Exec& exec, const AttentionProblem& pb, con
     begin_query_tile_backward(pb, in, grads, n, g, sm.lse, sm.delta, t, threads);
   });
   exec.warp_phase(regs, [&](auto& warp) {
-    load_row_fragments(warp, sm, warp.index() * kMmaM, d, head_chunks);
+    load_lane_row_stats(warp, sm, warp.index() * kMmaM);
     warp.lanes([&](int, Regs& r) {
       DFLASH_UNROLL
       for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
@@ -327,7 +325,7 @@ DFLASH_HD void attention_dkv_tc_block(Exec& exec, const AttentionProblem& pb, co
     });
     exec.warp_phase(regs, [&](auto& warp) {
       const TileContext tc{pb, n, g, warp.index() * kMmaM, kt, key_chunks, head_chunks};
-      load_row_fragments(warp, sm, tc.row0, d, head_chunks);
+      load_lane_row_stats(warp, sm, tc.row0);
       tile_gradient_weights(exec, warp, tc, sm, true);
     });
     exec.warp_phase(regs, [&](auto& warp) {

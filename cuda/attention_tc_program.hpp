@@ -128,22 +128,28 @@ struct TileContext {
   }
 };
 
-// C = A B^T for the warp's 16 rows and the tile's keys: A in registers as A fragments per 16 head
-// dims (a_of(registers, kd)), B^T the key rows of `tile` ([keys, d] row-major, in shared memory).
-// Per 8 keys, the C fragment c_of(registers, nt) is zeroed and summed over d / 16 mmas, head dims
-// ascending. S = Q K^T (forward and backward) and dP = dO V^T (backward).
-template <class Warp, class AOf, class COf>
-DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t d, AOf a_of,
-                                   COf c_of) {
-  DFLASH_UNROLL
-  for (int nt = 0; nt < kTcMaxTileKeys / kMmaN; ++nt) {
-    if (nt >= 2 * tc.key_chunks) break;
-    warp.lanes([&](int, auto& r) {
-      for (int i = 0; i < kMmaCElements; ++i) c_of(r, nt)[i] = 0.0f;
-    });
+// C = A B^T for the warp's 16 rows and the tile's keys: A the rows' A fragments per 16 head dims
+// (a_of(registers, kd), after load_a(lane, registers, kd) has put it there, or already there), B^T
+// the key rows of `tile` ([keys, d] row-major, in shared memory). The C fragments per 8 keys
+// c_of(registers, nt) are zeroed, then each is summed over d / 16 mmas, head dims ascending (one A
+// fragment serves every 8 keys). S = Q K^T (forward and backward) and dP = dO V^T (backward).
+template <class Warp, class LoadA, class AOf, class COf>
+DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t d,
+                                   LoadA load_a, AOf a_of, COf c_of) {
+  warp.lanes([&](int, auto& r) {
     DFLASH_UNROLL
-    for (int kd = 0; kd < kTcMaxHeadDim / kMmaK; ++kd) {
-      if (kd >= tc.head_chunks) break;
+    for (int nt = 0; nt < kTcMaxTileKeys / kMmaN; ++nt) {
+      if (nt >= 2 * tc.key_chunks) break;
+      for (int i = 0; i < kMmaCElements; ++i) c_of(r, nt)[i] = 0.0f;
+    }
+  });
+  DFLASH_UNROLL
+  for (int kd = 0; kd < kTcMaxHeadDim / kMmaK; ++kd) {
+    if (kd >= tc.head_chunks) break;
+    warp.lanes([&](int lane, auto& r) { load_a(lane, r, kd); });
+    DFLASH_UNROLL
+    for (int nt = 0; nt < kTcMaxTileKeys / kMmaN; ++nt) {
+      if (nt >= 2 * tc.key_chunks) break;
       warp.lanes([&](int lane, auto& r) {
         load_b_fragment_from_columns(tile + nt * kMmaN * d + kd * kMmaK, d, lane, r.b);
       });
@@ -152,11 +158,12 @@ DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16
   }
 }
 
-// S = Q K^T for the tile.
+// S = Q K^T for the tile, Q's A fragments held in registers for the whole block.
 template <class Warp>
 DFLASH_HD void tile_scores(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t d) {
   rows_times_key_rows(
-      warp, tc, k, d, [](Regs& r, int kd) { return r.q[kd]; }, [](Regs& r, int nt) { return r.s[nt]; });
+      warp, tc, k, d, [](int, Regs&, int) {}, [](Regs& r, int kd) { return r.q[kd]; },
+      [](Regs& r, int nt) { return r.s[nt]; });
 }
 
 // The online softmax of the tile on the S fragments: scale and mask, the new row max (across the
