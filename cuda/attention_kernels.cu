@@ -45,6 +45,20 @@ __global__ void __launch_bounds__(kTcMaxWarps * kWarpLanes)
   attention_forward_tc_block(exec, problem, in, out, shared, blockIdx.x);
 }
 
+__global__ void __launch_bounds__(kTcMaxWarps * kWarpLanes)
+    attention_dq_tc_kernel(AttentionProblem problem, AttentionOperands<Bf16Bits> in, AttentionGradients grads) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  DeviceWarpExec exec;
+  attention_dq_tc_block(exec, problem, in, grads, shared, blockIdx.x);
+}
+
+__global__ void __launch_bounds__(kTcMaxWarps * kWarpLanes)
+    attention_dkv_tc_kernel(AttentionProblem problem, AttentionOperands<Bf16Bits> in, AttentionGradients grads) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  DeviceWarpExec exec;
+  attention_dkv_tc_block(exec, problem, in, grads, shared, blockIdx.x);
+}
+
 void check_tiling(const AttentionTiling& tiling) {
   if (const char* problem = attention_tiling_problem(tiling)) {
     throw std::invalid_argument(std::string("DFlash attention tiling: ") + problem);
@@ -107,6 +121,25 @@ void launch_attention_backward(const AttentionProblem& problem, const AttentionO
   attention_dkv_kernel<Storage><<<static_cast<unsigned>(dkv_blocks), kAttentionThreads, dkv_bytes, stream>>>(
       problem, in, grads);
   DFLASH_CUDA_CHECK_LAUNCH("attention_dkv_kernel");
+}
+
+void launch_attention_backward_tensor_cores(const AttentionProblem& problem, const AttentionOperands<Bf16Bits>& in,
+                                            const AttentionGradients& grads, cudaStream_t stream) {
+  const AttentionTiling& tl = problem.tiling;
+  if (const char* why = attention_tensor_core_problem(tl)) {
+    throw std::invalid_argument(std::string("DFlash tensor-core attention tiling: ") + why);
+  }
+  const auto threads = static_cast<unsigned>(tc_forward_threads(tl));
+  const std::size_t dq_bytes = attention_dq_tc_shared_bytes(tl);
+  allow_shared_memory(attention_dq_tc_kernel, dq_bytes, "tensor-core dq");
+  attention_dq_tc_kernel<<<static_cast<unsigned>(tl.query_tiles()), threads, dq_bytes, stream>>>(problem, in, grads);
+  DFLASH_CUDA_CHECK_LAUNCH("attention_dq_tc_kernel");
+  const std::int64_t dkv_blocks = tl.context_tiles() * tl.nkv;
+  if (dkv_blocks == 0) return;  // S = 0: no context keys
+  const std::size_t dkv_bytes = attention_dkv_tc_shared_bytes(tl);
+  allow_shared_memory(attention_dkv_tc_kernel, dkv_bytes, "tensor-core dkv");
+  attention_dkv_tc_kernel<<<static_cast<unsigned>(dkv_blocks), threads, dkv_bytes, stream>>>(problem, in, grads);
+  DFLASH_CUDA_CHECK_LAUNCH("attention_dkv_tc_kernel");
 }
 
 template void launch_attention_forward<float>(const AttentionProblem&, const AttentionOperands<float>&,

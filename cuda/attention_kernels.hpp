@@ -8,6 +8,9 @@
 //   forward on tensor cores (cuda/attention_tc_program.hpp): the same outputs, bf16 storage and
 //             the shapes attention_tensor_core_problem accepts; the caller picks the kernel with
 //             AttentionForwardKernel (the selection rule: attention_forward_uses_tensor_cores).
+//   backward on tensor cores (cuda/attention_tc_backward_program.hpp): the dq then the dkv
+//             kernel on mma, the same grids and outputs, the same restrictions; the caller picks
+//             with AttentionBackwardKernel (attention_backward_uses_tensor_cores).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/attention_program.hpp"
+#include "cuda/attention_tc_backward_program.hpp"
 #include "cuda/attention_tc_program.hpp"
 
 namespace dflash {
@@ -50,5 +54,24 @@ void launch_attention_forward(const AttentionProblem& problem, const AttentionOp
 template <class Storage>
 void launch_attention_backward(const AttentionProblem& problem, const AttentionOperands<Storage>& in,
                                const AttentionGradients& grads, cudaStream_t stream);
+
+// The backward on tensor cores (same operands and outputs); throws std::invalid_argument naming
+// the field when the tiling is not one it supports (attention_tensor_core_problem).
+void launch_attention_backward_tensor_cores(const AttentionProblem& problem, const AttentionOperands<Bf16Bits>& in,
+                                            const AttentionGradients& grads, cudaStream_t stream);
+
+// The backward `kernel` selects (AttentionBackwardKernel, cuda/attention_tc_backward_program.hpp).
+template <class Storage>
+void launch_attention_backward(const AttentionProblem& problem, const AttentionOperands<Storage>& in,
+                               const AttentionGradients& grads, cudaStream_t stream, AttentionBackwardKernel kernel) {
+  if constexpr (std::is_same_v<Storage, Bf16Bits>) {
+    if (kernel == AttentionBackwardKernel::tensor_cores_where_supported &&
+        attention_backward_uses_tensor_cores<Storage>(problem.tiling)) {
+      launch_attention_backward_tensor_cores(problem, in, grads, stream);
+      return;
+    }
+  }
+  launch_attention_backward(problem, in, grads, stream);
+}
 
 }  // namespace dflash

@@ -39,6 +39,14 @@ struct AttentionProblem {
   AttentionTiling tiling;
   AttentionMaskView mask;
   DropoutSiteView dropout;  // site 1 (attention probabilities)
+  // The backward programs' plain bf16-operand variant (off: nothing rounded). A bf16 tensor-core
+  // backward (cuda/attention_tc_backward_program.hpp) feeds f P and dS to its matrix products as
+  // bf16 operands with fp32 accumulation, as every bf16 flash-attention backward does: the
+  // textbook computation of such a kernel is this program with f P and dS rounded to bf16 where
+  // they are produced (before dV = (fP)^T dO, dK = dS^T Q, dQ = dS K consume them) and every
+  // other step as here. It is the plain computation SPEC §10 holds that kernel to; the default
+  // keeps f P and dS in fp32 (a more precise computation than the kernel's).
+  bool round_product_operands_to_bf16 = false;
 };
 
 // Row-major device tensors: q, out, d_out [T, nh d]; k/v_ctx [S, nkv d]; k/v_blk [T, nkv d];
@@ -155,6 +163,63 @@ struct BackwardTile {
   }
 };
 
+// One visible (row, key) element of the backward, from its dot products q.k and dO.v, its dropout
+// factor f and its row's lse and delta: f P (the dV weight) and dS (the dK and dQ weight).
+DFLASH_HD inline void score_gradient_weights(float qk, float dov, float f, float lse, float delta, float sqrt_d,
+                                             float& fp, float& ds) {
+  const float p = exp_of(qk / sqrt_d - lse);
+  const float dp = f * dov;
+  fp = f * p;
+  ds = p * (dp - delta) / sqrt_d;
+}
+
+// delta = dO . O of row r of query tile (n, g), from global memory (fp32, head dims ascending).
+template <class Storage>
+DFLASH_HD float row_delta(const AttentionTiling& tl, const AttentionOperands<Storage>& in, std::int64_t n,
+                          std::int64_t g, std::int64_t r) {
+  const std::int64_t at = head_offset(n * tl.B + tl.row_token(r), tl.nh, tl.row_head(g, r), tl.d);
+  return dot(in.d_out + at, in.out + at, tl.d);
+}
+
+// Block n's keys when no query sees them (keep[n] = 0): their dK/dV is 0 (kv head g).
+DFLASH_HD inline void zero_unseen_block_key_grads(const AttentionTiling& tl, const AttentionGradients& grads,
+                                                  std::int64_t n, std::int64_t g, int thread, int threads) {
+  for (std::int64_t e = thread; e < tl.B * tl.d; e += threads) {
+    const std::int64_t at = head_offset(n * tl.B + e / tl.d, tl.nkv, g, tl.d) + e % tl.d;
+    grads.dk_blk[at] = 0.0f;
+    grads.dv_blk[at] = 0.0f;
+  }
+}
+
+// Phase body of the dq programs: each row's lse and delta = dO . O (to `lse`, `delta` and, for the
+// dkv program, grads.delta), and block n's key gradients zeroed when no query sees them.
+template <class Storage>
+DFLASH_HD void begin_query_tile_backward(const AttentionProblem& pb, const AttentionOperands<Storage>& in,
+                                         const AttentionGradients& grads, std::int64_t n, std::int64_t g, float* lse,
+                                         float* delta, int thread, int threads) {
+  const AttentionTiling& tl = pb.tiling;
+  for (std::int64_t r = thread; r < tl.query_rows(); r += threads) {
+    const float dot_o = row_delta(tl, in, n, g, r);
+    const std::int64_t row_head = (n * tl.B + tl.row_token(r)) * tl.nh + tl.row_head(g, r);
+    lse[r] = in.lse[row_head];
+    delta[r] = dot_o;
+    grads.delta[row_head] = dot_o;
+  }
+  if (pb.mask.keep[n] == 0) zero_unseen_block_key_grads(tl, grads, n, g, thread, threads);
+}
+
+// Phase body: the dK/dV of context key tile kt (kv head g), accumulated in [keys, d] fp32 arrays, to
+// the gradients.
+DFLASH_HD inline void store_context_key_grads(const AttentionTiling& tl, const AttentionGradients& grads,
+                                              const KeyTile& kt, std::int64_t g, const float* dk, const float* dv,
+                                              int thread, int threads) {
+  for (std::int64_t e = thread; e < kt.count * tl.d; e += threads) {
+    const std::int64_t at = head_offset(kt.first + e / tl.d, tl.nkv, g, tl.d) + e % tl.d;
+    grads.dk_ctx[at] = dk[e];
+    grads.dv_ctx[at] = dv[e];
+  }
+}
+
 // Phase body: f P and dS of every (row, key) of the tile; zero where the key is hidden.
 template <class Exec, class Storage>
 DFLASH_HD void backward_scores(Exec& exec, const AttentionProblem& pb, const BackwardTile<Storage>& s, std::int64_t n,
@@ -167,13 +232,15 @@ DFLASH_HD void backward_scores(Exec& exec, const AttentionProblem& pb, const Bac
     const std::int64_t k = tl.row_token(r), key = kt.first + c;
     float fp = 0.0f, ds = 0.0f;
     if (pb.mask.visible(n, k, key)) {
-      const float p = exp_of(dot(s.q + r * tl.d, s.k + c * tl.d, tl.d) / sqrt_d - s.lse[r]);
       const std::uint64_t element = attention_dropout_element(tl.row_head(g, r), n * tl.B + k, key, tl.S, tl.T());
       const float f = pb.dropout.factor(element);
       if (pb.dropout.active) exec.drew(element, f);  // only a live site draws
-      const float dp = f * dot(s.d_out + r * tl.d, s.v + c * tl.d, tl.d);
-      fp = f * p;
-      ds = p * (dp - s.delta[r]) / sqrt_d;
+      score_gradient_weights(dot(s.q + r * tl.d, s.k + c * tl.d, tl.d), dot(s.d_out + r * tl.d, s.v + c * tl.d, tl.d),
+                             f, s.lse[r], s.delta[r], sqrt_d, fp, ds);
+      if (pb.round_product_operands_to_bf16) {
+        fp = round_to_bf16(fp);
+        ds = round_to_bf16(ds);
+      }
     }
     s.fp[r * stride + c] = fp;
     s.ds[r * stride + c] = ds;
@@ -346,21 +413,7 @@ DFLASH_HD void attention_dq_block(Exec& exec, const AttentionProblem& pb, const 
     load_query_rows(tl, in.q, n, g, s.q, t, threads);
     load_query_rows(tl, in.d_out, n, g, s.d_out, t, threads);
     for (std::int64_t e = t; e < R * d; e += threads) sm.dq[e] = 0.0f;
-    for (std::int64_t r = t; r < R; r += threads) {  // delta = dO . O, from global memory
-      const std::int64_t at = head_offset(n * tl.B + tl.row_token(r), tl.nh, tl.row_head(g, r), d);
-      const float delta = attention_program_detail::dot(in.d_out + at, in.out + at, d);
-      const std::int64_t row_head = (n * tl.B + tl.row_token(r)) * tl.nh + tl.row_head(g, r);
-      s.lse[r] = in.lse[row_head];
-      s.delta[r] = delta;
-      grads.delta[row_head] = delta;
-    }
-    if (pb.mask.keep[n] == 0) {  // no query sees this block's keys: their gradient is 0
-      for (std::int64_t e = t; e < tl.B * d; e += threads) {
-        const std::int64_t at = head_offset(n * tl.B + e / d, tl.nkv, g, d) + e % d;
-        grads.dk_blk[at] = 0.0f;
-        grads.dv_blk[at] = 0.0f;
-      }
-    }
+    begin_query_tile_backward(pb, in, grads, n, g, s.lse, s.delta, t, threads);
   });
   const std::int64_t steps = query_tile_steps(tl, pb.mask, n);
   for (std::int64_t step = 0; step < steps; ++step) {
@@ -455,13 +508,7 @@ DFLASH_HD void attention_dkv_block(Exec& exec, const AttentionProblem& pb, const
       }
     });
   }
-  exec.phase([&](int t) {
-    for (std::int64_t e = t; e < kt.count * d; e += threads) {
-      const std::int64_t at = head_offset(kt.first + e / d, tl.nkv, g, d) + e % d;
-      grads.dk_ctx[at] = sm.dk[e];
-      grads.dv_ctx[at] = sm.dv[e];
-    }
-  });
+  exec.phase([&](int t) { store_context_key_grads(tl, grads, kt, g, sm.dk, sm.dv, t, threads); });
 }
 
 }  // namespace dflash

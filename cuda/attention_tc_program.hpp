@@ -128,22 +128,42 @@ struct TileContext {
   }
 };
 
-// S = Q K^T for the tile: per 8 keys, a sum over d / 16 mmas (head dims ascending).
-template <class Warp>
-DFLASH_HD void tile_scores(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t d) {
-  DFLASH_UNROLL
-  for (int nt = 0; nt < kTcMaxTileKeys / kMmaN; ++nt) {
-    if (nt >= 2 * tc.key_chunks) break;
-    warp.lanes([&](int, Regs& r) {
-      for (int i = 0; i < kMmaCElements; ++i) r.s[nt][i] = 0.0f;
-    });
+// C = A B^T for the warp's 16 rows and the tile's keys: A the rows' A fragments per 16 head dims
+// (a_of(registers, kd), after load_a(lane, registers, kd) has put it there, or already there), B^T
+// the key rows of `tile` ([keys, d] row-major, in shared memory). The C fragments per 8 keys
+// c_of(registers, nt) are zeroed, then each is summed over d / 16 mmas, head dims ascending (one A
+// fragment serves every 8 keys). S = Q K^T (forward and backward) and dP = dO V^T (backward).
+template <class Warp, class LoadA, class AOf, class COf>
+DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t d,
+                                   LoadA load_a, AOf a_of, COf c_of) {
+  warp.lanes([&](int, auto& r) {
     DFLASH_UNROLL
-    for (int kd = 0; kd < kTcMaxHeadDim / kMmaK; ++kd) {
-      if (kd >= tc.head_chunks) break;
-      warp.lanes([&](int lane, Regs& r) { load_b_fragment_from_columns(k + nt * kMmaN * d + kd * kMmaK, d, lane, r.b); });
-      warp.mma([&](Regs& r) { return MmaOperands{r.q[kd], r.b, r.s[nt]}; });
+    for (int nt = 0; nt < kTcMaxTileKeys / kMmaN; ++nt) {
+      if (nt >= 2 * tc.key_chunks) break;
+      for (int i = 0; i < kMmaCElements; ++i) c_of(r, nt)[i] = 0.0f;
+    }
+  });
+  DFLASH_UNROLL
+  for (int kd = 0; kd < kTcMaxHeadDim / kMmaK; ++kd) {
+    if (kd >= tc.head_chunks) break;
+    warp.lanes([&](int lane, auto& r) { load_a(lane, r, kd); });
+    DFLASH_UNROLL
+    for (int nt = 0; nt < kTcMaxTileKeys / kMmaN; ++nt) {
+      if (nt >= 2 * tc.key_chunks) break;
+      warp.lanes([&](int lane, auto& r) {
+        load_b_fragment_from_columns(tile + nt * kMmaN * d + kd * kMmaK, d, lane, r.b);
+      });
+      warp.mma([&](auto& r) { return MmaOperands{a_of(r, kd), r.b, c_of(r, nt)}; });
     }
   }
+}
+
+// S = Q K^T for the tile, Q's A fragments held in registers for the whole block.
+template <class Warp>
+DFLASH_HD void tile_scores(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t d) {
+  rows_times_key_rows(
+      warp, tc, k, d, [](int, Regs&, int) {}, [](Regs& r, int kd) { return r.q[kd]; },
+      [](Regs& r, int nt) { return r.s[nt]; });
 }
 
 // The online softmax of the tile on the S fragments: scale and mask, the new row max (across the
@@ -220,19 +240,52 @@ DFLASH_HD void tile_softmax(Exec& exec, Warp& warp, const TileContext& tc, int h
   });
 }
 
-// O += P V: per 16 keys (ascending), P's bf16 A fragment from the S registers, then per 8 head
-// dims one mma with the V tile's B fragment.
-template <class Warp>
-DFLASH_HD void tile_values(Warp& warp, const TileContext& tc, const Bf16Bits* v, std::int64_t d, int head_n8) {
+// C += W B for the warp's 16 rows: W the tile's weights held in fp32 C fragments per 8 keys
+// (w_of(registers, nt)), per 16 keys (ascending) rounded to bf16 into the A fragment
+// a_of(registers); B the key rows of `tile` ([keys, d] row-major, in shared memory); per 8 head
+// dims one mma into c_of(registers, c). O += P V (forward) and dQ += dS K (backward).
+template <class Warp, class WOf, class AOf, class COf>
+DFLASH_HD void weights_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t d,
+                                      int head_n8, WOf w_of, AOf a_of, COf c_of) {
   DFLASH_UNROLL
   for (int kc = 0; kc < kTcMaxTileKeys / kMmaK; ++kc) {
     if (kc >= tc.key_chunks) break;
-    warp.lanes([&](int, Regs& r) { accumulators_to_a_fragment(r.s[2 * kc], r.s[2 * kc + 1], r.p); });
+    warp.lanes([&](int, auto& r) { accumulators_to_a_fragment(w_of(r, 2 * kc), w_of(r, 2 * kc + 1), a_of(r)); });
     DFLASH_UNROLL
     for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
       if (c >= head_n8) break;
-      warp.lanes([&](int lane, Regs& r) { load_b_fragment_from_rows(v + kc * kMmaK * d + c * kMmaN, d, lane, r.b); });
-      warp.mma([&](Regs& r) { return MmaOperands{r.p, r.b, r.o[c]}; });
+      warp.lanes([&](int lane, auto& r) {
+        load_b_fragment_from_rows(tile + kc * kMmaK * d + c * kMmaN, d, lane, r.b);
+      });
+      warp.mma([&](auto& r) { return MmaOperands{a_of(r), r.b, c_of(r, c)}; });
+    }
+  }
+}
+
+// O += P V: P's bf16 A fragment straight from the S registers, the V tile from shared memory.
+template <class Warp>
+DFLASH_HD void tile_values(Warp& warp, const TileContext& tc, const Bf16Bits* v, std::int64_t d, int head_n8) {
+  weights_times_key_rows(
+      warp, tc, v, d, head_n8, [](Regs& r, int nt) { return r.s[nt]; }, [](Regs& r) { return r.p; },
+      [](Regs& r, int c) { return r.o[c]; });
+}
+
+// The lane's elements of the warp's [16 rows, d] accumulator array (C fragments per 8 head dims,
+// rows row0 + ...) that belong to real rows of query tile (n, g): f(c, i, offset of the element in
+// a [T, nh d] tensor) for fragment c, element i. How O and dQ leave the registers.
+template <class F>
+DFLASH_HD void for_each_row_element(const AttentionTiling& tl, std::int64_t n, std::int64_t g, std::int64_t row0,
+                                    int lane, int head_n8, F&& f) {
+  DFLASH_UNROLL
+  for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
+    if (c >= head_n8) break;
+    for (int i = 0; i < kMmaCElements; ++i) {
+      const FragmentCoord at = mma_c_coord(lane, i);
+      const std::int64_t row = row0 + at.row;
+      if (row >= tl.query_rows()) continue;
+      const std::int64_t to = attention_program_detail::head_offset(n * tl.B + tl.row_token(row), tl.nh,
+                                                                    tl.row_head(g, row), tl.d);
+      f(c, i, to + c * kMmaN + at.col);
     }
   }
 }
@@ -300,18 +353,10 @@ DFLASH_HD void attention_forward_tc_block(Exec& exec, const AttentionProblem& pb
   exec.warp_phase(regs, [&](auto& warp) {
     const std::int64_t row0 = warp.index() * kMmaM;
     warp.lanes([&](int lane, Regs& r) {
-      DFLASH_UNROLL
-      for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
-        if (c >= head_n8) break;
-        for (int i = 0; i < kMmaCElements; ++i) {
-          const FragmentCoord at = mma_c_coord(lane, i);
-          const std::int64_t row = row0 + at.row;
-          if (row >= R) continue;
-          const float l = r.row_sum[i >> 1];
-          const std::int64_t to = head_offset(n * tl.B + tl.row_token(row), tl.nh, tl.row_head(g, row), d);
-          narrow_into(l > 0.0f ? r.o[c][i] / l : 0.0f, out.out[to + c * kMmaN + at.col]);
-        }
-      }
+      attention_tc_detail::for_each_row_element(tl, n, g, row0, lane, head_n8, [&](int c, int i, std::int64_t at) {
+        const float l = r.row_sum[i >> 1];
+        narrow_into(l > 0.0f ? r.o[c][i] / l : 0.0f, out.out[at]);
+      });
       if (mma_lane_in_quad(lane) != 0) return;  // the quad's first lane writes its two rows' lse
       for (int half = 0; half < 2; ++half) {
         const std::int64_t row = row0 + mma_group(lane) + half * 8;

@@ -22,6 +22,7 @@ struct CudaBackend {
   DeviceAllocator& allocator;
   LinearGemm& gemm;
   AttentionForwardKernel attention_forward_kernel = kDrafterStepAttentionForward;
+  AttentionBackwardKernel attention_backward_kernel = kDrafterStepAttentionBackward;
 
   template <class T>
   Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
@@ -87,7 +88,7 @@ struct CudaBackend {
   }
   void attention_backward(const AttentionProblem& pb, const AttentionOperands<Storage>& in,
                           const AttentionGradients& grads) const {
-    launch_attention_backward(pb, in, grads, stream());
+    launch_attention_backward(pb, in, grads, stream(), attention_backward_kernel);
   }
   template <class Out>
   void linear_forward(const Storage* x, const Storage* w, Out* y, std::int64_t rows, std::int64_t out,

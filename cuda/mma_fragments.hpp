@@ -73,6 +73,16 @@ DFLASH_HD inline void load_a_fragment(const std::uint16_t* tile, std::int64_t st
   }
 }
 
+// A[m][k] = tile[k * stride + m]: A transposed, i.e. 16 rows (k: query rows) of 16 values (m:
+// keys), as for dK = dS^T Q with dS row-major [query rows, keys].
+DFLASH_HD inline void load_a_fragment_transposed(const std::uint16_t* tile, std::int64_t stride, int lane,
+                                                 std::uint32_t a[4]) {
+  for (int j = 0; j < 4; ++j) {
+    const FragmentCoord at = mma_a_coord(lane, 2 * j);  // element 2j + 1 is the next k
+    a[j] = pack_bf16_pair(tile[at.col * stride + at.row], tile[(at.col + 1) * stride + at.row]);
+  }
+}
+
 // B[k][n] = tile[n * stride + k]: B transposed, i.e. 8 rows (keys) of 16 values (head dims) each,
 // as for S = Q K^T with K row-major.
 DFLASH_HD inline void load_b_fragment_from_columns(const std::uint16_t* tile, std::int64_t stride, int lane,

@@ -29,6 +29,7 @@
 #include <iostream>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -246,6 +247,7 @@ struct DeviceSequence {
 struct PolicyRun {
   LossPolicy policy = LossPolicy::chunk_recompute;
   AttentionForwardKernel attention_forward = AttentionForwardKernel::cuda_cores;
+  AttentionBackwardKernel attention_backward = AttentionBackwardKernel::cuda_cores;
   std::vector<double> ms, attention_forward_ms, attention_backward_ms;
   std::vector<double> losses;
   LossHeadStats<double> stats;
@@ -259,14 +261,18 @@ struct PolicyRun {
   }
   double median_ms() const { return median(ms); }
   bool tensor_core_forward() const { return attention_forward == AttentionForwardKernel::tensor_cores_where_supported; }
+  bool tensor_core_backward() const {
+    return attention_backward == AttentionBackwardKernel::tensor_cores_where_supported;
+  }
   std::string name() const {
-    return str("per_layer x ", loss_policy_name(policy), tensor_core_forward() ? ", tc attn fwd" : ", cc attn fwd");
+    return str("per_layer x ", loss_policy_name(policy), tensor_core_forward() ? ", tc attn fwd" : ", cc attn fwd",
+               tensor_core_backward() ? ", tc bwd" : ", cc bwd");
   }
 };
 
 PolicyRun run_policy(const CudaBackend& be, const DrafterConfig& config, const DrafterDims& dims,
                      DeviceModel& model, const DeviceSequence& seq, double weight_sum, LossPolicy policy, int reps,
-                     AttentionForwardKernel attention_forward) {
+                     AttentionForwardKernel attention_forward, AttentionBackwardKernel attention_backward) {
   DeviceAllocator& allocator = be.allocator;
   DrafterStepOptions options = drafter_step_options(config);
   options.trunk_policy = TrunkPolicy::per_layer;
@@ -291,12 +297,14 @@ PolicyRun run_policy(const CudaBackend& be, const DrafterConfig& config, const D
   PolicyRun run;
   run.policy = policy;
   run.attention_forward = attention_forward;
+  run.attention_backward = attention_backward;
   allocator.release_cached_memory();
   allocator.reset_peaks();
   {
     AttentionTimer timer;
     CudaBackend base = be;
     base.attention_forward_kernel = attention_forward;
+    base.attention_backward_kernel = attention_backward;
     const TimedCudaBackend backend{base, &timer};
     CudaLossHead head(allocator, loss_options);
     for (int r = 0; r <= reps; ++r) {  // run 0 is the warm-up (cuBLAS heuristics, pool growth)
@@ -358,6 +366,8 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
         << ", \"attention_executed_flops\": " << f.attention_executed()
         << ", \"attention_forward_kernel\": \"" << (r.tensor_core_forward() ? "tensor_cores" : "cuda_cores")
         << "\", \"attention_forward_executed_flops\": " << f.attention_forward + f.attention_recompute
+        << ", \"attention_backward_kernel\": \"" << (r.tensor_core_backward() ? "tensor_cores" : "cuda_cores")
+        << "\", \"attention_backward_executed_flops\": " << f.attention_backward
         << ", \"loss\": " << r.stats.loss << ", \"ce\": " << r.stats.ce << ", \"kl\": " << r.stats.kl
         << ", \"accuracy\": " << r.stats.accuracy() << ", \"losses\": [";
     for (std::size_t k = 0; k < r.losses.size(); ++k) out << (k ? ", " : "") << r.losses[k];
@@ -424,20 +434,28 @@ int bench_main(int argc, char** argv) {
 
   std::vector<PolicyRun> runs;
   std::vector<std::string> wrong, missed;
-  const AttentionForwardKernel step_kernel = backend.attention_forward_kernel;
-  const AttentionForwardKernel other_kernel = step_kernel == AttentionForwardKernel::cuda_cores
-                                                  ? AttentionForwardKernel::tensor_cores_where_supported
-                                                  : AttentionForwardKernel::cuda_cores;
-  const std::pair<LossPolicy, AttentionForwardKernel> measured[] = {{LossPolicy::chunk_recompute, step_kernel},
-                                                                    {LossPolicy::chunk_grad_in_forward, step_kernel},
-                                                                    {LossPolicy::chunk_recompute, other_kernel}};
-  for (const auto& [p, kernel] : measured) {
+  // The step's attention kernels, and the third run with both switched to the other kind.
+  const AttentionForwardKernel step_forward = backend.attention_forward_kernel;
+  const AttentionBackwardKernel step_backward = backend.attention_backward_kernel;
+  const AttentionForwardKernel other_forward = step_forward == AttentionForwardKernel::cuda_cores
+                                                   ? AttentionForwardKernel::tensor_cores_where_supported
+                                                   : AttentionForwardKernel::cuda_cores;
+  const AttentionBackwardKernel other_backward = step_backward == AttentionBackwardKernel::cuda_cores
+                                                     ? AttentionBackwardKernel::tensor_cores_where_supported
+                                                     : AttentionBackwardKernel::cuda_cores;
+  const std::tuple<LossPolicy, AttentionForwardKernel, AttentionBackwardKernel> measured[] = {
+      {LossPolicy::chunk_recompute, step_forward, step_backward},
+      {LossPolicy::chunk_grad_in_forward, step_forward, step_backward},
+      {LossPolicy::chunk_recompute, other_forward, other_backward}};
+  for (const auto& [p, kernel, backward_kernel] : measured) {
     PolicyRun planned;
     planned.policy = p;
     planned.attention_forward = kernel;
+    planned.attention_backward = backward_kernel;
     const std::string name = planned.name();
     try {
-      PolicyRun r = run_policy(backend, config, dims, model, seq, rows.weight_sum, p, o.reps, kernel);
+      PolicyRun r = run_policy(backend, config, dims, model, seq, rows.weight_sum, p, o.reps, kernel,
+                               backward_kernel);
       if (!std::isfinite(r.stats.loss)) wrong.push_back(str(name, ": loss ", r.stats.loss));
       for (double l : r.losses) {
         if (std::memcmp(&l, &r.losses.front(), sizeof l) != 0) {
@@ -459,16 +477,17 @@ int bench_main(int argc, char** argv) {
 
   std::printf("\n%s: %.3f ms, %.1f TFLOP/s (datasheet %.0f)\n", card.what.c_str(), card.ms, card.tflops(),
               kH200DatasheetBf16Tflops);
-  std::printf("%-46s %9s %9s %8s %8s %10s %10s %9s %9s %9s %11s\n", "policy", "ms step", "model TF", "MFU card",
-              "MFU peak", "attn fwd ms", "attn bwd ms", "fwd TF", "attn TF", "exec TF", "loss");
+  std::printf("%-54s %9s %9s %8s %8s %10s %10s %9s %9s %9s %9s %11s\n", "policy", "ms step", "model TF", "MFU card",
+              "MFU peak", "attn fwd ms", "attn bwd ms", "fwd TF", "bwd TF", "attn TF", "exec TF", "loss");
   for (const PolicyRun& r : runs) {
     const double s = r.median_ms() * 1e-3, af = PolicyRun::median(r.attention_forward_ms),
                  ab = PolicyRun::median(r.attention_backward_ms);
     const StepFlops f = drafter_step_flops(dims, pairs, false, TrunkPolicy::per_layer, r.policy);
-    std::printf("%-46s %9.1f %9.1f %7.1f%% %7.1f%% %10.1f %10.1f %9.1f %9.1f %9.1f %11.6f\n", r.name().c_str(),
+    std::printf("%-54s %9.1f %9.1f %7.1f%% %7.1f%% %10.1f %10.1f %9.1f %9.1f %9.1f %9.1f %11.6f\n", r.name().c_str(),
                 r.median_ms(), flops.model() / s / 1e12, 100 * flops.model() / s / 1e12 / card.tflops(),
                 100 * flops.model() / s / 1e12 / kH200DatasheetBf16Tflops, af, ab,
                 (f.attention_forward + f.attention_recompute) / (af * 1e-3) / 1e12,
+                f.attention_backward / (ab * 1e-3) / 1e12,
                 f.attention_executed() / ((af + ab) * 1e-3) / 1e12, f.executed() / s / 1e12, r.stats.loss);
     std::printf("  memory (GiB)   %-12s %9s %9s\n", "category", "measured", "planned");
     for (const CategoryComparison& c : r.memory) {

@@ -70,6 +70,8 @@ def report(cuda, torch):
         speed = f"{torch['ms_median'] / r['ms_median']:.2f}x" if torch else ""
         kernel = {"tensor_cores": ", tensor-core attention forward",
                   "cuda_cores": ", CUDA-core attention forward"}.get(r.get("attention_forward_kernel"), "")
+        kernel += {"tensor_cores": ", tensor-core backward",
+                   "cuda_cores": ", CUDA-core backward"}.get(r.get("attention_backward_kernel"), "")
         lines.append(f"| CUDA per_layer x {r['loss_policy']}{kernel} | {r['ms_median']:.1f} | {flops['model'] / s / 1e12:.1f} | "
                      f"{100 * r['mfu_of_card']:.1f}% | {100 * r['mfu_of_datasheet']:.1f}% | "
                      f"{r['executed_flops'] / s / 1e12:.1f} | {r['attention_forward_ms']:.1f} | "

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/attention_program.hpp"
+#include "cuda/attention_tc_backward_program.hpp"
 #include "cuda/attention_tc_program.hpp"
 #include "cuda/trunk_elementwise_program.hpp"
 #include "reference/memory_tracker.hpp"
@@ -56,6 +57,12 @@ struct HostBackend {
   // is the plain computation (SPEC §10) the step is judged by. tensor_cores_where_supported runs
   // the tensor-core forward's program with the mma emulated.
   AttentionForwardKernel attention_forward_kernel = AttentionForwardKernel::cuda_cores;
+  // The same for the backward: tensor_cores_where_supported runs the tensor-core backward's
+  // programs with the mma emulated.
+  AttentionBackwardKernel attention_backward_kernel = AttentionBackwardKernel::cuda_cores;
+  // The CUDA-core backward as the plain computation of the tensor-core one: f P and dS rounded to
+  // bf16 (AttentionProblem::round_product_operands_to_bf16).
+  bool round_attention_product_operands = false;
 
   template <class T>
   Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
@@ -146,13 +153,31 @@ struct HostBackend {
   }
   void attention_backward(const AttentionProblem& pb, const AttentionOperands<Storage>& in,
                           const AttentionGradients& grads) const {
+    if constexpr (std::is_same_v<Storage, Bf16Bits>) {
+      if (attention_backward_kernel == AttentionBackwardKernel::tensor_cores_where_supported &&
+          attention_backward_uses_tensor_cores<Storage>(pb.tiling)) {
+        const int threads = tc_forward_threads(pb.tiling);
+        run_grid_on_host<HostWarpExec>(pb.tiling.query_tiles(), attention_dq_tc_shared_bytes(pb.tiling), threads,
+                                       false, [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+                                         attention_dq_tc_block(exec, pb, in, grads, shared, b);
+                                       });
+        run_grid_on_host<HostWarpExec>(pb.tiling.context_tiles() * pb.tiling.nkv,
+                                       attention_dkv_tc_shared_bytes(pb.tiling), threads, false,
+                                       [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+                                         attention_dkv_tc_block(exec, pb, in, grads, shared, b);
+                                       });
+        return;
+      }
+    }
+    AttentionProblem plain = pb;
+    plain.round_product_operands_to_bf16 = round_attention_product_operands;
     run_grid_on_host(pb.tiling.query_tiles(), attention_dq_shared_bytes<Storage>(pb.tiling), kAttentionThreads, false,
                      [&](HostBlockExec& exec, unsigned char* shared, std::int64_t b) {
-                       attention_dq_block(exec, pb, in, grads, shared, b);
+                       attention_dq_block(exec, plain, in, grads, shared, b);
                      });
     run_grid_on_host(pb.tiling.context_tiles() * pb.tiling.nkv, attention_dkv_shared_bytes<Storage>(pb.tiling),
                      kAttentionThreads, false, [&](HostBlockExec& exec, unsigned char* shared, std::int64_t b) {
-                       attention_dkv_block(exec, pb, in, grads, shared, b);
+                       attention_dkv_block(exec, plain, in, grads, shared, b);
                      });
   }
   // y[r, o] = sum_i x[r, i] w[o, i]

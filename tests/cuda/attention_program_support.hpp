@@ -124,6 +124,7 @@ struct AttentionData {
 template <class Real>
 struct AttentionResults {
   std::vector<Real> out, lse, dq, dk_ctx, dv_ctx, dk_blk, dv_blk;
+  std::vector<Real> delta;  // dO . O per (row, head): the host programs' only (the reference has none)
   std::vector<DropoutDrawRecord> forward_draws, backward_draws;
 };
 
@@ -173,13 +174,16 @@ struct AttentionProgramTrace {
 // The three block programs over their real grids on the host, `threads` threads per block (the
 // kernels' kAttentionThreads unless a test varies it). Storage float (the fp32 programs) or bf16
 // bits (inputs rounded to bf16 on the way in, O widened back; statistics and gradients are fp32).
+// `round_product_operands` sets AttentionProblem::round_product_operands_to_bf16 (the plain
+// computation of the tensor-core backward).
 template <class Storage>
 AttentionResults<float> program_attention(const AttentionCase& c, const AttentionData& data, int threads, bool reverse,
-                                          AttentionProgramTrace* trace = nullptr) {
+                                          AttentionProgramTrace* trace = nullptr, bool round_product_operands = false) {
   const auto cast = in_storage<Storage>;
   const std::vector<Storage> q = cast(data.q), kc = cast(data.k_ctx), vc = cast(data.v_ctx), kb = cast(data.k_blk),
                              vb = cast(data.v_blk), dout = cast(data.d_out);
-  const AttentionProblem pb = attention_problem(c);
+  AttentionProblem pb = attention_problem(c);
+  pb.round_product_operands_to_bf16 = round_product_operands;
   const AttentionTiling tl = pb.tiling;
   AttentionResults<float> r;
   std::vector<Storage> out(q.size());
@@ -212,6 +216,7 @@ AttentionResults<float> program_attention(const AttentionCase& c, const Attentio
                                        attention_dkv_block(exec, pb, in, grads, shared, b);
                                      });
   for (const Storage& o : out) r.out.push_back(widen(o));
+  r.delta = delta;
   r.forward_draws = forward.draws;
   r.backward_draws = dq.draws;
   r.backward_draws.insert(r.backward_draws.end(), dkv.draws.begin(), dkv.draws.end());

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention_tc_backward_program.hpp"
 #include "cuda/attention_tc_program.hpp"
 #include "tests/cuda/attention_program_support.hpp"
 #include "harness/cuda/host_warp_exec.hpp"
@@ -60,6 +61,59 @@ inline AttentionResults<float> tensor_core_forward(const AttentionCase& c, const
   r.forward_draws = grid.draws;
   if (run != nullptr) *run = std::move(grid);
   return r;
+}
+
+// The tensor-core backward (dq, then dkv) over its real grids on the host, on the O and lse of
+// `forward` (a forward's results on the same case and data): `forward` with the five gradients,
+// delta and the backward draws; `trace` gets what the dq and dkv grids visited and drew.
+inline AttentionResults<float> tensor_core_backward(const AttentionCase& c, const AttentionData& data,
+                                                    AttentionResults<float> r, bool reverse,
+                                                    AttentionProgramTrace* trace = nullptr) {
+  const auto cast = in_storage<Bf16Bits>;
+  const std::vector<Bf16Bits> q = cast(data.q), kc = cast(data.k_ctx), vc = cast(data.v_ctx), kb = cast(data.k_blk),
+                              vb = cast(data.v_blk), dout = cast(data.d_out);
+  std::vector<Bf16Bits> out(r.out.size());
+  for (std::size_t e = 0; e < out.size(); ++e) narrow_into(r.out[e], out[e]);  // exact: O came from bf16
+  const AttentionProblem pb = attention_problem(c);
+  const AttentionTiling tl = pb.tiling;
+  r.dq.assign(q.size(), -1.0f);  // every element must be written: start from a wrong value
+  r.dk_ctx.assign(kc.size(), -1.0f);
+  r.dv_ctx.assign(kc.size(), -1.0f);
+  r.dk_blk.assign(kb.size(), -1.0f);
+  r.dv_blk.assign(kb.size(), -1.0f);
+  r.delta.assign(r.lse.size(), -1.0f);
+  const AttentionOperands<Bf16Bits> in{q.data(),  kc.data(),   vc.data(),   kb.data(),
+                                       vb.data(), out.data(), dout.data(), r.lse.data()};
+  const AttentionGradients grads{r.dq.data(),     r.dk_ctx.data(), r.dv_ctx.data(),
+                                 r.dk_blk.data(), r.dv_blk.data(), r.delta.data()};
+  HostGridRun dq = run_grid_on_host<HostWarpExec>(tl.query_tiles(), attention_dq_tc_shared_bytes(tl),
+                                                  tc_forward_threads(tl), reverse,
+                                                  [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+                                                    attention_dq_tc_block(exec, pb, in, grads, shared, b);
+                                                  });
+  HostGridRun dkv = run_grid_on_host<HostWarpExec>(tl.context_tiles() * tl.nkv, attention_dkv_tc_shared_bytes(tl),
+                                                   tc_forward_threads(tl), reverse,
+                                                   [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+                                                     attention_dkv_tc_block(exec, pb, in, grads, shared, b);
+                                                   });
+  r.backward_draws = dq.draws;
+  r.backward_draws.insert(r.backward_draws.end(), dkv.draws.begin(), dkv.draws.end());
+  if (trace != nullptr) *trace = AttentionProgramTrace{HostGridRun{}, std::move(dq), std::move(dkv)};
+  return r;
+}
+
+// delta = dO . O per (row, head) in double from the reference's O: what the programs' delta
+// approximates.
+inline std::vector<double> reference_delta(const AttentionCase& c, const AttentionData& data,
+                                           const AttentionResults<double>& exact) {
+  std::vector<double> delta(static_cast<std::size_t>(c.T() * c.nh), 0.0);
+  for (std::size_t rh = 0; rh < delta.size(); ++rh) {
+    for (std::int64_t col = 0; col < c.d; ++col) {
+      const std::size_t at = rh * static_cast<std::size_t>(c.d) + static_cast<std::size_t>(col);
+      delta[rh] += data.d_out[at] * exact.out[at];
+    }
+  }
+  return delta;
 }
 
 inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {

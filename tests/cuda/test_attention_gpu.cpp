@@ -4,7 +4,9 @@
 // bitwise equal, and a tiling the kernels cannot run refused with its field named. The tensor-core
 // forward (cuda/attention_tc_program.hpp) on the cases it supports: within the bf16 rule of its
 // host emulation (tests/cuda/test_attention_tc_program.cpp) and of the CUDA-core kernel, two runs
-// bitwise equal.
+// bitwise equal. The tensor-core backward (cuda/attention_tc_backward_program.hpp) likewise: within
+// the rule of its host emulation and of the CUDA-core kernels with f P and dS rounded to bf16
+// (tests/cuda/test_attention_tc_backward.cpp), two runs bitwise equal.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -41,8 +43,12 @@ struct DeviceAttention {
   }
 
   // Runs forward (the kernel `forward` selects) then backward on the device; returns what came back.
+  // `round_product_operands`: AttentionProblem::round_product_operands_to_bf16 (the CUDA-core
+  // backward as the plain computation of the tensor-core one).
   static AttentionResults<float> run(DeviceAllocator& a, const AttentionCase& c, const AttentionData& data,
-                                     AttentionForwardKernel forward = AttentionForwardKernel::cuda_cores) {
+                                     AttentionForwardKernel forward = AttentionForwardKernel::cuda_cores,
+                                     AttentionBackwardKernel backward = AttentionBackwardKernel::cuda_cores,
+                                     bool round_product_operands = false) {
     DeviceAttention d;
     d.anchors = DeviceBuffer<std::int64_t>(a, MemoryCategory::transient, c.anchors.size());
     d.anchors.upload(c.anchors);
@@ -66,6 +72,7 @@ struct DeviceAttention {
     d.dv_blk = floats(data.k_blk.size());
 
     AttentionProblem pb = attention_problem(c);
+    pb.round_product_operands_to_bf16 = round_product_operands;
     pb.mask.anchors = d.anchors.data();
     pb.mask.keep = d.keep.data();
     AttentionOperands<Storage> in{d.q.data(),     d.k_ctx.data(), d.v_ctx.data(), d.k_blk.data(),
@@ -79,7 +86,7 @@ struct DeviceAttention {
         pb, in,
         AttentionGradients{d.dq.data(), d.dk_ctx.data(), d.dv_ctx.data(), d.dk_blk.data(), d.dv_blk.data(),
                            d.delta.data()},
-        a.stream());
+        a.stream(), backward);
     AttentionResults<float> r;
     for (const Storage& o : d.out.download()) r.out.push_back(widen(o));
     r.lse = d.lse.download();
@@ -88,6 +95,7 @@ struct DeviceAttention {
     r.dv_ctx = d.dv_ctx.download();
     r.dk_blk = d.dk_blk.download();
     r.dv_blk = d.dv_blk.download();
+    r.delta = d.delta.download();
     return r;
   }
 };
@@ -175,6 +183,63 @@ TEST_F(AttentionGpu, TensorCoreForwardTwoRunsBitwiseEqual) {
     const AttentionResults<float> a = DeviceAttention<Bf16Bits>::run(allocator(), c, data, kernel);
     const AttentionResults<float> b = DeviceAttention<Bf16Bits>::run(allocator(), c, data, kernel);
     EXPECT_TRUE(bitwise_equal(a.out, b.out) && bitwise_equal(a.lse, b.lse));
+  }
+}
+
+void expect_gradients_within_rule(const AttentionResults<float>& got, const AttentionResults<float>& plain,
+                                  const AttentionResults<double>& exact, double floor) {
+  expect_within_rule("dq", got.dq, plain.dq, exact.dq, floor);
+  expect_within_rule("dk_ctx", got.dk_ctx, plain.dk_ctx, exact.dk_ctx, floor);
+  expect_within_rule("dv_ctx", got.dv_ctx, plain.dv_ctx, exact.dv_ctx, floor);
+  expect_within_rule("dk_blk", got.dk_blk, plain.dk_blk, exact.dk_blk, floor);
+  expect_within_rule("dv_blk", got.dv_blk, plain.dv_blk, exact.dv_blk, floor);
+}
+
+// The device's tensor-core backward (after the CUDA-core forward, so that only the backward
+// differs) against the same programs on the host with the mma emulated, on the host's forward:
+// the device sums each 16-term dot product in its own order and precision, the rest is the same
+// code, so the rule with the host run as the plain computation and the fp32 floor. Against the
+// CUDA-core kernels on the device with f P and dS rounded to bf16: the rule of the CPU test.
+TEST_F(AttentionGpu, TensorCoreBackwardWithinRuleOfHostEmulationAndCudaCores) {
+  const auto cuda_cores = AttentionForwardKernel::cuda_cores;
+  for (const AttentionCase& c : tensor_core_cases()) {
+    SCOPED_TRACE(c.name);
+    const AttentionData data = bf16_rounded(AttentionData(c));
+    const AttentionResults<double> exact = reference_attention<double>(c, data);
+    const AttentionResults<float> host = tensor_core_backward(
+        c, data, program_attention<Bf16Bits>(c, data, kAttentionThreads, false, nullptr, true), false);
+    const AttentionResults<float> got = DeviceAttention<Bf16Bits>::run(
+        allocator(), c, data, cuda_cores, AttentionBackwardKernel::tensor_cores_where_supported);
+    const AttentionResults<float> plain = DeviceAttention<Bf16Bits>::run(allocator(), c, data, cuda_cores,
+                                                                         AttentionBackwardKernel::cuda_cores, true);
+    expect_gradients_within_rule(got, host, exact, kAttentionFp32Floor);
+    expect_gradients_within_rule(got, plain, exact, kAttentionFp32Floor);
+    EXPECT_TRUE(bitwise_equal(got.delta, plain.delta));  // the same code on the same O
+  }
+}
+
+TEST_F(AttentionGpu, TensorCoreBackwardTwoRunsBitwiseEqual) {
+  for (const AttentionCase& c : tensor_core_cases()) {
+    SCOPED_TRACE(c.name);
+    const AttentionData data = bf16_rounded(AttentionData(c));
+    const auto forward = AttentionForwardKernel::tensor_cores_where_supported;
+    const auto backward = AttentionBackwardKernel::tensor_cores_where_supported;
+    const AttentionResults<float> a = DeviceAttention<Bf16Bits>::run(allocator(), c, data, forward, backward);
+    const AttentionResults<float> b = DeviceAttention<Bf16Bits>::run(allocator(), c, data, forward, backward);
+    EXPECT_TRUE(bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk_ctx, b.dk_ctx) && bitwise_equal(a.dv_ctx, b.dv_ctx) &&
+                bitwise_equal(a.dk_blk, b.dk_blk) && bitwise_equal(a.dv_blk, b.dv_blk) &&
+                bitwise_equal(a.delta, b.delta));
+  }
+}
+
+TEST_F(AttentionGpu, TensorCoreBackwardTilingItCannotRunRefusedWithItsField) {
+  AttentionProblem pb = attention_problem(tensor_core_cases().front());
+  pb.tiling.key_tile = 80;
+  try {
+    launch_attention_backward_tensor_cores(pb, AttentionOperands<Bf16Bits>{}, AttentionGradients{}, nullptr);
+    FAIL() << "key_tile = 80 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("key_tile"), std::string::npos) << e.what();
   }
 }
 

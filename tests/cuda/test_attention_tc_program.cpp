@@ -131,6 +131,25 @@ TEST(MmaFragments, EmulatedMmaOfLoadedFragmentsIsTheMatrixProduct) {
   }
 }
 
+// The transposed A loader (dK = dS^T Q: A[m][k] read from a row-major [k, m] tile) gives, register
+// for register, the A fragment of the transposed tile.
+TEST(MmaFragments, TransposedAFragmentIsTheAFragmentOfTheTranspose) {
+  CounterRng rng(0x7A7A);
+  std::vector<Bf16Bits> tile(kMmaK * kMmaM), transposed(kMmaM * kMmaK);
+  for (Bf16Bits& v : tile) narrow_into(static_cast<float>(rng.uniform(-2.0, 2.0)), v);
+  for (int k = 0; k < kMmaK; ++k) {
+    for (int m = 0; m < kMmaM; ++m) {
+      transposed[static_cast<std::size_t>(m * kMmaK + k)] = tile[static_cast<std::size_t>(k * kMmaM + m)];
+    }
+  }
+  for (int lane = 0; lane < kWarpLanes; ++lane) {
+    std::uint32_t got[4], want[4];
+    load_a_fragment_transposed(tile.data(), kMmaM, lane, got);
+    load_a_fragment(transposed.data(), kMmaK, lane, want);
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(got[j], want[j]) << "lane " << lane << " register " << j;
+  }
+}
+
 // ---- the selection rule ---------------------------------------------------------------------
 
 // configs/mid.json (8 heads, 2 kv heads, d 32, B 16) and configs/qwen3.6-27b.json (32, 8, 128,
