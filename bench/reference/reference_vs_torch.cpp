@@ -5,7 +5,8 @@
 // Each case: the reference R times on one thread and R times on --threads threads, then
 // bench/reference/torch_reference.py R times on one thread in a child process, reading the inputs
 // this program wrote. Reported: CPU seconds (user + system of the process, getrusage / process_time:
-// what a loaded machine does not inflate much, unlike wall time), wall seconds, the CPU ratio
+// what a loaded machine does not inflate much, unlike wall time), the reference's system seconds
+// and minor page faults per run, wall seconds, the CPU ratio
 // torch / reference (>= 1: the reference is at least as fast), the wall ratio N threads / 1
 // thread and the main thread's CPU time on N threads over the 1-thread CPU time (that ratio's
 // estimate on a loaded machine, where wall times measure the scheduler), the load average before and after, and how far torch's loss and gradients are from the
@@ -51,11 +52,12 @@ struct Settings {
   std::string work;
 };
 
+double seconds(const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); }
+
 // User + system seconds of the process (RUSAGE_SELF) or of the calling thread (RUSAGE_THREAD).
 double cpu_seconds(int who = RUSAGE_SELF) {
   rusage u{};
   getrusage(who, &u);
-  auto seconds = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
   return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
@@ -65,22 +67,36 @@ json load_average() {
   return {load[0], load[1], load[2]};
 }
 
+// System seconds and minor page faults of the process so far: what the kernel spends mapping and
+// zeroing fresh pages (the cost the reference's storage pool removes), which load does not inflate.
+rusage self_usage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u;
+}
+
 double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
 // Times `step` `repeats` times on `threads` threads; step() returns the loss and fills `grads`.
 json time_reference(int threads, int repeats, const std::function<double(std::vector<double>&)>& step,
                     std::vector<double>& grads, double& loss) {
   set_reference_threads(threads);
-  std::vector<double> cpu, main_cpu, wall;
+  std::vector<double> cpu, main_cpu, wall, system;
+  std::vector<long> faults;
   for (int r = 0; r < repeats; ++r) {
     const double c0 = cpu_seconds(), m0 = cpu_seconds(RUSAGE_THREAD);
+    const rusage u0 = self_usage();
     const auto w0 = std::chrono::steady_clock::now();
     loss = step(grads);
     cpu.push_back(cpu_seconds() - c0);
     main_cpu.push_back(cpu_seconds(RUSAGE_THREAD) - m0);
     wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+    const rusage u1 = self_usage();
+    system.push_back(seconds(u1.ru_stime) - seconds(u0.ru_stime));
+    faults.push_back(u1.ru_minflt - u0.ru_minflt);
   }
-  return {{"threads", threads}, {"cpu_s", cpu}, {"main_thread_cpu_s", main_cpu}, {"wall_s", wall}};
+  return {{"threads", threads}, {"cpu_s", cpu},       {"main_thread_cpu_s", main_cpu},
+          {"wall_s", wall},     {"system_s", system}, {"minor_page_faults", faults}};
 }
 
 // The folder torch_reference.py reads: one raw little-endian file per tensor and manifest.json.
