@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "reference/errors.hpp"
+#include "reference/threads.hpp"
 
 namespace dflash {
 namespace {
@@ -33,6 +34,22 @@ Pool& pool() {
 }
 
 bool pooled(std::size_t n) { return n * sizeof(double) >= kPooledStorageMinBytes; }
+
+// From 1 MiB a reused block is zeroed by the reference's threads, a contiguous range each: the fill
+// runs on the allocating thread between parallel parts, serial work that would otherwise be a few
+// percent of a multi-threaded drafter step. Below it, waking the threads costs about what the fill
+// does (tens of microseconds).
+constexpr std::size_t kThreadedFillMinBytes = std::size_t(1) << 20;
+
+void fill_zero(std::vector<double>& block) {
+  if (block.size() * sizeof(double) < kThreadedFillMinBytes) {
+    std::fill(block.begin(), block.end(), 0.0);
+    return;
+  }
+  run_row_ranges(static_cast<std::int64_t>(block.size()), [&](std::int64_t begin, std::int64_t end) {
+    std::fill(block.begin() + begin, block.begin() + end, 0.0);
+  });
+}
 
 // Drops the least recently cached block (its memory goes back to malloc, and so to the OS).
 void evict_oldest(Pool& p) {
@@ -70,7 +87,7 @@ std::vector<double> zeroed_storage(std::size_t n) {
   }
   // Outside the lock: the fill (or the fresh pages' faults) is the expensive part.
   if (block.empty()) return std::vector<double>(n);
-  std::fill(block.begin(), block.end(), 0.0);
+  fill_zero(block);
   return block;
 }
 

@@ -8,6 +8,7 @@
 
 #include "reference/storage_pool.hpp"
 #include "reference/tensor.hpp"
+#include "tests/reference/thread_count.hpp"
 
 namespace dflash {
 namespace {
@@ -34,6 +35,23 @@ TEST(StoragePool, AFreedBlockIsReusedForItsSizeAndZeroedAgain) {
   EXPECT_EQ(storage_pool_state().fresh, before.fresh);
   EXPECT_TRUE(all_zero(b));  // not the 7.5 it held
   recycle_storage(b);
+}
+
+TEST(StoragePool, ALargeReusedBlockIsZeroedWholeOnOneTwoAndThreeThreads) {
+  // Over the 1 MiB from which the reference's threads share the fill, and not a multiple of 2 or 3
+  // elements, so the threads' ranges are uneven.
+  const std::size_t n = (std::size_t(1) << 20) / sizeof(double) + 7;
+  for (int threads : {1, 2, 3}) {
+    const ThreadCount count(threads);
+    std::vector<double> a = zeroed_storage(n);
+    std::fill(a.begin(), a.end(), 7.5);
+    recycle_storage(a);
+    const std::uint64_t reused = storage_pool_state().reused;
+    std::vector<double> b = zeroed_storage(n);
+    EXPECT_EQ(storage_pool_state().reused, reused + 1) << threads << " threads";
+    EXPECT_TRUE(all_zero(b)) << threads << " threads";
+    recycle_storage(b);
+  }
 }
 
 TEST(StoragePool, SmallBlocksAreLeftToMalloc) {
