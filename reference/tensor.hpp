@@ -1,5 +1,7 @@
 // A dense row-major tensor whose storage is counted by a MemoryTracker for as long as it lives.
-// Move-only: a copy is an allocation, so it is spelled out (clone()).
+// Move-only: a copy is an allocation, so it is spelled out (clone()). A double tensor's storage
+// comes from reference/storage_pool.hpp (reused blocks, zeroed like fresh ones; the tracker counts
+// the tensor's bytes, not the pool's), any other element type's from malloc.
 #pragma once
 
 #include <cstddef>
@@ -7,11 +9,13 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "reference/errors.hpp"
 #include "reference/memory_tracker.hpp"
+#include "reference/storage_pool.hpp"
 
 namespace dflash {
 
@@ -39,7 +43,7 @@ class Tensor {
     for (std::int64_t d : shape_) {
       if (d < 0) throw_input_error("tensor shape", shape_string(shape_) + " has a negative dimension");
     }
-    data_.assign(static_cast<std::size_t>(shape_numel(shape_)), T(0));
+    data_ = zeroed(static_cast<std::size_t>(shape_numel(shape_)));
     tracker_->allocate(category_, bytes());
   }
   Tensor(MemoryTracker& tracker, MemoryCategory category, Shape shape, const std::vector<T>& values)
@@ -81,8 +85,12 @@ class Tensor {
   void release() {
     if (tracker_ != nullptr) tracker_->release(category_, bytes());
     tracker_ = nullptr;
-    data_.clear();
-    data_.shrink_to_fit();
+    if constexpr (kPooled) {
+      recycle_storage(data_);
+    } else {
+      data_.clear();
+      data_.shrink_to_fit();
+    }
     shape_.clear();
   }
 
@@ -115,6 +123,16 @@ class Tensor {
   std::span<const T> span() const { return std::span<const T>(data_.data(), data_.size()); }
 
  private:
+  // Only double: the 50-digit judge keeps the plain path, and integer tensors are small.
+  static constexpr bool kPooled = std::is_same_v<T, double>;
+  static std::vector<T> zeroed(std::size_t n) {
+    if constexpr (kPooled) {
+      return zeroed_storage(n);
+    } else {
+      return std::vector<T>(n, T(0));
+    }
+  }
+
   MemoryTracker* tracker_ = nullptr;
   MemoryCategory category_ = MemoryCategory::transient;
   Shape shape_;

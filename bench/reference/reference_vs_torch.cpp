@@ -5,7 +5,8 @@
 // Each case: the reference R times on one thread and R times on --threads threads, then
 // bench/reference/torch_reference.py R times on one thread in a child process, reading the inputs
 // this program wrote. Reported: CPU seconds (user + system of the process, getrusage / process_time:
-// what a loaded machine does not inflate much, unlike wall time), wall seconds, the CPU ratio
+// what a loaded machine does not inflate much, unlike wall time), the reference's system seconds
+// and minor page faults per run, wall seconds, the CPU ratio
 // torch / reference (>= 1: the reference is at least as fast), the wall ratio N threads / 1
 // thread and the main thread's CPU time on N threads over the 1-thread CPU time (that ratio's
 // estimate on a loaded machine, where wall times measure the scheduler), the load average before and after, and how far torch's loss and gradients are from the
@@ -22,7 +23,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -51,11 +51,12 @@ struct Settings {
   std::string work;
 };
 
+double seconds(const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); }
+
 // User + system seconds of the process (RUSAGE_SELF) or of the calling thread (RUSAGE_THREAD).
 double cpu_seconds(int who = RUSAGE_SELF) {
   rusage u{};
   getrusage(who, &u);
-  auto seconds = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
   return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
@@ -65,22 +66,41 @@ json load_average() {
   return {load[0], load[1], load[2]};
 }
 
+// System seconds and minor page faults of the process so far: what the kernel spends mapping and
+// zeroing fresh pages (the cost the reference's storage pool removes), which load does not inflate.
+rusage self_usage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u;
+}
+
 double minimum(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
-// Times `step` `repeats` times on `threads` threads; step() returns the loss and fills `grads`.
-json time_reference(int threads, int repeats, const std::function<double(std::vector<double>&)>& step,
-                    std::vector<double>& grads, double& loss) {
+// Times `step` `repeats` times on `threads` threads. step(tracker) computes one step and returns
+// its result; read(result, grads) returns the loss and copies the gradients out after the clocks
+// stop, as torch_reference.py reads torch's out untimed.
+template <class Step, class Read>
+json time_reference(int threads, int repeats, const Step& step, const Read& read, std::vector<double>& grads,
+                    double& loss) {
   set_reference_threads(threads);
-  std::vector<double> cpu, main_cpu, wall;
+  std::vector<double> cpu, main_cpu, wall, system;
+  std::vector<long> faults;
   for (int r = 0; r < repeats; ++r) {
+    MemoryTracker tracker;
     const double c0 = cpu_seconds(), m0 = cpu_seconds(RUSAGE_THREAD);
+    const rusage u0 = self_usage();
     const auto w0 = std::chrono::steady_clock::now();
-    loss = step(grads);
+    const auto result = step(tracker);
     cpu.push_back(cpu_seconds() - c0);
     main_cpu.push_back(cpu_seconds(RUSAGE_THREAD) - m0);
     wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+    const rusage u1 = self_usage();
+    system.push_back(seconds(u1.ru_stime) - seconds(u0.ru_stime));
+    faults.push_back(u1.ru_minflt - u0.ru_minflt);
+    loss = read(result, grads);
   }
-  return {{"threads", threads}, {"cpu_s", cpu}, {"main_thread_cpu_s", main_cpu}, {"wall_s", wall}};
+  return {{"threads", threads}, {"cpu_s", cpu},       {"main_thread_cpu_s", main_cpu},
+          {"wall_s", wall},     {"system_s", system}, {"minor_page_faults", faults}};
 }
 
 // The folder torch_reference.py reads: one raw little-endian file per tensor and manifest.json.
@@ -158,13 +178,14 @@ void run_torch(const Settings& s, const Exchange& x, const std::vector<double>& 
 }
 
 // The 1-thread and N-thread reference timings, then torch, for one case.
-json run_case(const Settings& s, Exchange& x, const std::function<double(std::vector<double>&)>& step) {
+template <class Step, class Read>
+json run_case(const Settings& s, Exchange& x, const Step& step, const Read& read) {
   x.finish();
   json report{{"load_average_before", load_average()}};
   std::vector<double> grads_1, grads_n;
   double loss_1 = 0, loss_n = 0;
-  report["reference_1_thread"] = time_reference(1, s.repeats, step, grads_1, loss_1);
-  report["reference_n_threads"] = time_reference(s.threads, s.repeats, step, grads_n, loss_n);
+  report["reference_1_thread"] = time_reference(1, s.repeats, step, read, grads_1, loss_1);
+  report["reference_n_threads"] = time_reference(s.threads, s.repeats, step, read, grads_n, loss_n);
   set_reference_threads(1);
   report["bitwise_equal_across_threads"] = grads_1 == grads_n && loss_1 == loss_n;
   report["wall_ratio_n_over_1_thread"] = minimum(report["reference_n_threads"]["wall_s"].get<std::vector<double>>()) /
@@ -197,12 +218,12 @@ json loss_head_case(const Settings& s) {
   x.tensor("valid", as_int64(p.valid));
   x.scalars() = {{"temperature", o.temperature}, {"hard_weight", o.hard_weight}, {"soft_weight", o.soft_weight},
                  {"weight_sum", p.weight_sum}};
-  json r = run_case(s, x, [&](std::vector<double>& grads) {
-    MemoryTracker tracker;
-    const LossHeadResult<double> out = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
-    grads.assign(out.hidden_grad.data(), out.hidden_grad.data() + out.hidden_grad.numel());
-    return out.stats.loss;
-  });
+  json r = run_case(
+      s, x, [&](MemoryTracker& tracker) { return run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum); },
+      [](const LossHeadResult<double>& out, std::vector<double>& grads) {
+        grads.assign(out.hidden_grad.data(), out.hidden_grad.data() + out.hidden_grad.numel());
+        return out.stats.loss;
+      });
   r["case"] = "loss head, H 256, V 32000, T 2048, materialize, forward + dL/dY";
   return r;
 }
@@ -267,14 +288,14 @@ json drafter_case(const Settings& s) {
                  {"soft_weight", loss.soft_weight},
                  {"weight_sum", drafter_weight_sum(config, batch, options)},
                  {"parameters", names}};
-  json r = run_case(s, x, [&](std::vector<double>& grads) {
-    MemoryTracker tracker;
-    const DrafterStepResult<double> out = drafter_step(tracker, config, params, frozen, batch, options);
-    grads.clear();
-    out.grads.for_each([&](const std::string&, const Tensor<double>& t) { grads.insert(grads.end(), t.data(), t.data() + t.numel()); });
-    grads.insert(grads.end(), out.target_features_grad.data(), out.target_features_grad.data() + out.target_features_grad.numel());
-    return out.outputs.stats.loss;
-  });
+  json r = run_case(
+      s, x, [&](MemoryTracker& tracker) { return drafter_step(tracker, config, params, frozen, batch, options); },
+      [](const DrafterStepResult<double>& out, std::vector<double>& grads) {
+        grads.clear();
+        out.grads.for_each([&](const std::string&, const Tensor<double>& t) { grads.insert(grads.end(), t.data(), t.data() + t.numel()); });
+        grads.insert(grads.end(), out.target_features_grad.data(), out.target_features_grad.data() + out.target_features_grad.numel());
+        return out.outputs.stats.loss;
+      });
   r["case"] = "drafter step, configs/mid.json, S 512, T 512, trunk none, loss materialize";
   return r;
 }

@@ -4,7 +4,7 @@
 // row statistics and dL/dz rows, attention by heads (forward) and kv heads (backward), RMSNorm,
 // q/k norm + RoPE, SwiGLU and the dropped residuals by rows. The thread count changes no tracked
 // peak but the transient one (attention's score rows are one set per part), and a dropout
-// observer still sees the one-thread order.
+// observer still sees the one-thread order. The runs after the first reuse pooled storage.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,6 +17,7 @@
 #include "reference/drafter_problem.hpp"
 #include "reference/loss_head.hpp"
 #include "reference/loss_head_problem.hpp"
+#include "reference/storage_pool.hpp"
 #include "reference/threads.hpp"
 #include "tests/reference/thread_count.hpp"
 
@@ -45,7 +46,9 @@ std::vector<std::size_t> peaks(const MemoryTracker& t, std::optional<MemoryCateg
 }
 
 // run(tracker) returns the bits of a run; those and the tracker's peaks (all but `unchecked`) must
-// be the same for 2 and 3 threads as for 1.
+// be the same for 2 and 3 threads as for 1. The later runs draw their tensors' storage from blocks
+// the earlier ones gave back to the storage pool (reference/storage_pool.hpp), so this also checks
+// that reused storage gives the bits and tracked peaks of fresh storage.
 template <class Run>
 void expect_same_bits_for_1_2_3_threads(Run run, std::optional<MemoryCategory> unchecked = std::nullopt) {
   MemoryTracker one_tracker;
@@ -57,7 +60,9 @@ void expect_same_bits_for_1_2_3_threads(Run run, std::optional<MemoryCategory> u
   for (int threads : {2, 3}) {
     const ThreadCount count(threads);
     MemoryTracker tracker;
+    const std::uint64_t reused = storage_pool_state().reused;
     EXPECT_TRUE(run(tracker).bytes == one.bytes) << threads << " threads differ from 1";
+    EXPECT_GT(storage_pool_state().reused, reused) << threads << " threads: no tensor reused a pooled block";
     EXPECT_EQ(peaks(tracker, unchecked), peaks(one_tracker, unchecked)) << threads << " threads";
   }
 }

@@ -1,0 +1,58 @@
+// Where the storage of the reference's double tensors comes from: a process-wide cache of freed
+// blocks, each handed to the next tensor of exactly its size.
+//
+// Why: glibc serves a block of at least its mmap threshold (128 KiB, raised at run time up to
+// 32 MiB) by mapping fresh pages and unmaps it on free, so without a cache every large tensor of
+// every step was new memory: the kernel faulted in and zeroed each of its pages on first touch,
+// serially, on the thread that allocates (issue 14: ~32 000 faults and 0.1 s of system time per
+// `mid` drafter step, ~256 000 faults and 0.65 s per loss-head step at V 32000, a serial tenth of a
+// step that capped its 2-thread speed-up). A step after the first now maps nothing.
+//
+// What it does not change:
+// - Values. A reused block is filled with +0.0 exactly as a fresh one is, so a tensor's bits never
+//   depend on what its storage held before, on reuse, or on the thread count.
+// - What a MemoryTracker counts. A tensor still counts numel * sizeof(T) while it lives; a cached
+//   block belongs to no tensor and is counted by no tracker (capacity the process holds, like
+//   malloc's own free lists), so every tracked peak equals the memory plan as before.
+// - The 50-digit judge and other element types: only Tensor<double> draws from here.
+//
+// Bound: cached + live pooled bytes never exceed the largest live pooled total seen so far (the
+// high-water mark). Steps of one shape then reuse every block and evict none, and the process
+// never holds more pooled memory than it once needed at once; a fresh block that would break the
+// bound evicts the least recently cached blocks first.
+//
+// Thread-safe (one mutex): the reference allocates on the calling thread, never inside its
+// parallel parts (its MemoryTracker is not shared across threads either), but separate reference
+// runs may run on separate threads of one process and share this cache.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dflash {
+
+// Smaller blocks come from malloc as before: a block under a page shares its pages with others, so
+// it costs no fault of its own, and glibc's per-thread caches serve it faster than this locked map.
+// From a page up a block can be fresh pages: glibc maps every block from 128 KiB (its initial
+// M_MMAP_THRESHOLD) and hands the top of its heap back to the OS once more than M_TRIM_THRESHOLD of
+// it is free, which a step's medium-sized tensors, freed together, can exceed.
+inline constexpr std::size_t kPooledStorageMinBytes = 4096;
+
+// n doubles, every one +0.0: a cached block of exactly n when there is one, else a new one.
+std::vector<double> zeroed_storage(std::size_t n);
+
+// Takes `storage`'s block (leaving `storage` empty): a pooled one is cached for reuse, a smaller
+// one freed.
+void recycle_storage(std::vector<double>& storage);
+
+struct StoragePoolState {
+  std::size_t live_bytes = 0;        // pooled blocks held by tensors
+  std::size_t cached_bytes = 0;      // pooled blocks waiting for reuse
+  std::size_t high_water_bytes = 0;  // the largest live_bytes so far: the bound on live + cached
+  std::uint64_t reused = 0;          // zeroed_storage calls served from the cache
+  std::uint64_t fresh = 0;           // pooled-size zeroed_storage calls that allocated
+};
+StoragePoolState storage_pool_state();
+
+}  // namespace dflash
