@@ -121,7 +121,11 @@ inline StepValues plain_bf16_drafter_step(const DrafterConfig& config, const Dra
                                           const DrafterStepOptions& options) {
   using Storage = Bf16Bits;
   MemoryTracker host;
-  const HostBackend<Storage> be{host};
+  HostBackend<Storage> be{host};
+  // The plain computation of what the device step runs: where it takes the tensor-core attention
+  // backward, f P and dS are bf16 product operands there, so they are here.
+  be.round_attention_product_operands =
+      kDrafterStepAttentionBackward == AttentionBackwardKernel::tensor_cores_where_supported;
   const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
   const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();

@@ -61,7 +61,9 @@ struct HostBackend {
   // programs with the mma emulated.
   AttentionBackwardKernel attention_backward_kernel = AttentionBackwardKernel::cuda_cores;
   // The CUDA-core backward as the plain computation of the tensor-core one: f P and dS rounded to
-  // bf16 (AttentionProblem::round_product_operands_to_bf16).
+  // bf16 (AttentionProblem::round_product_operands_to_bf16), on the shapes the tensor-core backward
+  // supports (attention_backward_uses_tensor_cores); other shapes run on CUDA cores on the device
+  // too, with fp32 operands.
   bool round_attention_product_operands = false;
 
   template <class T>
@@ -170,7 +172,8 @@ struct HostBackend {
       }
     }
     AttentionProblem plain = pb;
-    plain.round_product_operands_to_bf16 = round_attention_product_operands;
+    plain.round_product_operands_to_bf16 =
+        round_attention_product_operands && attention_backward_uses_tensor_cores<Storage>(pb.tiling);
     run_grid_on_host(pb.tiling.query_tiles(), attention_dq_shared_bytes<Storage>(pb.tiling), kAttentionThreads, false,
                      [&](HostBlockExec& exec, unsigned char* shared, std::int64_t b) {
                        attention_dq_block(exec, plain, in, grads, shared, b);

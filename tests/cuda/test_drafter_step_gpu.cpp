@@ -65,7 +65,12 @@ TEST_F(DrafterStepGpu, TrunkWithinBf16RuleOfDoubleReference) {
     p.round_to_device_formats();
     const TrunkValues<double> exact = reference_trunk<double>(p);
     MemoryTracker host;
-    const TrunkValues<float> plain = run_trunk(HostBackend<Bf16Bits>{host}, p, TrunkPolicy::per_layer, 1);
+    // The plain computation of what the device runs: where the step takes the tensor-core attention
+    // backward, f P and dS are bf16 product operands (HostBackend::round_attention_product_operands).
+    HostBackend<Bf16Bits> plain_backend{host};
+    plain_backend.round_attention_product_operands =
+        kDrafterStepAttentionBackward == AttentionBackwardKernel::tensor_cores_where_supported;
+    const TrunkValues<float> plain = run_trunk(plain_backend, p, TrunkPolicy::per_layer, 1);
     LinearGemm gemm(allocator());
     const TrunkValues<float> got = run_trunk(CudaBackend{allocator(), gemm}, p, TrunkPolicy::per_layer, 1);
     expect_trunk_within_rule(p, got, plain, exact, kAttentionFp32Floor);
