@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "common/attention_mask.hpp"
 #include "common/row_math.hpp"
@@ -137,6 +138,58 @@ void dot_visible(const DrafterDims& dims, const VisibleKeys& v, const Real* x, R
     dot_rows(x, row(dims.S + v.block_begin), stride, v.block_end - v.block_begin, dims.d, out + dims.S + v.block_begin);
   }
 }
+// The key and value gradients one part of the backward pass adds to: kv heads [g0, g1). Split over
+// threads (`own`), the part works in its thread's copy, [keys][g1 - g0][d], gathered first and
+// scattered back after: in the shared [keys, nkv d] rows the kv heads lie side by side, 256 bytes
+// each, and two cores adding into neighbouring heads of the same rows slowed each other by 30-40%
+// (bench/results/reference_vs_torch.md, 2026-12-01). Copies are exact, and each sum still runs in
+// the one-thread order: the bits do not change. On one thread it adds into `grads` in place. The
+// copy is this pass's workspace (like the product's packing buffers), not a counted tensor.
+template <class Real>
+class PartKeyGrads {
+ public:
+  PartKeyGrads(const DrafterDims& dims, const AttentionGrads<Real>& grads, std::int64_t g0, std::int64_t g1, bool own)
+      : dims_(dims), grads_(grads), g0_(g0), g1_(g1), width_((g1 - g0) * dims.d), own_(own) {
+    if (!own_) return;
+    thread_local std::vector<Real> workspace;
+    workspace.resize(static_cast<std::size_t>(2 * dims.keys() * width_));
+    keys_ = workspace.data();
+    values_ = keys_ + dims.keys() * width_;
+    copy(true);
+  }
+  Real* key(std::int64_t j, std::int64_t g) const {
+    return own_ ? keys_ + j * width_ + (g - g0_) * dims_.d : grads_.key(dims_, j, g);
+  }
+  Real* value(std::int64_t j, std::int64_t g) const {
+    return own_ ? values_ + j * width_ + (g - g0_) * dims_.d : grads_.value(dims_, j, g);
+  }
+  void scatter() const {
+    if (own_) copy(false);
+  }
+
+ private:
+  void copy(bool gather) const {
+    for (std::int64_t j = 0; j < dims_.keys(); ++j) {
+      for (std::int64_t g = g0_; g < g1_; ++g) {
+        Real *shared_key = grads_.key(dims_, j, g), *shared_value = grads_.value(dims_, j, g);
+        Real *own_key = key(j, g), *own_value = value(j, g);
+        if (gather) {
+          std::copy(shared_key, shared_key + dims_.d, own_key);
+          std::copy(shared_value, shared_value + dims_.d, own_value);
+        } else {
+          std::copy(own_key, own_key + dims_.d, shared_key);
+          std::copy(own_value, own_value + dims_.d, shared_value);
+        }
+      }
+    }
+  }
+  const DrafterDims& dims_;
+  const AttentionGrads<Real>& grads_;
+  std::int64_t g0_, g1_, width_;
+  bool own_;
+  Real *keys_ = nullptr, *values_ = nullptr;
+};
+
 template <class Real>
 Real sqrt_head_dim(std::int64_t d) {
   using std::sqrt;
@@ -215,6 +268,7 @@ void dflash_attention_backward(MemoryTracker& tracker, const DrafterDims& dims, 
     Real* probs = prob_rows.row(part);
     Real* factors = factor_rows.row(part);
     Real* d_probs = d_prob_rows.row(part);
+    PartKeyGrads<Real> part_grads(dims, grads, kv_begin, kv_end, parts > 1);
     for_each_attending_row(dims, mask, kv_begin * group, kv_end * group,
                            [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
       const Real* q = in.q + i * dims.q_width() + h * d;
@@ -234,10 +288,11 @@ void dflash_attention_backward(MemoryTracker& tracker, const DrafterDims& dims, 
         const Real d_score = probs[j] * (d_probs[j] - p_dot_dp) / sqrt_d;
         const Real p = probs[j] * factors[j];
         add_scaled(d, d_score, in.key(dims, j, g), dq);  // distinct tensors: three loops are one loop's bits
-        add_scaled(d, d_score, q, grads.key(dims, j, g));
-        add_scaled(d, p, d_o, grads.value(dims, j, g));
+        add_scaled(d, d_score, q, part_grads.key(j, g));
+        add_scaled(d, p, d_o, part_grads.value(j, g));
       });
     });
+    part_grads.scatter();
   });
 }
 
