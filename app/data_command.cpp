@@ -6,8 +6,8 @@
 
 #include "app/commands.hpp"
 #include "distributed/data/feature_dataset.hpp"
-#include "distributed/data/synthetic_data.hpp"
-#include "reference/errors.hpp"
+#include "distributed/data/synthetic_set.hpp"
+#include "io/errors.hpp"
 
 namespace dflash::app {
 namespace {

@@ -6,10 +6,10 @@
 #include <string>
 
 #include "app/commands.hpp"
-#include "distributed/checkpoint/run_checkpoint.hpp"
+#include "distributed/checkpoint/save_restore.hpp"
 #include "distributed/flat_parameters.hpp"
 #include "distributed/weights/drafter_export.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash::app {
 

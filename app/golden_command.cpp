@@ -11,7 +11,7 @@
 // implementation (cuda-loss-head, cuda) without a usable GPU: SKIPPED with the reason, exit 0 (1
 // under DFLASH_REQUIRE_GPU=1).
 // `generate-training` / `check-training [--impl reference|cuda]`: the same for training goldens
-// (golden/training_golden.hpp); --impl cuda without a usable GPU as `check --impl cuda`.
+// (golden/training.hpp); --impl cuda without a usable GPU as `check --impl cuda`.
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -26,21 +26,21 @@
 #include <vector>
 
 #include "app/commands.hpp"
-#include "golden/golden_cases.hpp"
-#include "golden/golden_check.hpp"
-#include "golden/golden_compare.hpp"
-#include "golden/golden_request.hpp"
-#include "golden/training_golden.hpp"
+#include "golden/cases.hpp"
+#include "golden/check.hpp"
+#include "golden/compare.hpp"
+#include "golden/request.hpp"
+#include "golden/training.hpp"
 #include "planner/memory_size.hpp"
 #include "reference/drafter_config.hpp"
 #if DFLASH_WITH_CUDA
 #include "common/gpu_required.hpp"
-#include "cuda/device_probe.hpp"
-#include "cuda/drafter_step_golden.hpp"
-#include "cuda/loss_head_golden.hpp"
+#include "cuda/runtime/device_probe.hpp"
+#include "golden/cuda/step_check.hpp"
+#include "golden/cuda/loss_head_check.hpp"
 #endif
 #if DFLASH_WITH_CUDA_TRAINING_GOLDEN
-#include "distributed/cuda_training_golden.hpp"
+#include "golden/cuda/training_check.hpp"
 #endif
 
 namespace dflash::app {
@@ -196,7 +196,7 @@ void add_compare(CLI::App& golden, int& exit_code) {
       ->required();
   cmd->add_option("--rule", *rule,
                   "Precision the results claim (SPEC §10): exact (double, 1e-12), fp32 or bf16 (loss head: 2 x a plain "
-                  "computation's error + 1e-5; the rest: golden/golden_compare_rules.hpp)")
+                  "computation's error + 1e-5; the rest: golden/compare_rules.hpp)")
       ->check(CLI::IsMember({"exact", "fp32", "bf16"}))
       ->capture_default_str();
   cmd->add_flag("--json", *json, "Print the report as JSON instead of a table");

@@ -10,7 +10,7 @@
 #include "planner/memory_size.hpp"
 #include "planner/plan_report.hpp"
 #include "planner/training_plan.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash::app {
 namespace {

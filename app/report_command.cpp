@@ -5,7 +5,7 @@
 #include <string>
 
 #include "app/commands.hpp"
-#include "distributed/metrics/metrics_report.hpp"
+#include "distributed/metrics/svg_report.hpp"
 
 namespace dflash::app {
 

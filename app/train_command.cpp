@@ -1,4 +1,4 @@
-// `dflash train`: the full-scale training entry point (distributed/run/training_run.hpp). Under
+// `dflash train`: the full-scale training entry point (distributed/run/trainer.hpp). Under
 // mpirun/srun the rank and world size come from MPI; a plain start is one rank.
 #include <iostream>
 #include <memory>
@@ -7,7 +7,7 @@
 #include "app/commands.hpp"
 #include "distributed/mpi_communicator.hpp"
 #include "distributed/rank_guard.hpp"
-#include "distributed/run/training_run.hpp"
+#include "distributed/run/trainer.hpp"
 
 namespace dflash::app {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "app/commands.hpp"
 #include "common/gpu_required.hpp"
-#include "verify/verify_rows.hpp"
+#include "verify/rows.hpp"
 
 namespace dflash::app {
 

@@ -31,7 +31,7 @@ set(DFLASH_RC_PARAMS "max_success=500 seed=20261129" CACHE STRING
 
 # The exit code of a test binary in which some test skipped (GTEST_SKIP: no GPU, say) and none
 # failed: CTest reports it Skipped, never Passed; a binary with any failure exits 1 and is Failed,
-# whatever skipped beside it. The mains return it (tests/support/gtest_exit_code.hpp); 77 is the
+# whatever skipped beside it. The mains return it (harness/gtest_exit_code.hpp); 77 is the
 # usual "skipped" code of test drivers (Automake, Meson).
 set(DFLASH_SKIP_RETURN_CODE 77)
 # How CTest judges every dflash_add_test (tests/support registers its self-test fixtures with them).

@@ -50,7 +50,7 @@ class Communicator {
   // The sum (op) over ranks of a device buffer, in place, enqueued on `stream` (a cudaStream_t:
   // this header stays CUDA-free) after everything the stream waits for, and not waited for: it is
   // done when the stream is. What lets a step reduce a bucket on a communication stream while the
-  // backward goes on (distributed/cuda_bucket_reduction.hpp). Communicators of host memory do not
+  // backward goes on (distributed/cuda/bucket_reduction.hpp). Communicators of host memory do not
   // have it (CommunicationError naming the backend); the single-process one has nothing to do.
   virtual void all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op, void* stream);
   // Ends every rank of the job now (MPI_Abort), after the caller has printed why; never returns

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -28,7 +28,7 @@ struct FlatRange {
 // The flat elements rank `rank` updates and keeps master weights and moments for.
 FlatRange owned_range(const FlatLayout& layout, int rank);
 
-// The AdamW kernel's DecayTable (cuda/optimizer_program.hpp), host side: tensor i covers
+// The AdamW kernel's DecayTable (cuda/optimizer/adamw_program.hpp), host side: tensor i covers
 // [ends[i-1], ends[i]) and decays when decay[i] != 0.
 struct HostDecayTable {
   std::vector<std::int64_t> ends;

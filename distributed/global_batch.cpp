@@ -1,6 +1,6 @@
 #include "distributed/global_batch.hpp"
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -6,7 +6,7 @@
 #include <mpi.h>
 
 #include "distributed/single_process_communicator.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

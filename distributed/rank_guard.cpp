@@ -4,7 +4,7 @@
 #include <exception>
 #include <string>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

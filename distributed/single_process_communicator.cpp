@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -8,7 +8,7 @@
 #include "common/adamw.hpp"
 #include "distributed/gradient_reduction.hpp"
 #include "distributed/step_checks.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/json_fields.hpp"
-#include "reference/errors.hpp"
+#include "io/json_fields.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

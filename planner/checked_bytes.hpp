@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -1,4 +1,4 @@
-// What the CUDA trunk (cuda/trunk.hpp over cuda/trunk_layer.hpp) allocates for
+// What the CUDA trunk (cuda/trunk/stack.hpp over cuda/trunk/layer.hpp) allocates for
 // one sequence, per category, in closed form: the one home of these counts,
 // read by the planner (the trunk of a production-precision plan,
 // planner/trunk_plan.hpp) and by cuda/ (TrunkLayerActivations::bytes). The CUDA
@@ -32,7 +32,7 @@
 //   layer backward    dL/dX + dL/dC + max(MLP, attention, projections)
 //   (cuda_trunk_memory.cpp) context backward  dL/dC + dL/d(fc output), 2 [S,H]
 //   f
-// Device-only allocations (cuBLAS workspace of cuda/linear_gemm.hpp) are not in
+// Device-only allocations (cuBLAS workspace of cuda/gemm/linear.hpp) are not in
 // the plan.
 #pragma once
 

@@ -1,8 +1,8 @@
 #include "planner/decoder_config.hpp"
 
 #include "planner/checked_bytes.hpp"
-#include "planner/json_fields.hpp"
-#include "reference/errors.hpp"
+#include "io/json_fields.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -6,7 +6,7 @@
 #include "planner/communication_time.hpp"
 #include "reference/drafter_parameters.hpp"
 #include "reference/drafter_trunk.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

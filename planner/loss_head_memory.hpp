@@ -55,7 +55,7 @@ LossHeadHeadline loss_head_headline(const LossHeadShape& shape);
 // The student rows Y, the teacher rows and lm_head are the caller's (inputs, frozen).
 CategoryBytes loss_head_memory(const LossHeadShape& shape, LossPolicy policy);
 
-// The same for the CUDA loss head (cuda/loss_head_cuda.hpp), which computes only the valid rows:
+// The same for the CUDA loss head (cuda/loss_head/head.hpp), which computes only the valid rows:
 // loss_head_memory at its formats (b = 2, s = 4, g = 4 from the shape) plus, with I = 4 (an int32
 // row index) and c' = min(c, T) (materialize: T),
 //   the list of valid rows, T I: loss_saved under chunk_recompute and materialize (backward

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "planner/checked_bytes.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

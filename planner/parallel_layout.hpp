@@ -21,7 +21,7 @@ struct ParallelLayout {
   int zero_stage = 1;  // 0 or 1
   std::int64_t bucket_bytes = kDefaultBucketBytes;
   std::int64_t buckets_in_flight = 2;
-  // The CUDA training step's layout (distributed/cuda_train_step.hpp): one flat gradient of the
+  // The CUDA training step's layout (distributed/cuda/train_step.hpp): one flat gradient of the
   // padded size, reduced in place (no bucket buffers), master weights and moments of the shard
   // clipped to P (the padding never stored).
   bool in_place_flat = false;

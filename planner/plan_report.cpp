@@ -197,7 +197,7 @@ void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<Pol
       << "  bytes per element: weights " << p.parameter_bytes << ", master " << p.master_bytes << ", AdamW m+v "
       << p.optimizer_state_bytes << ", gradients " << p.gradient_bytes << ", activations " << p.activation_bytes
       << ", statistics " << p.statistic_bytes << "; trunk "
-      << (p.trunk == TrunkMemoryModel::cuda ? "as cuda/trunk.hpp allocates it" : "as the reference allocates it")
+      << (p.trunk == TrunkMemoryModel::cuda ? "as cuda/trunk/stack.hpp allocates it" : "as the reference allocates it")
       << "\n\n";
   out << padded("category", 42) << padded("GiB", 10, true) << padded("bytes", 20, true) << "\n";
   for (PlanCategory c : kAllPlanCategories) row(out, plan_category_label(c), plan.categories[c]);

@@ -1,6 +1,6 @@
 #include "planner/plan_vs_measured.hpp"
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -19,7 +19,7 @@ struct PolicyVerdict {
 };
 
 // Whether the step the precision plans offers the loss policy: the CUDA step (TrunkMemoryModel::cuda,
-// production) has no chunk_retain (cuda/loss_head_cuda.hpp); the reference offers every policy.
+// production) has no chunk_retain (cuda/loss_head/head.hpp); the reference offers every policy.
 bool loss_policy_offered(const TrainingPrecision& precision, LossPolicy policy);
 
 // Loss policies outermost (those the precision's step offers), then trunk policies, then ZeRO 0 and 1

@@ -4,7 +4,7 @@
 
 #include "planner/checked_bytes.hpp"
 #include "reference/drafter_dims.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 
@@ -55,7 +55,7 @@ std::int64_t sequence_output_bytes(const DrafterDims& m, const TrainingPrecision
                      checked_product({3, m.T, p.statistic_bytes}));
 }
 
-// What cuda_drafter_step (cuda/drafter_step_cuda.cpp) uploads: the context positions [S] for the
+// What cuda_drafter_step (cuda/drafter/step.cpp) uploads: the context positions [S] for the
 // step, and per sequence, one at a time: anchor slots and keep flags [N] (8 + 1 B), block
 // positions, input tokens and labels [T] (8 B each), row weights (4 B) and valid flags (1 B) [T],
 // F [S, K H] and the gathered teacher rows [T, H] at input precision. The batch stays on the host.

@@ -19,7 +19,7 @@
 //   outputs     per sequence: anchors and keep [N], Y [T, H], lse, token loss and weights [T]; plus
 //               the loss head's lse and token loss [T] of the sequence in flight
 // With the CUDA trunk (precision.trunk, the production default), the categories follow
-// cuda_drafter_step (cuda/drafter_step_cuda.cpp), which keeps the batch on the host and runs one
+// cuda_drafter_step (cuda/drafter/step.cpp), which keeps the batch on the host and runs one
 // sequence at a time: gradients = parameter gradients + the loss head's dL/dY (+ one sequence's
 // fp32 dL/dF with features_grad); inputs = what it uploads for one sequence (training_plan.cpp); outputs = the loss
 // head's; saved and transient the CUDA trunk's (planner/cuda_trunk_memory.hpp); the loss head's
@@ -60,7 +60,7 @@ struct PlanRequest {
   std::int64_t checkpoint_every = 1;
   bool lm_head_grad = false;  // the head is frozen (SPEC §2)
   // Whether the step makes dL/dF. The target's features are inputs (TRAINING §14): the CUDA
-  // training step (distributed/cuda_train_step.hpp) never makes it. The steps that hand it back
+  // training step (distributed/cuda/train_step.hpp) never makes it. The steps that hand it back
   // (drafter_step, cuda_drafter_step: verification, goldens) and the reference training step
   // (drafter_step_accumulate makes and frees it) do.
   bool features_grad = false;

@@ -4,7 +4,7 @@
 #include <initializer_list>
 
 #include "planner/checked_bytes.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 namespace {

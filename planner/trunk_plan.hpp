@@ -1,6 +1,6 @@
 // The drafter trunk's memory for one sequence (S context rows, T = N B block rows), per trunk
 // policy, from the config alone, following the trunk the precision names (precision.trunk):
-//  - cuda (production): what cuda/trunk.hpp allocates, planner/cuda_trunk_memory.hpp (saved and
+//  - cuda (production): what cuda/trunk/stack.hpp allocates, planner/cuda_trunk_memory.hpp (saved and
 //    transient peaks to the byte; Storage = activation_bytes, every fp32 buffer 4 B); dL/dF
 //    [S, K H] in fp32, as the CUDA trunk accumulates it;
 //  - reference: exactly the tensors reference/trunk_memory.hpp lists for the policy (the

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/dropout_rng.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "common/dropout_rng.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -22,7 +22,7 @@
 #include <cstring>
 #include <vector>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 #include "reference/threads.hpp"
 
 namespace dflash {

@@ -9,7 +9,7 @@
 
 #include "common/loss_head_stats.hpp"
 #include "common/loss_row.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 #include "reference/loss_policy.hpp"
 #include "reference/tensor.hpp"
 

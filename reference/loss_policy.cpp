@@ -1,6 +1,6 @@
 #include "reference/loss_policy.hpp"
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

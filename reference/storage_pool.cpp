@@ -6,7 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 #include "reference/threads.hpp"
 
 namespace dflash {

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 #include "reference/memory_tracker.hpp"
 #include "reference/storage_pool.hpp"
 

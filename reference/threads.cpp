@@ -8,7 +8,7 @@
 
 #include <omp.h>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 namespace {

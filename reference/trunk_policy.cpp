@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -1,18 +1,18 @@
 // The CUDA part of the verification matrix (`dflash verify --device cuda`): the CUDA loss head,
 // every policy, against the double reference under SPEC §10's rule for low-precision results.
 // A row's error is the worst ratio, over every reported quantity, of the CUDA error to its bound
-// (2 x the plain bf16 computation's error + floor; cuda/bf16_tolerance.hpp): it passes at <= 1.
+// (2 x the plain bf16 computation's error + floor; reference/bf16_tolerance.hpp): it passes at <= 1.
 // Without a usable GPU every row is reported SKIPPED with the reason.
 #include <cmath>
 #include <exception>
 #include <string>
 #include <vector>
 
-#include "cuda/bf16_tolerance.hpp"
-#include "cuda/device_probe.hpp"
-#include "cuda/loss_head_cuda_problem.hpp"
+#include "reference/bf16_tolerance.hpp"
+#include "cuda/runtime/device_probe.hpp"
+#include "cuda/loss_head/problem.hpp"
 #include "reference/loss_head_compare.hpp"
-#include "verify/verify_rows.hpp"
+#include "verify/rows.hpp"
 
 namespace dflash {
 namespace {

@@ -12,15 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device_buffer.hpp"
-#include "cuda/device_probe.hpp"
-#include "cuda/drafter_step_cuda.hpp"
+#include "cuda/runtime/device_buffer.hpp"
+#include "cuda/runtime/device_probe.hpp"
+#include "cuda/drafter/step.hpp"
 #include "common/dropout_site_view.hpp"
-#include "cuda/trunk_elementwise_kernels.hpp"
+#include "cuda/trunk/elementwise_kernels.hpp"
 #include "reference/compare.hpp"
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
-#include "verify/verify_rows.hpp"
+#include "verify/rows.hpp"
 
 namespace dflash {
 namespace {

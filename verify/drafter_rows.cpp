@@ -17,7 +17,7 @@
 #include "reference/drafter_gradient_check.hpp"
 #include "reference/drafter_problem.hpp"
 #include "reference/trunk_memory.hpp"
-#include "verify/verify_rows.hpp"
+#include "verify/rows.hpp"
 
 namespace dflash {
 namespace {

@@ -1,6 +1,6 @@
 // The golden part of the verification matrix: one row per golden case, the committed golden
 // (golden/data, or $DFLASH_GOLDEN_DIR) recomputed by the reference from its stored inputs. The
-// row's error is the worst relative error over every output and gradient (golden/golden_check.hpp
+// row's error is the worst relative error over every output and gradient (golden/check.hpp
 // compares them), its tolerance the smallest the reference gives (it gives all of them 1e-12).
 #include <algorithm>
 #include <exception>
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "golden/golden_cases.hpp"
-#include "golden/golden_check.hpp"
-#include "verify/verify_rows.hpp"
+#include "golden/cases.hpp"
+#include "golden/check.hpp"
+#include "verify/rows.hpp"
 
 namespace dflash {
 

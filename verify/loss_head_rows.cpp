@@ -11,7 +11,7 @@
 #include "reference/loss_head.hpp"
 #include "reference/loss_head_compare.hpp"
 #include "reference/loss_head_problem.hpp"
-#include "verify/verify_rows.hpp"
+#include "verify/rows.hpp"
 
 namespace dflash {
 namespace {

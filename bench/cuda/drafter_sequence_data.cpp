@@ -9,7 +9,7 @@
 #include "bench/cuda/bench_data.hpp"
 #include "common/dropout_rng.hpp"
 #include "reference/anchors.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace {
 

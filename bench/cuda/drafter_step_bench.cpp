@@ -6,7 +6,7 @@
 // (bench/cuda/drafter_step_metrics.hpp) and MFU against the measured large-GEMM bf16 rate and the
 // H200 datasheet peak, the attention kernels' time (cudaEvents around every attention launch of the
 // step) and FLOP rate (per_layer x chunk_recompute once more with the other attention forward
-// kernel than the step's default, cuda/attention_tc_program.hpp: both forward kernels timed), and each category's peak bytes (the DeviceAllocator's tracker) against
+// kernel than the step's default, cuda/attention/tensor_core_program.hpp: both forward kernels timed), and each category's peak bytes (the DeviceAllocator's tracker) against
 // `dflash plan` for the same config and policies (one GPU).
 //
 //   bench_cuda_drafter_step --config configs/qwen3.6-27b.json [--context 4096] [--reps 3] [--seed S]
@@ -36,18 +36,19 @@
 #include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
 
+#include "common/tolerances.hpp"
 #include "bench/cuda/bench_data.hpp"
 #include "bench/cuda/bench_verdict.hpp"
 #include "bench/cuda/drafter_step_metrics.hpp"
 #include "bench/cuda/gemm_rate.hpp"
 #include "common/gpu_required.hpp"
-#include "cuda/cuda_backend.hpp"
-#include "cuda/device_probe.hpp"
-#include "cuda/drafter_sequence_step.hpp"
-#include "cuda/optimizer_kernels.hpp"
+#include "cuda/trunk/device_backend.hpp"
+#include "cuda/runtime/device_probe.hpp"
+#include "cuda/drafter/sequence_step.hpp"
+#include "cuda/optimizer/adamw_kernels.hpp"
 #include "planner/training_plan.hpp"
 #include "reference/drafter_parameters.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 namespace {

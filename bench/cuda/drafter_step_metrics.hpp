@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tolerances.hpp"
 #include "planner/plan_vs_measured.hpp"
 #include "reference/drafter_dims.hpp"
 #include "reference/loss_policy.hpp"
@@ -23,14 +24,6 @@ inline constexpr double kH200DatasheetBf16Tflops = 989.0;
 inline constexpr double kStepMfuTarget = 0.50;     // model-FLOP rate / measured large-GEMM rate
 inline constexpr double kPlanExcessTarget = 0.02;  // measured peak <= (1 + this) x planned, per category
 
-// The CUDA step's loss against the PyTorch peer's on the same data (bench/cuda/summarize_step.py;
-// not a SPEC §10 bound: another implementation, not the reference): 5e-3 relative. The loss
-// head's comparison (kBaselineLossTolerance, 1e-3) covers the bf16 logits; here the peer also keeps
-// its residual stream and every activation in bf16 (as its users would), where the CUDA trunk keeps
-// X in fp32: 2L + 1 more roundings of 2^-9 per row before the logits, unbiased, so they too average
-// out over ~31000 rows; five times the loss head's bound leaves room for that, while a missing
-// layer, a wrong mask or a wrong loss term moves the loss of this data by far more.
-inline constexpr double kStepBaselineLossTolerance = 5e-3;
 
 // Visible (query row, key) pairs of one query head of one layer under SPEC §3's mask, summed
 // over the block rows: a kept block n sees context keys [max(0, a_n + k - (window - 1)), a_n)

@@ -1,8 +1,8 @@
 #include "bench/cuda/fp64_rows.hpp"
 
 #include "common/bf16.hpp"
-#include "cuda/cuda_check.hpp"
-#include "reference/errors.hpp"
+#include "cuda/runtime/check.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 namespace {

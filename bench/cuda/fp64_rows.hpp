@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "cuda/bf16_bits.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
 
 namespace dflash {
 

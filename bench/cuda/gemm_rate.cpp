@@ -1,7 +1,7 @@
 #include "bench/cuda/gemm_rate.hpp"
 
 #include "bench/cuda/bench_data.hpp"
-#include "cuda/device_buffer.hpp"
+#include "cuda/runtime/device_buffer.hpp"
 
 namespace dflash {
 

@@ -7,9 +7,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/cublas_gemm.hpp"
-#include "cuda/cuda_check.hpp"
-#include "cuda/device_allocator.hpp"
+#include "cuda/gemm/cublas.hpp"
+#include "cuda/runtime/check.hpp"
+#include "cuda/runtime/device_allocator.hpp"
 
 namespace dflash {
 

@@ -11,7 +11,7 @@
 // per step), which the target holds to 5%; and the non-GEMM share (the step time less its
 // products' measured time: the kernels plus launch gaps and host round trips).
 //
-// Correctness gate (cuda/full_scale_gate.hpp): every run's lse, token loss and dL/dY on ~16
+// Correctness gate (bench/cuda/full_scale_gate.hpp): every run's lse, token loss and dL/dY on ~16
 // sampled rows are held to SPEC §10's bf16 rule against an fp64 recomputation from the same bf16
 // inputs (bench/cuda/fp64_rows.hpp).
 //
@@ -43,11 +43,11 @@
 #include "bench/cuda/gemm_rate.hpp"
 #include "common/tolerances.hpp"
 #include "common/gpu_required.hpp"
-#include "cuda/cuda_check.hpp"
-#include "cuda/full_scale_gate.hpp"
-#include "cuda/device_probe.hpp"
-#include "cuda/loss_head_cuda.hpp"
-#include "reference/errors.hpp"
+#include "cuda/runtime/check.hpp"
+#include "bench/cuda/full_scale_gate.hpp"
+#include "cuda/runtime/device_probe.hpp"
+#include "cuda/loss_head/head.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 namespace {
@@ -256,7 +256,7 @@ std::pair<GemmRate, GemmRate> measure_chunk_products(DeviceAllocator& allocator,
 double non_gemm_share(const PolicyRun& r) { return r.gemm_ms < 0 ? -1 : 1 - r.gemm_ms / r.median_ms(); }
 double elementwise_share(const PolicyRun& r) { return r.elementwise_ms < 0 ? -1 : r.elementwise_ms / r.median_ms(); }
 
-// The loss head's kernels other than the products (cuda/loss_head_kernels.hpp), ms per launch,
+// The loss head's kernels other than the products (cuda/loss_head/row_kernels.hpp), ms per launch,
 // each timed by cudaEvents (a warm-up, then the mean of 5) on the benchmark's data, on chunks of c
 // listed rows.
 struct ElementwiseKernels {

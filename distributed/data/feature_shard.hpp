@@ -22,8 +22,8 @@
 #include <string_view>
 #include <vector>
 
-#include "distributed/data/mapped_file.hpp"
-#include "golden/safetensors.hpp"
+#include "io/mapped_file.hpp"
+#include "io/safetensors.hpp"
 #include "reference/drafter_config.hpp"
 
 namespace dflash {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "golden/safetensors.hpp"
+#include "io/safetensors.hpp"
 
 namespace dflash {
 

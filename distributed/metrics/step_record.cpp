@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -2,14 +2,14 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/device_probe.hpp"
-#include "cuda/drafter_step_cuda.hpp"
-#include "distributed/cuda_train_step.hpp"
+#include "cuda/runtime/device_probe.hpp"
+#include "cuda/drafter/step.hpp"
+#include "distributed/cuda/train_step.hpp"
 #include "distributed/mpi_communicator.hpp"
 #include "distributed/single_process_communicator.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 #if DFLASH_WITH_NCCL
-#include "distributed/nccl_communicator.hpp"
+#include "distributed/cuda/nccl_communicator.hpp"
 #endif
 
 namespace dflash {

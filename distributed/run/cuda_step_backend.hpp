@@ -1,4 +1,4 @@
-// `dflash train --backend cuda`: the CUDA step (distributed/cuda_train_step.hpp) behind the run
+// `dflash train --backend cuda`: the CUDA step (distributed/cuda/train_step.hpp) behind the run
 // loop's StepBackend. Ranks: a plain start (the single-process communicator) is R = 1 with the
 // single-process communicator on the device too; under mpirun/srun (the MPI communicator) the
 // device collectives go through NCCL, one GPU per node-local rank. Built without CUDA (or, for

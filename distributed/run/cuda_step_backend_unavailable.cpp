@@ -1,7 +1,7 @@
 // A build without CUDA: `--backend cuda` is refused, naming why.
 #include "distributed/run/cuda_step_backend.hpp"
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 namespace {

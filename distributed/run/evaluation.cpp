@@ -1,7 +1,7 @@
 #include "distributed/run/evaluation.hpp"
 
 #include "common/dropout_rng.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -6,7 +6,7 @@
 
 #include "distributed/global_batch.hpp"
 #include "planner/plan_report.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 
@@ -40,7 +40,7 @@ PlanRequest training_plan_request(const DrafterConfig& config, const TrainingCon
     r.device_bytes = host_memory_bytes_per_rank();
   } else {
     r.precision = TrainingPrecision::production();
-    r.layout.in_place_flat = true;  // distributed/cuda_training_state.hpp
+    r.layout.in_place_flat = true;  // distributed/cuda/training_state.hpp
     r.device_bytes = kDefaultDeviceBytes;
   }
   return r;

@@ -15,7 +15,7 @@
 
 #include "distributed/metrics/block_statistics.hpp"
 #include "distributed/train_step.hpp"
-#include "golden/safetensors_dtype.hpp"
+#include "io/safetensors_dtype.hpp"
 
 namespace dflash {
 

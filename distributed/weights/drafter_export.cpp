@@ -3,9 +3,9 @@
 #include <cmath>
 #include <fstream>
 
-#include "golden/hf_checkpoint.hpp"
-#include "golden/safetensors.hpp"
-#include "reference/errors.hpp"
+#include "io/hf_checkpoint.hpp"
+#include "io/safetensors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

@@ -1,12 +1,12 @@
 // The whole drafter step three ways, for the GPU tests, properties and verify rows of
-// cuda_drafter_step (tests/cuda/test_drafter_step_rule_gpu.cpp,
-// properties/cuda/cuda_drafter_step_properties.cpp, verify/cuda_step_rows.cpp; no GoogleTest here):
+// cuda_drafter_step (tests/cuda/drafter/test_drafter_step_rule_gpu.cpp,
+// properties/cuda/cuda_drafter_step_gpu_properties.cpp, verify/cuda_step_rows.cpp; no GoogleTest here):
 //  - the problem in the device's formats (round_step_to_device_formats: weight matrices, E, W_lm,
 //    F and G rounded to bf16 as the upload rounds them, norm weights to fp32), so that the double
 //    reference (drafter_step) computes exactly on the device's inputs;
 //  - the plain bf16 computation of SPEC §10 (plain_bf16_drafter_step): the step's own trunk code
-//    (cuda/trunk.hpp) on the CPU backend with bf16 storage, then the loss head's plain bf16
-//    computation (cuda/bf16_emulation.hpp) and the trunk's backward from its dL/dY, sequence by
+//    (cuda/trunk/stack.hpp) on the CPU backend with bf16 storage, then the loss head's plain bf16
+//    computation (reference/bf16_emulation.hpp) and the trunk's backward from its dL/dY, sequence by
 //    sequence as cuda_drafter_step runs them;
 //  - all three as StepValues, held to the rule quantity by quantity (step_rule_lines).
 #pragma once
@@ -21,15 +21,15 @@
 
 #include "common/storage.hpp"
 #include "common/tolerances.hpp"
-#include "cuda/bf16_bits.hpp"
-#include "cuda/bf16_emulation.hpp"
-#include "cuda/drafter_step_cuda.hpp"
-#include "cuda/trunk.hpp"
-#include "cuda/trunk_step_context.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
+#include "reference/bf16_emulation.hpp"
+#include "cuda/drafter/step.hpp"
+#include "cuda/trunk/stack.hpp"
+#include "cuda/trunk/step_context.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 #include "harness/cuda/device_formats.hpp"
 #include "harness/cuda/host_backend.hpp"
 

@@ -1,4 +1,4 @@
-// The CPU backend of the trunk (cuda/trunk_layer.hpp, cuda/trunk.hpp): the kernels' own bodies
+// The CPU backend of the trunk (cuda/trunk/layer.hpp, cuda/trunk/stack.hpp): the kernels' own bodies
 // and block programs run by host loops over their grids (harness/cuda/host_block_exec.hpp), and
 // the linear layers as plain fp32 sums of Storage operands in index order (the plain computation
 // cuBLAS is held to). Buffers are counted by a MemoryTracker like the device allocator's, and
@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/attention_program.hpp"
-#include "cuda/attention_tc_backward_program.hpp"
-#include "cuda/attention_tc_program.hpp"
-#include "cuda/trunk_elementwise_program.hpp"
+#include "cuda/attention/simt_program.hpp"
+#include "cuda/attention/tensor_core_backward_program.hpp"
+#include "cuda/attention/tensor_core_program.hpp"
+#include "cuda/trunk/elementwise_program.hpp"
 #include "reference/memory_tracker.hpp"
 #include "reference/tensor.hpp"
 #include "harness/cuda/host_block_exec.hpp"

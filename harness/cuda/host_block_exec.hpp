@@ -1,4 +1,4 @@
-// The CPU executor of cuda/block_program.hpp: runs a thread block's program with every thread of
+// The CPU executor of cuda/exec/block_program.hpp: runs a thread block's program with every thread of
 // each phase in turn (optionally in reverse order: a phase whose threads depend on each other
 // then gives different bits), over the kernel's real grid, with shared memory poisoned with NaN
 // bytes so that a read of anything no phase wrote shows up in the results. It records the hooks:

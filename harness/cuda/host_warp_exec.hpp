@@ -7,7 +7,7 @@
 //   lanes(body)            body(lane, registers) for the warp's 32 lanes (reversible too)
 //   mma(select)            the tensor-core instruction, emulated: the 32 lanes' fragments
 //                          gathered into A[16x16], B[16x8], C[16x8] through the PTX maps
-//                          (cuda/mma_fragments.hpp), D = C + A B with each dot product summed
+//                          (cuda/exec/mma_fragments.hpp), D = C + A B with each dot product summed
 //                          in fp32 over k ascending (bf16 x bf16 products are exact in fp32),
 //                          scattered back
 //   exchange(mask, v, f)   shfl_xor: every lane reads value v of lane ^ mask (all reads before
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/storage.hpp"
-#include "cuda/mma_fragments.hpp"
+#include "cuda/exec/mma_fragments.hpp"
 #include "harness/cuda/host_block_exec.hpp"
 
 namespace dflash {

@@ -14,16 +14,15 @@
 #include <nlohmann/json.hpp>
 #include <rapidcheck/gtest.h>
 
+#include "common/tolerances.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "distributed/train_step.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
-#include "tests/distributed/mpi_test_world.hpp"
+#include "harness/mpi_world.hpp"
 
 namespace dflash::testing {
 namespace {
-
-constexpr double kAcrossRanksTolerance = 1e-12;  // SPEC §10: the reference against itself
 
 struct Case {
   DrafterConfig config;
@@ -133,7 +132,7 @@ RC_GTEST_PROP(DistributedStep, EqualsTheSingleRankStep, ()) {
         const auto at = static_cast<std::size_t>(t.offset), n = static_cast<std::size_t>(t.numel);
         const double err = relative_error(std::span<const double>(got[k]).subspan(at, n),
                                           std::span<const double>(want[k]).subspan(at, n));
-        if (err > kAcrossRanksTolerance) {
+        if (err > kReferenceTolerance) {
           failed = 1;
           why += str(names[k], " of ", t.name, ": relative error ", err, "\n");
         }

@@ -2,13 +2,13 @@
 // caller has not set it, CI's fixed, bounded configuration applies (DFLASH_RC_PARAMS, or the
 // binary's own MAX_SUCCESS: dflash_add_property_test generates dflash_default_rc_params). RapidCheck
 // prints the seed of every failing case, and `RC_PARAMS="seed=<n>"` replays it. The exit code is
-// every test binary's (tests/support/gtest_exit_code.hpp): skipped only when nothing failed.
+// every test binary's (harness/gtest_exit_code.hpp): skipped only when nothing failed.
 #include <cstdlib>
 #include <iostream>
 
 #include <gtest/gtest.h>
 
-#include "tests/support/gtest_exit_code.hpp"
+#include "harness/gtest_exit_code.hpp"
 
 extern const char* const dflash_default_rc_params;
 

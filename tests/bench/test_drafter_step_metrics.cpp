@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "common/attention_mask.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 namespace {

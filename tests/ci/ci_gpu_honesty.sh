@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci/gpu run on a staged folder of stubs: test_cuda_gpu and test_cuda_host "pass", dflash's
+# ci/gpu run on a staged folder of stubs: test_loss_head_gpu and test_cuda_host "pass", dflash's
 # verify exits 0 while reporting a SKIPPED row, every other binary is missing. ci/gpu must exit 1
 # and name each reason: the missing binaries, the SKIPPED verify row, the missing benchmark.
 #   ci_gpu_honesty.sh ROOT
@@ -8,7 +8,7 @@ root=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/carry/bin" "$work/out"
-for name in test_cuda_gpu test_cuda_host; do
+for name in test_loss_head_gpu test_cuda_host; do
   cat > "$work/carry/bin/$name" <<'STUB'
 #!/usr/bin/env bash
 [ "${1:-}" = "--gtest_list_tests" ] && exit 0
@@ -37,13 +37,13 @@ expect() {
 }
 [ "$rc" -eq 1 ] || { echo "ci_gpu_honesty: ci/gpu exited $rc, not 1"; failed=1; }
 # each reason in the closing list of what failed (what the exit code is made of)
-expect "FAILED: missing: test_cuda_memory_plan"
+expect "FAILED: missing: test_cuda_memory_plan_gpu"
 expect "FAILED: missing: bench_cuda_loss_head"
 expect "FAILED: missing: bench_cuda_drafter_step"
-expect "FAILED: missing: test_cuda_row_phases"
+expect "FAILED: missing: test_loss_head_row_program"
 expect "FAILED: dflash verify --device cuda: rows SKIPPED under DFLASH_REQUIRE_GPU=1"
-expect "FAILED: missing: test_cuda_train_step_nccl"
-expect "FAILED: missing: test_cuda_training_golden"
+expect "FAILED: missing: test_cuda_train_step_nccl_gpu"
+expect "FAILED: missing: test_cuda_training_golden_gpu"
 expect "FAILED: dflash train --backend cuda: the loss is not finite or did not fall"
 expect "ci/gpu: FAIL"
 if [ "$failed" -ne 0 ]; then

@@ -9,9 +9,9 @@
 
 #include <gtest/gtest.h>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/device_probe.hpp"
-#include "cuda/loss_head_cuda.hpp"
+#include "cuda/runtime/check.hpp"
+#include "cuda/runtime/device_probe.hpp"
+#include "cuda/loss_head/head.hpp"
 #include "reference/counter_rng.hpp"
 #include "tests/cuda/shared_header_paths.hpp"
 

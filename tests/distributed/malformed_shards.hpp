@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/data/feature_shard_writer.hpp"
-#include "golden/safetensors.hpp"
+#include "io/safetensors.hpp"
 
 namespace dflash::train_testing {
 

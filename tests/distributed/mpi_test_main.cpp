@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "distributed/mpi_communicator.hpp"
-#include "tests/distributed/mpi_test_world.hpp"
+#include "harness/mpi_world.hpp"
 
 namespace dflash::testing {
 

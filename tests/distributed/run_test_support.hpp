@@ -10,16 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "distributed/checkpoint/run_checkpoint.hpp"
-#include "distributed/data/synthetic_data.hpp"
+#include "distributed/checkpoint/save_restore.hpp"
+#include "distributed/data/synthetic_set.hpp"
 #include "tests/distributed/train_test_support.hpp"
 
 namespace dflash::train_testing {
-
-// SPEC §10: the reference against itself on another number of ranks (or a resume on another R)
-// differs only by the order of floating-point sums: relative error <= 1e-12, measured per state
-// vector as max |a - b| / max |b| (elementwise relative error is meaningless for moments near 0).
-inline constexpr double kRankOrderTolerance = 1e-12;
 
 // configs/tiny-train.json's synthetic set (24 sequences of 16..32 rows; max_context 24 truncates
 // some), written once under the system temp directory.

@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cuda/optimizer_program.hpp"
+#include "cuda/optimizer/adamw_program.hpp"
 #include "distributed/device_training_layout.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "tests/distributed/training_problem.hpp"

@@ -5,7 +5,7 @@
 
 #include "distributed/flat_parameters.hpp"
 #include "distributed/global_batch.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 #include "tests/distributed/training_problem.hpp"
 
 namespace dflash {

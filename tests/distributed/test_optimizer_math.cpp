@@ -5,15 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include "common/tolerances.hpp"
 #include "common/adamw.hpp"
 
 namespace dflash {
 namespace {
-
-// The hand values and ours evaluate the same formulas with a few operations in another order
-// (torch's addcdiv form m / denom times the step size): a few ulps per step, so 1e-14 relative
-// after three steps, far below any formula mistake (a wrong bias correction moves the first step by 10%).
-constexpr double kHandFormulaTolerance = 1e-14;
 
 double rel(double a, double b) { return std::abs(a - b) / std::abs(b); }
 

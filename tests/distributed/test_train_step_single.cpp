@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/tolerances.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "reference/compare.hpp"
 #include "tests/distributed/training_problem.hpp"
@@ -68,7 +69,7 @@ void expect_tensors_close(const std::vector<std::vector<double>>& want, const Te
   for (std::size_t i = 0; i < layout.tensors().size(); ++i) {
     const FlatTensor& t = layout.tensors()[i];
     const std::span<const double> mine(got.data() + t.offset - offset, static_cast<std::size_t>(t.numel));
-    EXPECT_LE(relative_error(mine, std::span<const double>(want[i])), kAcrossRanksTolerance) << what << " " << t.name;
+    EXPECT_LE(relative_error(mine, std::span<const double>(want[i])), kReferenceTolerance) << what << " " << t.name;
   }
 }
 
@@ -92,14 +93,14 @@ void check_against_hand(int zero) {
     const StepMetrics metrics = train_step(tracker, comm, config, tc, frozen, state, as_rank_sequences(data));
     double norm = 0;
     hand_step(config, tc, frozen, data, t, hand, norm);
-    EXPECT_LE(std::abs(metrics.grad_norm - norm) / norm, kAcrossRanksTolerance) << "t = " << t;
+    EXPECT_LE(std::abs(metrics.grad_norm - norm) / norm, kReferenceTolerance) << "t = " << t;
     EXPECT_EQ(metrics.clipped, norm + 1e-6 > tc.max_grad_norm);
     expect_tensors_close(hand.theta, state.optimizer.master, 0, layout, "master");
     expect_tensors_close(hand.m, state.optimizer.exp_avg, 0, layout, "exp_avg");
     expect_tensors_close(hand.v, state.optimizer.exp_avg_sq, 0, layout, "exp_avg_sq");
     std::size_t i = 0;
     state.params.for_each([&](const std::string& name, const Tensor<double>& x) {
-      EXPECT_LE(relative_error(x.span(), std::span<const double>(hand.theta[i++])), kAcrossRanksTolerance) << name;
+      EXPECT_LE(relative_error(x.span(), std::span<const double>(hand.theta[i++])), kReferenceTolerance) << name;
     });
   }
   EXPECT_EQ(state.optimizer.step, 2);

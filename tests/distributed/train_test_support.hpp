@@ -10,7 +10,7 @@
 #include "distributed/data/feature_shard_writer.hpp"
 #include "reference/counter_rng.hpp"
 #include "reference/drafter_config.hpp"
-#include "tests/golden/safetensors_test_support.hpp"
+#include "tests/io/safetensors_test_support.hpp"
 
 namespace dflash::train_testing {
 

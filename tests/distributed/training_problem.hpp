@@ -12,9 +12,6 @@
 
 namespace dflash::testing {
 
-// SPEC §10: the reference against itself (ranks, micro-steps, ZeRO stages) to 1e-12 relative.
-inline constexpr double kAcrossRanksTolerance = 1e-12;
-
 inline DrafterConfig tiny_drafter_config() {
   DrafterConfig c;
   c.hidden_size = 8;

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/tolerances.hpp"
 #include "distributed/train_step.hpp"
 #include "reference/compare.hpp"
 #include "tests/distributed/training_problem.hpp"
@@ -62,7 +63,7 @@ inline void expect_same_run(const TrainingRun& want, const TrainingRun& got, con
     for (const FlatTensor& t : flat.tensors()) {
       const auto at = static_cast<std::size_t>(t.offset), n = static_cast<std::size_t>(t.numel);
       const double err = relative_error(std::span<const double>(a).subspan(at, n), std::span<const double>(b).subspan(at, n));
-      EXPECT_LE(err, kAcrossRanksTolerance) << context << ": " << what << " of " << t.name;
+      EXPECT_LE(err, kReferenceTolerance) << context << ": " << what << " of " << t.name;
     }
   }
   ASSERT_EQ(got.metrics.size(), want.metrics.size());
@@ -70,11 +71,11 @@ inline void expect_same_run(const TrainingRun& want, const TrainingRun& got, con
     const StepMetrics &a = got.metrics[s], &b = want.metrics[s];
     const std::string at = context + " step " + std::to_string(s);
     EXPECT_EQ(a.step, b.step) << at;
-    EXPECT_LE(scalar_relative_error(a.loss, b.loss), kAcrossRanksTolerance) << at << " loss";
-    EXPECT_LE(scalar_relative_error(a.ce, b.ce), kAcrossRanksTolerance) << at << " ce";
-    EXPECT_LE(scalar_relative_error(a.kl, b.kl), kAcrossRanksTolerance) << at << " kl";
-    EXPECT_LE(scalar_relative_error(a.weight_sum, b.weight_sum), kAcrossRanksTolerance) << at << " W";
-    EXPECT_LE(scalar_relative_error(a.grad_norm, b.grad_norm), kAcrossRanksTolerance) << at << " grad norm";
+    EXPECT_LE(scalar_relative_error(a.loss, b.loss), kReferenceTolerance) << at << " loss";
+    EXPECT_LE(scalar_relative_error(a.ce, b.ce), kReferenceTolerance) << at << " ce";
+    EXPECT_LE(scalar_relative_error(a.kl, b.kl), kReferenceTolerance) << at << " kl";
+    EXPECT_LE(scalar_relative_error(a.weight_sum, b.weight_sum), kReferenceTolerance) << at << " W";
+    EXPECT_LE(scalar_relative_error(a.grad_norm, b.grad_norm), kReferenceTolerance) << at << " grad norm";
     EXPECT_EQ(a.lr, b.lr) << at;
     EXPECT_EQ(a.accuracy, b.accuracy) << at;
     EXPECT_EQ(a.tokens, b.tokens) << at;

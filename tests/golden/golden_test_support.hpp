@@ -12,9 +12,9 @@
 
 #include <gtest/gtest.h>
 
-#include "golden/golden_cases.hpp"
-#include "golden/safetensors.hpp"
-#include "safetensors_test_support.hpp"
+#include "golden/cases.hpp"
+#include "io/safetensors.hpp"
+#include "tests/io/safetensors_test_support.hpp"
 
 namespace dflash::golden_testing {
 

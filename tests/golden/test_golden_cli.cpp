@@ -8,7 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "golden_test_support.hpp"
+#include "tests/golden/golden_test_support.hpp"
 #include "tests/support/cli_run.hpp"
 
 namespace dflash {

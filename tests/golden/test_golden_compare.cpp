@@ -1,5 +1,5 @@
 // `dflash golden compare` as a library: result files made from a golden, rounded, and with planted
-// errors, judged under each rule; the bounds of golden/golden_compare_rules.hpp; one test per
+// errors, judged under each rule; the bounds of golden/compare_rules.hpp; one test per
 // malformed result file.
 
 #include <cmath>
@@ -9,10 +9,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "cuda/bf16_tolerance.hpp"
-#include "golden/golden_check.hpp"
-#include "golden/golden_compare.hpp"
-#include "golden_test_support.hpp"
+#include "reference/bf16_tolerance.hpp"
+#include "golden/check.hpp"
+#include "golden/compare.hpp"
+#include "tests/golden/golden_test_support.hpp"
 
 namespace dflash {
 namespace {
@@ -235,7 +235,7 @@ TEST(GoldenCompare, TheJsonReportHasEveryRowAndNullForAnInfiniteError) {
 // ---- the bounds ----------------------------------------------------------------------------------
 
 TEST(GoldenCompareBounds, StepBoundsAreTheDocumentedValues) {
-  // golden/golden_compare_rules.hpp quotes these for the mid config and two tiny layers.
+  // golden/compare_rules.hpp quotes these for the mid config and two tiny layers.
   const DrafterConfig mid = load_drafter_config(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs/mid.json");
   EXPECT_NEAR(step_result_bound(CompareRule::fp32, mid, 1, 64, 512), 6.1e-5, 0.05e-5);
   EXPECT_NEAR(step_result_bound(CompareRule::bf16, mid, 1, 64, 512), 0.088, 0.0005);

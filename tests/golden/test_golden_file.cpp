@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "golden/golden_check.hpp"
-#include "golden_test_support.hpp"
+#include "golden/check.hpp"
+#include "tests/golden/golden_test_support.hpp"
 
 namespace dflash {
 namespace {

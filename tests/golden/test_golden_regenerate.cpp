@@ -12,18 +12,15 @@
 
 #include <gtest/gtest.h>
 
-#include "golden/golden_check.hpp"
-#include "golden_test_support.hpp"
+#include "common/tolerances.hpp"
+#include "golden/check.hpp"
+#include "tests/golden/golden_test_support.hpp"
 
 namespace dflash {
 namespace {
 
 using golden_testing::committed_golden;
 using golden_testing::ScratchDirectory;
-
-// SPEC §10 is 1e-12 for the reference against itself; regeneration on the machine that made the
-// files is bitwise, and 1e-13 leaves room only for a libm that rounds a transcendental by an ulp.
-constexpr double kRegenerateTolerance = 1e-13;
 
 TEST(GoldenRegenerate, EveryCaseMatchesItsCommittedFile) {
   ScratchDirectory dir;
@@ -33,7 +30,7 @@ TEST(GoldenRegenerate, EveryCaseMatchesItsCommittedFile) {
     const Golden committed = read_golden(committed_golden(c.name));
     const Golden regenerated = read_golden(fresh);
     int failed = 0;
-    for (const GoldenCheckRow& r : compare_goldens(committed, regenerated, kRegenerateTolerance)) {
+    for (const GoldenCheckRow& r : compare_goldens(committed, regenerated, kGoldenRegenerateTolerance)) {
       if (r.passed()) continue;
       ++failed;
       ADD_FAILURE() << c.name << ": " << r.tensor << " differs from " << committed_golden(c.name).string()

@@ -7,10 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "golden/golden_check.hpp"
-#include "golden/golden_compare.hpp"
-#include "golden/golden_request.hpp"
-#include "golden_test_support.hpp"
+#include "golden/check.hpp"
+#include "golden/compare.hpp"
+#include "golden/request.hpp"
+#include "tests/golden/golden_test_support.hpp"
 #include "tests/support/cli_run.hpp"
 
 namespace dflash {

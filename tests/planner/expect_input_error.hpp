@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 

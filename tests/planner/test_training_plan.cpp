@@ -78,7 +78,7 @@ TEST(TrainingPlan, ZeroOneShardsMasterWeightsAndMomentsOnly) {
   EXPECT_EQ(zero0.categories[PlanCategory::communication], 2 * kDefaultBucketBytes);
 }
 
-// The CUDA step's layout (distributed/cuda_training_state.hpp): the flat gradient padded, master
+// The CUDA step's layout (distributed/cuda/training_state.hpp): the flat gradient padded, master
 // and moments of the shard clipped to P, no bucket buffers.
 TEST(TrainingPlan, InPlaceFlatLayoutPadsTheGradientClipsTheShardAndHasNoBuckets) {
   PlanRequest r = full_scale();
@@ -138,8 +138,8 @@ TEST(TrainingPlan, TrunkPoliciesOrderAsTheyShould) {
 }
 
 // Production precision plans what the CUDA step allocates (cuda_drafter_step, held against the
-// device in tests/cuda/test_drafter_step_gpu.cpp; the trunk's closed form against its code on the
-// CPU backend in tests/cuda/test_trunk_memory_cpu.cpp); the reference precision the reference's.
+// device in tests/cuda/drafter/test_drafter_step_gpu.cpp; the trunk's closed form against its code on the
+// CPU backend in tests/cuda/trunk/test_trunk_memory_cpu.cpp); the reference precision the reference's.
 TEST(TrainingPlan, ProductionPlansTheCudaStep) {
   PlanRequest r = full_scale();
   r.layout = {.gpus = 1, .zero_stage = 0};

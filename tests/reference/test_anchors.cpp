@@ -10,7 +10,7 @@
 #include "common/philox.hpp"
 #include "reference/anchors.hpp"
 #include "reference/counter_rng.hpp"
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 namespace {

@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "reference/errors.hpp"
+#include "io/errors.hpp"
 #include "reference/linalg.hpp"
 #include "reference/threads.hpp"
 #include "tests/reference/thread_count.hpp"

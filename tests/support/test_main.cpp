@@ -2,7 +2,7 @@
 // exit code says "skipped, nothing failed" apart from "passed" and "failed" (gtest_exit_code.hpp).
 #include <gtest/gtest.h>
 
-#include "tests/support/gtest_exit_code.hpp"
+#include "harness/gtest_exit_code.hpp"
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);

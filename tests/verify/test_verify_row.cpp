@@ -4,7 +4,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "verify/verify_row.hpp"
+#include "verify/row.hpp"
 
 namespace dflash {
 namespace {

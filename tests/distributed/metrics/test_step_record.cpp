@@ -7,7 +7,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "distributed/metrics/metrics_report.hpp"
+#include "distributed/metrics/svg_report.hpp"
 #include "tests/distributed/train_test_support.hpp"
 
 namespace dflash {

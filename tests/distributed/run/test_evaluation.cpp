@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/tolerances.hpp"
 #include "distributed/run/evaluation.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "tests/distributed/run_test_support.hpp"
@@ -108,9 +109,9 @@ TEST(Evaluation, RecordDoesNotDependOnTheNumberOfRanks) {
     EXPECT_EQ(got.sequences, want.sequences);
     EXPECT_EQ(got.truncated_sequences, want.truncated_sequences);
     EXPECT_EQ(got.tokens, want.tokens);
-    EXPECT_LE(std::abs(got.loss - want.loss), kRankOrderTolerance * std::abs(want.loss)) << R;
-    EXPECT_LE(std::abs(got.ce - want.ce), kRankOrderTolerance * std::abs(want.ce)) << R;
-    EXPECT_LE(std::abs(got.kl - want.kl), kRankOrderTolerance * std::abs(want.kl)) << R;
+    EXPECT_LE(std::abs(got.loss - want.loss), kReferenceTolerance * std::abs(want.loss)) << R;
+    EXPECT_LE(std::abs(got.ce - want.ce), kReferenceTolerance * std::abs(want.ce)) << R;
+    EXPECT_LE(std::abs(got.kl - want.kl), kReferenceTolerance * std::abs(want.kl)) << R;
     EXPECT_EQ(got.accuracy, want.accuracy);
     EXPECT_EQ(got.acceptance_length, want.acceptance_length);
   }

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "distributed/metrics/metrics_report.hpp"
+#include "distributed/metrics/svg_report.hpp"
 #include "distributed/run/cuda_step_backend.hpp"
-#include "distributed/run/training_run.hpp"
+#include "distributed/run/trainer.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "distributed/weights/drafter_export.hpp"
 #include "distributed/weights/drafter_init.hpp"

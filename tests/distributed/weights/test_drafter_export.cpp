@@ -7,7 +7,7 @@
 
 #include "distributed/weights/drafter_export.hpp"
 #include "distributed/weights/drafter_init.hpp"
-#include "golden/hf_checkpoint.hpp"
+#include "io/hf_checkpoint.hpp"
 #include "tests/distributed/train_test_support.hpp"
 
 namespace dflash {

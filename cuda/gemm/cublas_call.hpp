@@ -1,0 +1,66 @@
+// The arguments of every cublasGemmEx call the loss head and the trunk's linear layers make, as a
+// pure function of the row-major shapes (no handle, no device): the CPU test
+// (tests/cuda/gemm/test_cublas_gemm_call.cpp) runs a textbook column-major GEMM on exactly these
+// arguments and checks it against the row-major products they are meant to compute.
+//
+// Row-major [r, c] is column-major [c, r] with leading dimension c, so a row-major product
+// C = A B is the column-major C^T = B^T A^T: the operands swap places.
+//   logits      Z[r,V] = X[r,H] W[V,H]^T  ->  Z^T (V x r, ld V) = op_T(W as H x V, ld H) X^T (H x r, ld H)
+//   input grad  dX[r,H] = dZ[r,V] W[V,H] ->  dX^T (H x r, ld H) = W^T (H x V, ld H) dZ^T (V x r, ld V)
+// bf16 operands, fp32 accumulation (CUBLAS_COMPUTE_32F); logits stored bf16, dL/dY fp32.
+//
+// The trunk's projections (SPEC §3, no biases) are the same two products plus the weight gradient:
+//   forward      y[M,out] = x[M,in] W[out,in]^T     ->  "TN" as the logits (fp32 or bf16 out)
+//   input grad   dx[M,in] (+)= dy[M,out] W[out,in]  ->  "NN" as the input grad (beta 1 accumulates)
+//   weight grad  dW[out,in] += dy[M,out]^T x[M,in]  ->  dW^T (in x out, ld in) = x^T (in x M, ld in)
+//                                                        op_T(dy^T as out x M, ld out): "NT", beta 1
+#pragma once
+
+#include <cstdint>
+
+#include <cublas_v2.h>
+
+#include "cuda/runtime/bf16_bits.hpp"
+
+namespace dflash {
+
+struct GemmCall {
+  cublasOperation_t transa, transb;
+  int m, n, k;
+  const void* a;
+  cudaDataType_t a_type;
+  int lda;
+  const void* b;
+  cudaDataType_t b_type;
+  int ldb;
+  void* c;
+  cudaDataType_t c_type;
+  int ldc;
+  float beta = 0.0f;  // C = op(A) op(B) + beta C (alpha is always 1); with 0 cuBLAS never reads C
+};
+
+// cuBLAS takes int dimensions: throws InputError naming the dimension when one does not fit.
+int cublas_dimension(std::int64_t value, const char* name);
+
+// z[rows, vocab] = x[rows, hidden] w[vocab, hidden]^T (bf16 out)
+GemmCall logits_gemm_call(const Bf16Bits* x, const Bf16Bits* w, Bf16Bits* z, std::int64_t rows, std::int64_t vocab,
+                          std::int64_t hidden);
+
+// dx[rows, hidden] = dz[rows, vocab] w[vocab, hidden] (fp32 out)
+GemmCall input_grad_gemm_call(const Bf16Bits* dz, const Bf16Bits* w, float* dx, std::int64_t rows, std::int64_t vocab,
+                              std::int64_t hidden);
+
+// The trunk's linear layers (cuda/gemm/linear.hpp). Dimension errors name "linear rows|out|in".
+// y[rows, out] = x[rows, in] w[out, in]^T
+GemmCall linear_forward_gemm_call(const Bf16Bits* x, const Bf16Bits* w, float* y, std::int64_t rows, std::int64_t out,
+                                  std::int64_t in);
+GemmCall linear_forward_gemm_call(const Bf16Bits* x, const Bf16Bits* w, Bf16Bits* y, std::int64_t rows,
+                                  std::int64_t out, std::int64_t in);
+// dx[rows, in] = dy[rows, out] w[out, in] (+ dx when accumulate)
+GemmCall linear_input_grad_gemm_call(const Bf16Bits* dy, const Bf16Bits* w, float* dx, std::int64_t rows,
+                                     std::int64_t out, std::int64_t in, bool accumulate);
+// dw[out, in] += dy[rows, out]^T x[rows, in]
+GemmCall linear_weight_grad_gemm_call(const Bf16Bits* dy, const Bf16Bits* x, float* dw, std::int64_t rows,
+                                      std::int64_t out, std::int64_t in);
+
+}  // namespace dflash

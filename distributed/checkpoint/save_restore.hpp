@@ -1,0 +1,78 @@
+// Checkpoints of a training run (TRAINING §15).
+//
+// <run>/step-<8 digits>/ holds
+//   model.safetensors      master weights under SPEC §3 names (F64 for the reference, F32 for CUDA)
+//   optimizer.safetensors  exp_avg/<name> and exp_avg_sq/<name>, same precision, full (not per rank),
+//                          so a run may resume on another number of ranks
+//   trainer_state.json     step (optimizer steps completed = Adam's step count), data_cursor
+//                          {epoch, position}, seed, tokens_seen, the config, world_size, and the
+//                          sha256 of the two files above
+// It is written as step-<8 digits>.tmp/ (every file flushed to disk) and renamed when complete; then
+// <run>/latest (a file holding the directory's name) is replaced atomically (written as latest.tmp,
+// renamed). A write interrupted at any point leaves `latest` and the checkpoint it names intact.
+// Loading verifies every hash and refuses a missing or altered file, naming it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "distributed/data/sequence_order.hpp"
+#include "io/safetensors_dtype.hpp"
+#include "reference/drafter_config.hpp"
+
+namespace dflash {
+
+inline constexpr const char* kLatestFileName = "latest";
+inline constexpr const char* kModelFileName = "model.safetensors";
+inline constexpr const char* kOptimizerFileName = "optimizer.safetensors";
+inline constexpr const char* kTrainerStateFileName = "trainer_state.json";
+
+struct RunCheckpoint {
+  std::int64_t step = 0;  // optimizer steps completed
+  DataCursor data_cursor;
+  std::uint64_t seed = 0;
+  std::int64_t tokens_seen = 0;
+  nlohmann::json config;  // the drafter config with the training fields merged in
+  int world_size = 1;
+  // Full flat vectors (P values each, canonical order of drafter_parameter_shapes).
+  std::vector<double> master, exp_avg, exp_avg_sq;
+};
+
+// "step-00000042"
+std::string checkpoint_name(std::int64_t step);
+
+// Where a write has got to; a test observer may stop the process at any of them.
+enum class CheckpointPhase { temporary_directory_made, model_written, optimizer_written, state_written, renamed, latest_written };
+using CheckpointPhaseObserver = std::function<void(CheckpointPhase)>;
+
+struct CheckpointWriteOptions {
+  safetensors::Dtype precision = safetensors::Dtype::F64;  // the backend's master precision
+  std::int64_t keep = 0;                                  // keep the K most recent (0: all)
+  CheckpointPhaseObserver observer;
+};
+
+// Writes <run>/step-<step>/ and points `latest` at it; returns its path. `config` gives the tensor
+// names and shapes. Throws std::runtime_error naming the path if the disk refuses.
+std::filesystem::path write_run_checkpoint(const std::filesystem::path& run_dir, const DrafterConfig& config,
+                                           const RunCheckpoint& checkpoint, const CheckpointWriteOptions& options = {});
+
+// The directory `latest` names, or nothing when the run has no `latest`.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
+
+// The step-* directories of a run (complete ones; not *.tmp), oldest first.
+std::vector<std::filesystem::path> run_checkpoints(const std::filesystem::path& run_dir);
+
+// Reads and verifies a checkpoint directory (hashes first, then names, dtypes and shapes against
+// `config`). Throws dflash::InputError naming the file and the problem.
+RunCheckpoint read_run_checkpoint(const std::filesystem::path& dir, const DrafterConfig& config);
+
+// The drafter config stored in a checkpoint's trainer_state.json (for `dflash export`).
+nlohmann::json checkpoint_config_json(const std::filesystem::path& dir);
+
+}  // namespace dflash

@@ -1,0 +1,111 @@
+#include "distributed/cuda/nccl_communicator.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "io/errors.hpp"
+
+namespace dflash {
+
+namespace {
+
+void check_cuda(cudaError_t code, std::string_view call) {
+  if (code != cudaSuccess) throw CommunicationError(str("CUDA ", call, " failed: ", cudaGetErrorString(code)));
+}
+
+void check_nccl(ncclResult_t code, std::string_view call, ncclComm_t comm = nullptr) {
+  if (code == ncclSuccess) return;
+  std::string detail = ncclGetErrorString(code);
+  if (comm != nullptr) {
+    const char* last = ncclGetLastError(comm);
+    if (last != nullptr && *last != '\0') detail += str(" (", last, ")");
+  }
+  throw CommunicationError(str("NCCL ", call, " failed: ", detail));
+}
+
+ncclDataType_t nccl_type(CommType type) {
+  switch (type) {
+    case CommType::f32: return ncclFloat32;
+    case CommType::f64: return ncclFloat64;
+    case CommType::i64: return ncclInt64;
+  }
+  throw CommunicationError("NCCL: unknown element type");
+}
+
+ncclRedOp_t nccl_op(CommOp op) {
+  switch (op) {
+    case CommOp::sum: return ncclSum;
+    case CommOp::max: return ncclMax;
+    case CommOp::min: return ncclMin;
+  }
+  throw CommunicationError("NCCL: unknown reduction");
+}
+
+}  // namespace
+
+struct NcclCommunicator::State {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
+    : state_(std::make_unique<State>()), bootstrap_(bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
+  device_ = bootstrap.node_local_rank();
+  int devices = 0;
+  check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (device_ >= devices) {
+    throw CommunicationError(str("rank ", rank_, " is node-local rank ", device_, " but this node has ", devices,
+                                 " GPU(s): launch at most one rank per GPU"));
+  }
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  ncclUniqueId id{};
+  if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  static_assert(sizeof(id) % 8 == 0, "the unique id travels as 64-bit words");
+  bootstrap.broadcast(&id, sizeof(id) / 8, CommType::i64, 0);  // MPI moves the bytes unchanged
+  check_cuda(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check_nccl(ncclCommInitRank(&state_->comm, size_, id, rank_), "ncclCommInitRank");
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
+  if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);
+}
+
+void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
+  check_nccl(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),
+             "ncclAllReduce", state_->comm);
+  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclAllReduce");
+}
+
+void NcclCommunicator::all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op,
+                                                     void* stream) {
+  check_nccl(ncclAllReduce(buffer, buffer, count, nccl_type(type), nccl_op(op), state_->comm,
+                           static_cast<cudaStream_t>(stream)),
+             "ncclAllReduce (on the caller's stream)", state_->comm);
+}
+
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
+  check_nccl(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),
+             "ncclReduceScatter", state_->comm);
+  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclReduceScatter");
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, CommType type) {
+  check_nccl(ncclAllGather(send, recv, count, nccl_type(type), state_->comm, state_->stream), "ncclAllGather",
+             state_->comm);
+  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclAllGather");
+}
+
+void NcclCommunicator::broadcast(void* buffer, std::size_t count, CommType type, int root) {
+  if (root < 0 || root >= size_) throw CommunicationError(str("ncclBroadcast: root ", root, " is not a rank of ", size_));
+  check_nccl(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, state_->comm, state_->stream),
+             "ncclBroadcast", state_->comm);
+  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclBroadcast");
+}
+
+void NcclCommunicator::end_job(int exit_code) {
+  if (state_->comm != nullptr) ncclCommAbort(state_->comm);  // unblocks this rank's pending NCCL work
+  bootstrap_.abort(exit_code);
+}
+
+}  // namespace dflash

@@ -1,0 +1,262 @@
+#include "distributed/run/trainer.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "distributed/checkpoint/save_restore.hpp"
+#include "distributed/data/sequence_order.hpp"
+#include "distributed/data/feature_dataset.hpp"
+#include "distributed/flat_parameters.hpp"
+#include "distributed/metrics/block_statistics.hpp"
+#include "distributed/metrics/svg_report.hpp"
+#include "distributed/metrics/step_record.hpp"
+#include "distributed/optimizer_state.hpp"
+#include "distributed/run/cuda_step_backend.hpp"
+#include "distributed/run/evaluation.hpp"
+#include "distributed/run/step_backend.hpp"
+#include "distributed/run/stop_signal.hpp"
+#include "distributed/train_step.hpp"
+#include "distributed/weights/drafter_export.hpp"
+#include "distributed/weights/drafter_init.hpp"
+#include "distributed/weights/target_tensors.hpp"
+#include "io/errors.hpp"
+
+namespace dflash {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The drafter config with the training fields merged in: what a checkpoint records.
+json run_config_json(const DrafterConfig& config, const TrainingConfig& training) {
+  json j = drafter_config_to_json(config);
+  j.update(training_config_to_json(training));
+  return j;
+}
+
+// A resumed run must be the same run: every field of the checkpoint's config must match.
+void require_same_run_config(const json& stored, const json& current, const fs::path& checkpoint) {
+  for (const auto& [key, value] : current.items()) {
+    if (!stored.contains(key) || stored.at(key) != value) {
+      throw_input_error(key, str("--config has ", value.dump(), " but the checkpoint ", checkpoint.string(), " was written with ",
+                                 stored.contains(key) ? stored.at(key).dump() : std::string("no value"),
+                                 " (a resumed run continues the same run; start a new --out to change it)"));
+    }
+  }
+}
+
+// Refuses an --out that holds another run unless resuming.
+void check_output_directory(const fs::path& out, bool resume) {
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec)) {
+    throw_input_error("--out", str("'", out.string(), "' exists and is not a directory"));
+  }
+  if (resume) return;
+  const std::optional<fs::path> latest = fs::exists(out / kLatestFileName, ec) ? latest_checkpoint(out) : std::nullopt;
+  const std::vector<fs::path> existing = run_checkpoints(out);
+  if (latest || !existing.empty()) {
+    throw_input_error("--out", str("'", out.string(), "' already holds another run's checkpoints (",
+                                   latest ? "latest: " + latest->filename().string() : existing.back().filename().string(),
+                                   "); pass --resume to continue that run, or choose another --out"));
+  }
+}
+
+DrafterParameters<double> unflatten(MemoryTracker& tracker, const DrafterConfig& config, const FlatLayout& layout,
+                                    const std::vector<double>& flat) {
+  DrafterParameters<double> p = make_drafter_parameters<double>(tracker, config, MemoryCategory::parameters);
+  write_flat(layout, p, 0, flat);
+  return p;
+}
+
+void barrier(Communicator& comm) {
+  std::int64_t token = 0;
+  comm.all_reduce(&token, &token, 1, CommType::i64, CommOp::sum);
+}
+
+}  // namespace
+
+int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& log) {
+  const int rank = comm.rank(), R = comm.size();
+  const bool lead = rank == 0;
+  if (o.save_every < 0) throw_input_error("--save-every", str(o.save_every, " must be >= 0"));
+  if (o.keep < 0) throw_input_error("--keep", str(o.keep, " must be >= 0"));
+  if (o.eval_data.has_value() != (o.eval_every > 0)) {
+    throw_input_error(o.eval_data ? "--eval-every" : "--eval-data",
+                      str("give both --eval-data DIR and --eval-every N >= 1 (got --eval-every ", o.eval_every, ")"));
+  }
+
+  // 1. Config.
+  const DrafterConfig config = load_drafter_config(o.config);
+  const TrainingConfig training = load_training_config(o.config);
+  require_same_config(comm, config, training);
+  const json config_json = run_config_json(config, training);
+
+  // 2. Plan gate.
+  const PlanVerdict verdict = plan_verdict(config, training, R, o.backend);
+  if (lead) print_plan_verdict(log, verdict, o.config.string(), R, o.backend);
+  if (!verdict.fits() && !o.force) {
+    throw_input_error("plan", str("the training step does not fit on ", R, " rank(s) with backend ",
+                                  training_backend_name(o.backend), " (table above); change the config or the ranks, "
+                                  "or pass --force to try anyway"));
+  }
+  if (o.backend == TrainingBackend::cuda) require_cuda_training_available(comm);
+
+  // 3. Output directory.
+  check_output_directory(o.out, o.resume);
+  const std::optional<fs::path> resume_from = o.resume ? latest_checkpoint(o.out) : std::nullopt;
+
+  // 4. Data: rank 0 reads every value, the others check the headers.
+  const FeatureSetShape shape = FeatureSetShape::of(config);
+  const FeatureDataset dataset = FeatureDataset::open(o.data, shape, /*read_every_value=*/lead);
+  if (lead) {
+    log << "dflash train: data " << o.data.string() << ": " << dataset.num_shards() << " shard(s), "
+        << dataset.num_sequences() << " sequences, " << dataset.num_rows() << " rows, validated\n";
+  }
+
+  std::optional<FeatureDataset> eval_set;
+  if (o.eval_data) {
+    eval_set.emplace(FeatureDataset::open(*o.eval_data, shape, /*read_every_value=*/lead));
+    validate_eval_set(*eval_set);
+  }
+
+  // 5. Weights.
+  MemoryTracker tracker;
+  const FrozenWeights<double> frozen = load_target_weights(tracker, o.target, config);
+  const FlatLayout flat(config, R, training.zero_stage);
+  TrainingState state;
+  DataCursor cursor;
+  std::int64_t tokens_seen = 0;
+  std::string last_good = "none";
+  if (resume_from) {
+    const RunCheckpoint ck = read_run_checkpoint(*resume_from, config);
+    require_same_run_config(ck.config, config_json, *resume_from);
+    state.params = unflatten(tracker, config, flat, ck.master);
+    state.optimizer = restore_optimizer_state(tracker, flat, rank, ck.master, ck.exp_avg, ck.exp_avg_sq, ck.step);
+    cursor = ck.data_cursor;
+    tokens_seen = ck.tokens_seen;
+    last_good = resume_from->string();
+    if (lead) {
+      log << "dflash train: resuming from " << last_good << " (step " << ck.step << ", written on " << ck.world_size
+          << " rank(s))\n";
+    }
+  } else {
+    DrafterParameters<double> initial = o.init ? import_drafter_for_run(tracker, *o.init, config)
+                                               : seeded_drafter_parameters(tracker, config, config.seed);
+    state = make_training_state(tracker, config, training, comm, std::move(initial));
+    if (lead && o.resume) log << "dflash train: --resume: no checkpoint in " << o.out.string() << ", starting at step 0\n";
+  }
+  const std::unique_ptr<StepBackend> backend =
+      o.backend == TrainingBackend::cuda ? make_cuda_step_backend(comm, config, training, frozen, std::move(state))
+                                         : make_reference_step_backend(tracker, comm, config, training, frozen, std::move(state));
+
+  // Everything is valid: from here on the run writes.
+  const fs::path metrics_path = o.out / "metrics.jsonl", eval_path = o.out / "eval.jsonl";
+  std::ofstream metrics, eval_log;
+  if (lead) {
+    fs::create_directories(o.out);
+    truncate_metrics_file(metrics_path, backend->completed_steps());  // steps after the checkpoint are re-run
+    truncate_metrics_file(eval_path, backend->completed_steps());
+    metrics.open(metrics_path, std::ios::app);
+    if (eval_set) eval_log.open(eval_path, std::ios::app);
+  }
+  const StopSignal stop_signal;
+  const bool terminal = ::isatty(STDERR_FILENO) == 1;
+
+  auto save = [&](const DataCursor& at) {
+    auto [master, exp_avg, exp_avg_sq] = backend->gather_optimizer();
+    RunCheckpoint ck{backend->completed_steps(), at, config.seed, tokens_seen, config_json, R, std::move(master),
+                     std::move(exp_avg), std::move(exp_avg_sq)};
+    if (lead) write_run_checkpoint(o.out, config, ck, {backend->master_dtype(), o.keep, {}});
+    barrier(comm);
+    last_good = (o.out / checkpoint_name(backend->completed_steps())).string();
+  };
+
+  const GlobalBatchLayout layout = GlobalBatchLayout::of(training, R);
+  DataOrder order(dataset.num_sequences(), config.seed);
+  const std::vector<std::int64_t> mine = layout.sequences_of_rank(rank);
+  RunSummary summary;
+  bool stopped = false;
+  for (std::int64_t t = backend->completed_steps(); t < training.total_steps && !stopped; ++t) {
+    const auto start = std::chrono::steady_clock::now();
+    backend->reset_peaks();
+    const std::vector<std::int64_t> batch = order.batch(cursor, training.global_batch_sequences);
+    std::vector<DrafterBatch<double>> batches;
+    batches.reserve(mine.size());
+    std::vector<RankSequences> sequences;
+    std::int64_t flags[2] = {0, 0};  // truncated sequences (sum), stop requested (max)
+    BlockStatistics blocks(config.block_size);
+    for (const std::int64_t g : mine) {
+      const FeatureSequence q = dataset.sequence(batch[std::size_t(g)], training.max_context);
+      flags[0] += q.truncated ? 1 : 0;
+      batches.push_back(drafter_batch_of(tracker, q, config.feature_width(), config.hidden_size));
+      sequences.push_back({g, &batches.back()});
+    }
+    const StepMetrics m = backend->step(sequences, {verdict.plan.request.layout.bucket_bytes, last_good, nullptr});
+    for (const SequenceHits& h : m.sequence_hits) add_block_hits(blocks, config.block_size, h.keep, h.labelled, h.hits);
+    std::vector<double> packed = blocks.packed();
+    all_reduce_sum(comm, packed);
+    blocks = BlockStatistics::unpacked(packed, config.block_size);
+    comm.all_reduce(&flags[0], &flags[0], 1, CommType::i64, CommOp::sum);
+    batches.clear();
+    tokens_seen += m.tokens;
+
+    StepRecord r;
+    r.step = m.step;
+    r.loss = m.loss;
+    r.ce = m.ce;
+    r.kl = m.kl;
+    r.accuracy = m.accuracy;
+    r.weight_sum = m.weight_sum;
+    r.lr = m.lr;
+    r.grad_norm = m.grad_norm;
+    r.clipped = m.clipped;
+    r.tokens = m.tokens;
+    r.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.tokens_per_s = r.step_s > 0 ? double(m.tokens) / r.step_s : 0.0;
+    r.peak_bytes = backend->peak_bytes();
+    r.truncated_sequences = flags[0];
+    r.accuracy_by_position = blocks.accuracy_by_position();
+    r.acceptance_length = blocks.acceptance_length();
+    summary.add(r);
+    if (lead) {
+      metrics << step_record_json(r).dump() << "\n" << std::flush;
+      const double left = summary.seconds / double(summary.last_step - summary.first_step + 1) * double(training.total_steps - t - 1);
+      if (terminal) {
+        std::cerr << "\r" << progress_line(r, training.total_steps, left) << "\033[K" << std::flush;
+      } else if ((t + 1) % std::max<std::int64_t>(1, o.progress_every) == 0 || t + 1 == training.total_steps) {
+        std::cerr << progress_line(r, training.total_steps, left) << "\n";
+      }
+    }
+    if (eval_set && (t + 1) % o.eval_every == 0) {
+      const EvalRecord e = evaluate(comm, *backend, config, training, *eval_set, t);
+      if (lead) eval_log << eval_record_json(e).dump() << "\n" << std::flush;
+    }
+    if (o.after_step) o.after_step(t);
+
+    flags[1] = StopSignal::requested() ? 1 : 0;
+    comm.all_reduce(&flags[1], &flags[1], 1, CommType::i64, CommOp::max);
+    stopped = flags[1] != 0;
+    const bool last = t + 1 == training.total_steps;
+    if (stopped || last || (o.save_every > 0 && (t + 1) % o.save_every == 0)) {
+      save(cursor);
+    }
+  }
+  if (lead && terminal && summary.last_step >= summary.first_step) std::cerr << "\n";
+  if (summary.last_step < summary.first_step) {  // resumed at the end: nothing to do
+    if (lead) log << "dflash train: the run is already at total_steps = " << training.total_steps << "\n";
+  }
+  if (lead) {
+    if (stopped) log << "dflash train: stopped by signal " << StopSignal::signal_number() << " after step " << summary.last_step << "\n";
+    print_run_summary(log, summary, last_good);
+  }
+  return 0;
+}
+
+}  // namespace dflash

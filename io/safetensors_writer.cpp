@@ -1,0 +1,195 @@
+#include "io/safetensors_writer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <system_error>
+
+#include "io/strict_json.hpp"
+#include "io/errors.hpp"
+
+namespace dflash::safetensors {
+
+namespace {
+
+void check_utf8(std::string_view what, const std::string& text) {
+  if (const auto bad = first_invalid_utf8_offset(text)) {
+    throw InputError(str("safetensors writer: ", what, " is not valid UTF-8 (byte offset ", *bad, ")"));
+  }
+}
+
+// A FILE* closed on every path out of write_file.
+struct FileCloser {
+  void operator()(std::FILE* file) const { std::fclose(file); }
+};
+
+[[noreturn]] void fail_write(const std::filesystem::path& path, const std::filesystem::path& temporary,
+                             std::string_view what, int error_number) {
+  std::error_code ignored;
+  std::filesystem::remove(temporary, ignored);
+  throw std::runtime_error(
+      str("cannot write ", path.string(), ": ", what, " ", temporary.string(), ": ", std::strerror(error_number)));
+}
+
+// Where tensors of `dtype` go in the data section: the order of the reference implementation
+// (its dtype enum, descending), which lists dtypes by decreasing element size. Sharing its order
+// makes our files byte-identical to the Python package's for the same tensors (metadata keys
+// aside: it writes them in hash-map order, we sort them).
+constexpr std::array<Dtype, 8> kLayoutOrder = {Dtype::I64,  Dtype::F64, Dtype::F32, Dtype::I32,
+                                               Dtype::BF16, Dtype::F16, Dtype::U8,  Dtype::BOOL};
+
+std::size_t layout_rank(Dtype dtype) {
+  return static_cast<std::size_t>(std::find(kLayoutOrder.begin(), kLayoutOrder.end(), dtype) - kLayoutOrder.begin());
+}
+
+// A temporary name unique across processes (pid) and across threads and calls within one
+// process (counter).
+std::filesystem::path temporary_path_for(const std::filesystem::path& path) {
+  static std::atomic<unsigned long> counter{0};
+  std::filesystem::path temporary = path;
+  temporary += str(".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  return temporary;
+}
+
+}  // namespace
+
+std::size_t Writer::checked_new_tensor(const std::string& name, Dtype dtype, const Shape& shape,
+                                       std::size_t count) const {
+  if (name == kMetadataKey) throw InputError(str("safetensors writer: tensor name '", name, "' is reserved"));
+  check_utf8(str("tensor name '", name, "'"), name);
+  if (tensors_.contains(name)) throw InputError(str("safetensors writer: tensor '", name, "' added twice"));
+  const auto expected = checked_element_count(shape, dtype_size(dtype));
+  if (!expected) {
+    throw InputError(str("safetensors writer: tensor '", name, "' shape ", format_shape(shape),
+                         " has a negative dimension or overflows 64 bits"));
+  }
+  if (*expected != count) {
+    throw InputError(str("safetensors writer: tensor '", name, "' has ", count, " values but shape ",
+                         format_shape(shape), " needs ", *expected));
+  }
+  return count * dtype_size(dtype);
+}
+
+void Writer::add_floats(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values) {
+  if (!dtype_is_float(dtype)) {
+    throw InputError(str("safetensors writer: tensor '", name, "' dtype ", dtype_name(dtype),
+                         " is not a float dtype (use add_integers)"));
+  }
+  Entry entry{dtype, shape, std::vector<std::byte>(checked_new_tensor(name, dtype, shape, values.size()))};
+  const std::size_t size = dtype_size(dtype);
+  for (std::size_t i = 0; i < values.size(); ++i) store_float_element(dtype, values[i], entry.bytes.data() + i * size);
+  tensors_.emplace(name, std::move(entry));
+}
+
+void Writer::add_integers(const std::string& name, Dtype dtype, const Shape& shape,
+                          std::span<const std::int64_t> values) {
+  if (!dtype_is_integer(dtype)) {
+    throw InputError(str("safetensors writer: tensor '", name, "' dtype ", dtype_name(dtype),
+                         " is not an integer dtype (use add_floats)"));
+  }
+  Entry entry{dtype, shape, std::vector<std::byte>(checked_new_tensor(name, dtype, shape, values.size()))};
+  const std::size_t size = dtype_size(dtype);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!integer_fits_dtype(dtype, values[i])) {
+      throw InputError(str("safetensors writer: tensor '", name, "' element ", i, " = ", values[i],
+                           " does not fit dtype ", dtype_name(dtype)));
+    }
+    store_integer_element(dtype, values[i], entry.bytes.data() + i * size);
+  }
+  tensors_.emplace(name, std::move(entry));
+}
+
+void Writer::add_bytes(const std::string& name, Dtype dtype, const Shape& shape, std::span<const std::byte> bytes) {
+  const std::size_t size = dtype_size(dtype);
+  if (bytes.size() % size != 0) {
+    throw InputError(str("safetensors writer: tensor '", name, "' has ", bytes.size(), " bytes, not a whole number of ",
+                         size, "-byte ", dtype_name(dtype), " elements"));
+  }
+  checked_new_tensor(name, dtype, shape, bytes.size() / size);
+  tensors_.emplace(name, Entry{dtype, shape, std::vector<std::byte>(bytes.begin(), bytes.end())});
+}
+
+void Writer::set_metadata(const std::string& key, const std::string& value) {
+  check_utf8(str("metadata key '", key, "'"), key);
+  check_utf8(str("metadata value of '", key, "'"), value);
+  metadata_[key] = value;
+}
+
+std::vector<std::pair<const std::string*, const Writer::Entry*>> Writer::data_order() const {
+  std::vector<std::pair<const std::string*, const Entry*>> order;
+  order.reserve(tensors_.size());
+  for (const auto& [name, entry] : tensors_) order.emplace_back(&name, &entry);
+  // tensors_ is sorted by name and stable_sort keeps that order within one dtype.
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return layout_rank(a.second->dtype) < layout_rank(b.second->dtype);
+  });
+  return order;
+}
+
+std::string Writer::padded_header() const {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) {
+    nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata_) metadata[key] = value;
+    header[std::string(kMetadataKey)] = std::move(metadata);
+  }
+  std::uint64_t offset = 0;
+  for (const auto& [name, entry] : data_order()) {
+    nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+    fields["dtype"] = dtype_name(entry->dtype);
+    fields["shape"] = entry->shape;
+    fields["data_offsets"] = {offset, offset + entry->bytes.size()};
+    header[*name] = std::move(fields);
+    offset += entry->bytes.size();
+  }
+  std::string text = header.dump();
+  // Spaces up to a multiple of 8: with the 8-byte length field, the data section then starts at
+  // a multiple of 8 in the file.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+std::vector<std::byte> Writer::to_bytes() const {
+  const std::string header = padded_header();
+  std::vector<std::byte> bytes(kHeaderLengthBytes);
+  store_le_u64(header.size(), bytes.data());
+  const auto* header_bytes = reinterpret_cast<const std::byte*>(header.data());
+  bytes.insert(bytes.end(), header_bytes, header_bytes + header.size());
+  for (const auto& [name, entry] : data_order()) bytes.insert(bytes.end(), entry->bytes.begin(), entry->bytes.end());
+  return bytes;
+}
+
+void Writer::write_file(const std::filesystem::path& path) const {
+  const std::string header = padded_header();
+  std::byte length_field[kHeaderLengthBytes];
+  store_le_u64(header.size(), length_field);
+
+  const std::filesystem::path temporary = temporary_path_for(path);
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(temporary.c_str(), "wb"));
+  if (!file) fail_write(path, temporary, "cannot create temporary file", errno);
+  const auto write_all = [&](const void* data, std::size_t size) {
+    if (size != 0 && std::fwrite(data, 1, size, file.get()) != size) {
+      const int error_number = errno;
+      file.reset();
+      fail_write(path, temporary, "cannot write temporary file", error_number);
+    }
+  };
+  write_all(length_field, sizeof length_field);
+  write_all(header.data(), header.size());
+  for (const auto& [name, entry] : data_order()) write_all(entry->bytes.data(), entry->bytes.size());
+  // fclose flushes: a full disk may only show up here.
+  if (std::fclose(file.release()) != 0) fail_write(path, temporary, "cannot finish temporary file", errno);
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    fail_write(path, temporary, "cannot rename into place the temporary file", errno);
+  }
+}
+
+}  // namespace dflash::safetensors

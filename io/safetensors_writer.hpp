@@ -1,0 +1,69 @@
+// Writing safetensors files, deterministically: the same tensors and metadata always give the
+// same bytes, whatever order they were added in.
+//
+// Layout choices (all allowed by the format, all the same as the reference implementation behind
+// the Python package, so the bytes match it too, metadata key order aside: we sort the keys, it
+// leaves them in hash-map order): "__metadata__" first in the header (omitted when
+// empty), then the tensors in data order; the header padded with spaces to a multiple of 8 bytes;
+// tensors packed back to back, grouped by dtype in the order I64, F64, F32, I32, BF16, F16, U8,
+// BOOL (decreasing element size) and by name within a dtype. With the data section starting at a
+// multiple of 8, every tensor then sits at an offset that is a multiple of its element size, so a
+// reader can view the bytes in place (torch refuses misaligned views).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/safetensors_header.hpp"
+#include "io/safetensors_tensor.hpp"
+
+namespace dflash::safetensors {
+
+class Writer {
+ public:
+  // Every add_* and set_metadata checks its input and throws dflash::InputError naming the tensor
+  // (or key) and the problem: a repeated or reserved name, invalid UTF-8, a dtype of the wrong
+  // kind, a value count that does not match the shape, an integer out of the dtype's range.
+
+  // `values` rounded to `dtype` (F64, F32, BF16 or F16), round to nearest, ties to even.
+  void add_floats(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values);
+  // `values` stored as `dtype` (I64, I32, U8 or BOOL), each checked to fit.
+  void add_integers(const std::string& name, Dtype dtype, const Shape& shape, std::span<const std::int64_t> values);
+  // Bytes already encoded as little-endian `dtype` elements in C order.
+  void add_bytes(const std::string& name, Dtype dtype, const Shape& shape, std::span<const std::byte> bytes);
+
+  // Metadata entry; setting a key again replaces its value.
+  void set_metadata(const std::string& key, const std::string& value);
+
+  // The whole file.
+  std::vector<std::byte> to_bytes() const;
+
+  // Writes the file to `<path>.tmp.<pid>.<n>` in the same directory, then renames it over `path`:
+  // an existing file at `path` is replaced whole or left untouched, never half-written. Throws
+  // std::runtime_error naming the path if anything fails (the temporary file is removed).
+  void write_file(const std::filesystem::path& path) const;
+
+ private:
+  struct Entry {
+    Dtype dtype;
+    Shape shape;
+    std::vector<std::byte> bytes;
+  };
+
+  // The header JSON text padded with spaces to a multiple of 8 bytes, and the tensors in data
+  // order.
+  std::string padded_header() const;
+  std::vector<std::pair<const std::string*, const Entry*>> data_order() const;
+  // Checks name and shape against the value count, returns the byte count the tensor needs.
+  std::size_t checked_new_tensor(const std::string& name, Dtype dtype, const Shape& shape, std::size_t count) const;
+
+  std::map<std::string, Entry> tensors_;
+  Metadata metadata_;
+};
+
+}  // namespace dflash::safetensors

@@ -1,0 +1,159 @@
+// The CUDA loss head against the double reference under SPEC §10's rule for low-precision
+// results (reference/bf16_tolerance.hpp: at most twice the error of the plain bf16 computation, plus
+// the stated floor), on shapes chosen to hit the edges: V and T multiples of nothing, V % 8 == 0
+// (the 16-byte path) and not, chunk 1, chunk >= T, W = 0, zero-weight and invalid rows, extreme
+// logits, tau != 1, hard or soft term alone, V = 1. Every V stays <= 2^14, the range the floor
+// was derived for.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "reference/bf16_tolerance.hpp"
+#include "cuda/loss_head/problem.hpp"
+#include "reference/loss_head_compare.hpp"
+#include "harness/cuda/gpu_test_support.hpp"
+
+namespace dflash {
+namespace {
+
+struct CudaCase {
+  std::string name;
+  LossHeadProblemSpec spec;
+  double tau = 1.0, hard = 0.85, soft = 0.15;
+  std::vector<std::int64_t> chunks;
+
+  LossHeadOptions options(LossPolicy policy, std::int64_t chunk) const {
+    return {.hard_weight = hard, .soft_weight = soft, .temperature = tau, .policy = policy, .chunk_rows = chunk};
+  }
+};
+
+void PrintTo(const CudaCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<CudaCase> cuda_cases() {
+  return {
+      {"T37_H24_V301", {.rows = 37, .hidden = 24, .vocab = 301, .seed = 101}, 1.0, 0.85, 0.15, {1, 5, 37, 50}},
+      {"T53_H32_V1000_aligned", {.rows = 53, .hidden = 32, .vocab = 1000, .seed = 102}, 1.0, 0.85, 0.15, {16, 64}},
+      {"T29_H16_V517_tau0p5_sharp_teacher",
+       {.rows = 29, .hidden = 16, .vocab = 517, .seed = 103, .teacher_scale = 2.0}, 0.5, 0.7, 0.3, {7}},
+      {"T31_H16_V264_tau3_zero_weights_and_head",
+       {.rows = 31, .hidden = 16, .vocab = 264, .seed = 104, .zero_weight_fraction = 0.3, .zero_lm_head_fraction = 0.3},
+       3.0, 0.85, 0.15, {8, 31}},
+      {"T17_H8_V203_extreme_logits", {.rows = 17, .hidden = 8, .vocab = 203, .seed = 105, .logit_scale = 1e4}, 0.05,
+       0.85, 0.15, {4}},
+      {"T19_H16_V128_W0", {.rows = 19, .hidden = 16, .vocab = 128, .seed = 106, .all_weights_zero = true}, 1.0, 0.85,
+       0.15, {6}},
+      {"T9_H40_V4099", {.rows = 9, .hidden = 40, .vocab = 4099, .seed = 107}, 1.0, 0.85, 0.15, {4}},
+      {"T12_H64_V16384_aligned", {.rows = 12, .hidden = 64, .vocab = 16384, .seed = 108}, 1.0, 0.85, 0.15, {5}},
+      {"T1_H8_V9", {.rows = 1, .hidden = 8, .vocab = 9, .seed = 109, .invalid_fraction = 0.0}, 1.0, 0.85, 0.15, {1, 4}},
+      {"T5_H4_V1", {.rows = 5, .hidden = 4, .vocab = 1, .seed = 110}, 1.0, 0.85, 0.15, {2}},
+      {"T64_H512_V8200_hard_only", {.rows = 64, .hidden = 512, .vocab = 8200, .seed = 111}, 1.0, 1.0, 0.0, {48}},
+      {"T23_H32_V777_tau2_soft_only", {.rows = 23, .hidden = 32, .vocab = 777, .seed = 112}, 2.0, 0.0, 1.0, {10}},
+  };
+}
+
+class CudaLossHeadVsReference : public GpuTest, public ::testing::WithParamInterface<CudaCase> {};
+
+TEST_P(CudaLossHeadVsReference, EveryPolicyAndChunkWithinTwicePlainBf16PlusFloor) {
+  const CudaCase& c = GetParam();
+  MemoryTracker host;
+  const LossHeadProblem<double> problem = make_loss_head_problem<double>(host, c.spec);
+  const Bf16RuleOracle oracle(problem, c.options(LossPolicy::chunk_recompute, 1));
+  const CudaLossHeadProblem device = upload_loss_head_problem(allocator(), oracle.device_problem());
+
+  std::vector<std::pair<LossPolicy, std::int64_t>> runs = {{LossPolicy::materialize, c.spec.rows}};
+  for (std::int64_t chunk : c.chunks) {
+    runs.emplace_back(LossPolicy::chunk_recompute, chunk);
+    runs.emplace_back(LossPolicy::chunk_grad_in_forward, chunk);
+  }
+  for (const auto& [policy, chunk] : runs) {
+    const LossHeadResult<double> r = run_loss_head_cuda(allocator(), host, c.options(policy, chunk), device);
+    const Bf16RuleReport report = oracle.check(r);
+    EXPECT_TRUE(report.ok()) << loss_policy_name(policy) << " chunk " << chunk << "\n" << report.describe();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaLossHeadVsReference, ::testing::ValuesIn(cuda_cases()),
+                         [](const ::testing::TestParamInfo<CudaCase>& info) { return info.param.name; });
+
+class CudaLossHead : public GpuTest {
+ protected:
+  LossHeadResult<double> run(const LossHeadProblemSpec& spec, const LossHeadOptions& o) {
+    const LossHeadProblem<double> p = make_loss_head_problem<double>(host_, spec);
+    const CudaLossHeadProblem device = upload_loss_head_problem(allocator(), p);
+    return run_loss_head_cuda(allocator(), host_, o, device);
+  }
+  static LossHeadOptions options(LossPolicy policy, std::int64_t chunk, double tau = 1.0) {
+    return {.temperature = tau, .policy = policy, .chunk_rows = chunk};
+  }
+
+  MemoryTracker host_;
+};
+
+const LossHeadProblemSpec kSpec{.rows = 45, .hidden = 48, .vocab = 1208, .seed = 7, .zero_weight_fraction = 0.2};
+
+// The same chunking, the same products, the same kernels: the two chunked policies differ only in
+// when the gradient pass runs, so they agree bit for bit.
+TEST_F(CudaLossHead, RecomputeAndGradInForwardAgreeBitwise) {
+  for (std::int64_t chunk : {1, 8, 45}) {
+    const LossHeadResult<double> a = run(kSpec, options(LossPolicy::chunk_recompute, chunk, 0.7));
+    const LossHeadResult<double> b = run(kSpec, options(LossPolicy::chunk_grad_in_forward, chunk, 0.7));
+    EXPECT_TRUE(loss_head_results_identical(a, b)) << "chunk " << chunk;
+  }
+}
+
+TEST_F(CudaLossHead, RepeatedRunsAreBitwiseIdentical) {
+  for (LossPolicy policy : {LossPolicy::materialize, LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward}) {
+    const LossHeadResult<double> a = run(kSpec, options(policy, 16));
+    const LossHeadResult<double> b = run(kSpec, options(policy, 16));
+    EXPECT_TRUE(loss_head_results_identical(a, b)) << loss_policy_name(policy);
+  }
+}
+
+TEST_F(CudaLossHead, ZeroGlobalWeightGivesExactZeros) {
+  LossHeadProblemSpec spec = kSpec;
+  spec.all_weights_zero = true;
+  for (LossPolicy policy : {LossPolicy::materialize, LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward}) {
+    const LossHeadResult<double> r = run(spec, options(policy, 10));
+    EXPECT_EQ(r.stats.loss, 0.0);
+    EXPECT_EQ(r.stats.ce, 0.0);
+    EXPECT_EQ(r.stats.kl, 0.0);
+    for (double g : r.hidden_grad.values()) ASSERT_EQ(g, 0.0) << loss_policy_name(policy);
+    EXPECT_GT(r.stats.valid_rows, 0);  // the rows are still there: only their weight is 0
+  }
+}
+
+// Rows with w = 0 get exactly zero gradient; rows with w01 = 0 (whose teacher rows are NaN in this
+// problem: they must never be read) get zero lse, token loss and gradient.
+TEST_F(CudaLossHead, ZeroWeightAndInvalidRowsContributeExactZeros) {
+  MemoryTracker t;
+  const LossHeadProblem<double> p = make_loss_head_problem<double>(t, kSpec);
+  const LossHeadResult<double> r = run(kSpec, options(LossPolicy::chunk_recompute, 7));
+  int zero_weight_valid_rows = 0, invalid_rows = 0;
+  for (std::int64_t i = 0; i < kSpec.rows; ++i) {
+    if (p.weights[i] != 0) continue;
+    for (std::int64_t h = 0; h < kSpec.hidden; ++h) ASSERT_EQ(r.hidden_grad[i * kSpec.hidden + h], 0.0) << "row " << i;
+    if (p.valid[i] == 0) {
+      ++invalid_rows;
+      EXPECT_EQ(r.lse[i], 0.0);
+      EXPECT_EQ(r.token_loss[i], 0.0);
+    } else {
+      ++zero_weight_valid_rows;
+      EXPECT_NE(r.lse[i], 0.0);
+    }
+  }
+  EXPECT_GT(zero_weight_valid_rows, 0);  // the problem has both kinds of row
+  EXPECT_GT(invalid_rows, 0);
+}
+
+TEST_F(CudaLossHead, EmptyBatchGivesZerosAndAnEmptyGradient) {
+  LossHeadProblemSpec spec = kSpec;
+  spec.rows = 0;
+  const LossHeadResult<double> r = run(spec, options(LossPolicy::chunk_recompute, 4));
+  EXPECT_EQ(r.stats.loss, 0.0);
+  EXPECT_EQ(r.stats.valid_rows, 0);
+  EXPECT_EQ(r.hidden_grad.numel(), 0);
+}
+
+}  // namespace
+}  // namespace dflash

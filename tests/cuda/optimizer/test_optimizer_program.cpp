@@ -1,0 +1,83 @@
+// The optimizer kernels' programs (cuda/optimizer/adamw_program.hpp) on the host over the kernels' real
+// grid and threads, phase by phase, against a double AdamW written out from TRAINING §12
+// (tests/cuda/optimizer/test_support.hpp), on a flat vector with decayed and non-decayed tensors
+// and a size that is not a multiple of the block.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "common/tolerances.hpp"
+#include "cuda/optimizer/adamw_program.hpp"
+#include "tests/cuda/optimizer/test_support.hpp"
+
+namespace dflash {
+namespace {
+
+constexpr std::int64_t kCount = 1337;  // 5 blocks and 57 elements: not a multiple of 256
+
+TEST(OptimizerProgram, NormThreadRangesCoverEveryElementOnce) {
+  for (std::int64_t n : {std::int64_t(1), std::int64_t(255), kCount, std::int64_t(300000)}) {
+    const std::int64_t blocks = norm_blocks(n);
+    std::vector<int> seen(static_cast<std::size_t>(n), 0);
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      for (int t = 0; t < kOptimizerThreads; ++t) {
+        const IndexRange r = norm_thread_range(n, blocks, kOptimizerThreads, b, t);
+        for (std::int64_t e = r.begin; e < r.end; ++e) ++seen[std::size_t(e)];
+      }
+    }
+    for (std::int64_t e = 0; e < n; ++e) ASSERT_EQ(seen[std::size_t(e)], 1) << "n " << n << ", element " << e;
+  }
+}
+
+TEST(OptimizerProgram, SquaredNormIsOneTreeWhateverTheThreadOrder) {
+  const std::vector<float> g = random_floats(kCount, 1, 1.0f);
+  const double forward = squared_norm_on_host(g, false);
+  EXPECT_EQ(forward, squared_norm_on_host(g, true));  // bitwise: no thread depends on another's order
+  double plain = 0;
+  for (float x : g) plain += double(x) * double(x);
+  EXPECT_LE(std::abs(forward - plain), kReferenceTolerance * plain);
+}
+
+TEST(OptimizerProgram, DecayFollowsTheTensorTable) {
+  const TestFlat flat(kCount);
+  const DecayTable table = flat.table();
+  for (std::int64_t e = 0; e < kCount; ++e) ASSERT_EQ(decays_at(table, e), flat.decays(e)) << "element " << e;
+}
+
+TEST(OptimizerProgram, AdamWStepsFollowTheDoubleReferenceAndTheCastIsBf16Rounding) {
+  const TestAdamW h;
+  const TestFlat flat(kCount);
+  std::vector<float> theta = random_floats(kCount, 2, 0.5f), m(kCount, 0.0f), v(kCount, 0.0f);
+  DoubleAdamW reference(theta, flat, h);
+  for (int t = 0; t < 3; ++t) {
+    const std::vector<float> g = random_floats(kCount, 10 + unsigned(t), 1.0f);
+    const double clip = clip_coefficient(std::sqrt(squared_norm_on_host(g, false)), h.max_norm);
+    ASSERT_LT(clip, 1.0) << "clipping is active";
+    reference.step(g, clip, t);
+    // Once per thread order, which must agree bitwise (each thread owns its elements).
+    std::vector<float> thetas[2] = {theta, theta}, ms[2] = {m, m}, vs[2] = {v, v};
+    for (int order = 0; order < 2; ++order) {
+      const AdamWRange range = adamw_range(thetas[order].data(), ms[order].data(), vs[order].data(), g.data(), kCount,
+                                             clip, h, t, flat.table());
+      elementwise_on_host(kCount, order == 1, [&](std::int64_t i) { adamw_step_at(i, range); });
+    }
+    ASSERT_EQ(thetas[0], thetas[1]);
+    ASSERT_EQ(ms[0], ms[1]);
+    ASSERT_EQ(vs[0], vs[1]);
+    theta = thetas[0], m = ms[0], v = vs[0];
+    ASSERT_TRUE(reference.within_fp32_rule(theta, m, v));
+  }
+  std::vector<std::uint16_t> working(kCount, 0xFFFF);
+  elementwise_on_host(kCount, false, [&](std::int64_t i) { bf16_copy_at(i, theta.data(), working.data()); });
+  for (std::int64_t e = 0; e < kCount; ++e) {
+    const std::size_t i = std::size_t(e);
+    ASSERT_EQ(working[i], bf16_bits_from_float(theta[i])) << "element " << e;
+    // Nearest rounding to 8 significant bits: within half a bf16 ulp, 2^-8 relative at most.
+    ASSERT_LE(std::abs(float_from_bf16_bits(working[i]) - theta[i]), std::abs(theta[i]) * 0x1p-8f) << "element " << e;
+  }
+}
+
+}  // namespace
+}  // namespace dflash

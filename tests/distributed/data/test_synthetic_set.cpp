@@ -1,0 +1,68 @@
+// `dflash data synth`: the set validates against its config, its text follows the successor map
+// (the learnable part), the teacher points at the next token, and bad specs write nothing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "distributed/data/feature_dataset.hpp"
+#include "distributed/data/synthetic_set.hpp"
+#include "io/hf_checkpoint.hpp"
+#include "tests/distributed/train_test_support.hpp"
+
+namespace dflash {
+namespace {
+
+using namespace train_testing;
+using ::testing::HasSubstr;
+
+TEST(SyntheticData, SuccessorIsAPermutationOfTextTokensAvoidingTheMask) {
+  const DrafterConfig c = tiny_config();
+  std::vector<int> hits(std::size_t(c.vocab_size), 0);
+  for (std::int64_t t = 0; t < c.vocab_size; ++t) {
+    if (t == c.mask_token_id) continue;
+    const std::int64_t s = synthetic_successor(c, t);
+    ASSERT_NE(s, c.mask_token_id);
+    ASSERT_GE(s, 0);
+    ASSERT_LT(s, c.vocab_size);
+    ++hits[std::size_t(s)];
+  }
+  for (std::int64_t t = 0; t < c.vocab_size; ++t) EXPECT_EQ(hits[std::size_t(t)], t == c.mask_token_id ? 0 : 1) << t;
+}
+
+TEST(SyntheticData, SetValidatesAndIsLearnable) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  SyntheticDataSpec spec;
+  spec.sequences = 10;
+  spec.shards = 3;
+  write_synthetic_data(c, spec, dir / "syn");
+  const FeatureDataset d = FeatureDataset::open(dir / "syn" / "features", FeatureSetShape::of(c));
+  EXPECT_EQ(d.num_shards(), 3);
+  EXPECT_EQ(d.num_sequences(), 10);
+  std::int64_t follows = 0, pairs = 0;
+  for (std::int64_t i = 0; i < d.num_sequences(); ++i) {
+    const FeatureSequence q = d.sequence(i, 1000);
+    EXPECT_GE(q.length(), spec.min_length);
+    EXPECT_LE(q.length(), spec.max_length);
+    for (std::int64_t p = 1; p < q.length(); ++p, ++pairs) follows += q.tokens[std::size_t(p)] == synthetic_successor(c, q.tokens[std::size_t(p) - 1]);
+  }
+  // noise 0.1: about 90% of the pairs follow the map (a random token can also hit it).
+  EXPECT_GT(double(follows) / double(pairs), 0.8);
+  const HfCheckpoint target = HfCheckpoint::open(dir / "syn" / "target");
+  EXPECT_EQ(target.info("model.embed_tokens.weight").shape, (safetensors::Shape{c.vocab_size, c.hidden_size}));
+  EXPECT_EQ(target.info("lm_head.weight").dtype, safetensors::Dtype::BF16);
+}
+
+TEST(SyntheticData, BadSpecOrNonEmptyOutWritesNothing) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  SyntheticDataSpec spec;
+  spec.max_length = 4;  // below min_length 16
+  EXPECT_THAT(input_error_message([&] { write_synthetic_data(c, spec, dir / "a"); }), HasSubstr("--max-length"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "a"));
+  write_whole_file(dir / "b", "x");
+  EXPECT_THAT(input_error_message([&] { write_synthetic_data(c, SyntheticDataSpec{}, dir / "b"); }),
+              HasSubstr("not an empty directory"));
+}
+
+}  // namespace
+}  // namespace dflash

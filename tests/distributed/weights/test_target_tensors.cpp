@@ -1,0 +1,103 @@
+// The frozen embedding and lm_head from a target's Hugging Face directory (TRAINING §16): single
+// file or sharded, tied embeddings, BF16/F16/F32 converted exactly; missing or mis-sized tensors
+// refused naming file and tensor.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "distributed/weights/target_tensors.hpp"
+#include "io/hf_checkpoint.hpp"
+#include "tests/distributed/train_test_support.hpp"
+
+namespace dflash {
+namespace {
+
+using namespace train_testing;
+using safetensors::Dtype;
+using ::testing::HasSubstr;
+
+std::vector<double> values(std::int64_t n, double scale) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = scale * double((i * 37) % 101 - 50) / 64.0;  // exact in every dtype
+  return v;
+}
+
+TEST(TargetWeights, SingleFileInEachFloatDtype) {
+  const DrafterConfig c = tiny_config();
+  const std::int64_t n = c.vocab_size * c.hidden_size;
+  for (Dtype dtype : {Dtype::BF16, Dtype::F16, Dtype::F32}) {
+    ScratchDirectory dir;
+    safetensors::Writer w;
+    w.add_floats(kTargetEmbeddingName, dtype, {c.vocab_size, c.hidden_size}, values(n, 1));
+    w.add_floats(kTargetLmHeadName, dtype, {c.vocab_size, c.hidden_size}, values(n, -0.5));
+    w.add_floats("model.layers.0.mlp.up_proj.weight", dtype, {2, 2}, values(4, 1));  // ignored
+    w.write_file(dir / "model.safetensors");
+    MemoryTracker tracker;
+    const FrozenWeights<double> f = load_target_weights(tracker, dir.path(), c);
+    EXPECT_EQ(std::vector<double>(f.embed_tokens.span().begin(), f.embed_tokens.span().end()), values(n, 1));
+    EXPECT_EQ(std::vector<double>(f.lm_head.span().begin(), f.lm_head.span().end()), values(n, -0.5));
+  }
+}
+
+TEST(TargetWeights, ShardedWithIndexAndTiedEmbeddings) {
+  const DrafterConfig c = tiny_config();
+  const std::int64_t n = c.vocab_size * c.hidden_size;
+  ScratchDirectory dir;
+  safetensors::Writer a, b;
+  a.add_floats(kTargetEmbeddingName, Dtype::BF16, {c.vocab_size, c.hidden_size}, values(n, 1));
+  b.add_floats(kTargetLmHeadName, Dtype::F32, {c.vocab_size, c.hidden_size}, values(n, 2));
+  a.write_file(dir / "model-00001-of-00002.safetensors");
+  b.write_file(dir / "model-00002-of-00002.safetensors");
+  write_whole_file(dir / "model.safetensors.index.json",
+                   R"({"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+                       "lm_head.weight": "model-00002-of-00002.safetensors"}})");
+  MemoryTracker tracker;
+  FrozenWeights<double> f = load_target_weights(tracker, dir.path(), c);
+  EXPECT_EQ(f.lm_head[5], values(n, 2)[5]);
+  // Tied: the embedding is used as lm_head, and lm_head.weight (present or not) is not read.
+  write_whole_file(dir / "config.json", R"({"tie_word_embeddings": true})");
+  f = load_target_weights(tracker, dir.path(), c);
+  EXPECT_EQ(std::vector<double>(f.lm_head.span().begin(), f.lm_head.span().end()), values(n, 1));
+}
+
+TEST(TargetWeights, MissingLmHeadIsRefusedNamingIt) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  safetensors::Writer w;
+  w.add_floats(kTargetEmbeddingName, Dtype::BF16, {c.vocab_size, c.hidden_size}, values(c.vocab_size * c.hidden_size, 1));
+  w.write_file(dir / "model.safetensors");
+  MemoryTracker tracker;
+  const std::string message = input_error_message([&] { load_target_weights(tracker, dir.path(), c); });
+  EXPECT_THAT(message, HasSubstr("'lm_head.weight' is missing"));
+  EXPECT_THAT(message, HasSubstr(dir.path().string()));
+}
+
+TEST(TargetWeights, WrongVocabOrHiddenSizeIsRefusedNamingTensorAndShapes) {
+  const DrafterConfig c = tiny_config();
+  for (const safetensors::Shape& shape : {safetensors::Shape{c.vocab_size + 1, c.hidden_size}, safetensors::Shape{c.vocab_size, 8}}) {
+    ScratchDirectory dir;
+    safetensors::Writer w;
+    w.add_floats(kTargetEmbeddingName, Dtype::BF16, shape, values(shape[0] * shape[1], 1));
+    w.add_floats(kTargetLmHeadName, Dtype::BF16, shape, values(shape[0] * shape[1], 1));
+    w.write_file(dir / "model.safetensors");
+    MemoryTracker tracker;
+    const std::string message = input_error_message([&] { load_target_weights(tracker, dir.path(), c); });
+    EXPECT_THAT(message, HasSubstr("'model.embed_tokens.weight'"));
+    EXPECT_THAT(message, HasSubstr(safetensors::format_shape(shape)));
+    EXPECT_THAT(message, HasSubstr("[64, 16]"));
+  }
+}
+
+TEST(TargetWeights, IntegerDtypeIsRefused) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  safetensors::Writer w;
+  const std::vector<std::int64_t> zeros(std::size_t(c.vocab_size * c.hidden_size), 0);
+  w.add_integers(kTargetEmbeddingName, Dtype::I32, {c.vocab_size, c.hidden_size}, zeros);
+  w.add_integers(kTargetLmHeadName, Dtype::I32, {c.vocab_size, c.hidden_size}, zeros);
+  w.write_file(dir / "model.safetensors");
+  MemoryTracker tracker;
+  EXPECT_THAT(input_error_message([&] { load_target_weights(tracker, dir.path(), c); }), HasSubstr("dtype I32"));
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,135 @@
+// Writing to disk: the file reads back, rewrites are byte-identical, and a failed write leaves an
+// existing file whole (temporary file, then rename) with no temporary left behind.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "io/safetensors.hpp"
+#include "tests/io/safetensors_test_support.hpp"
+
+namespace dflash::safetensors {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using testing::read_whole_file;
+using testing::ScratchDirectory;
+
+Writer small_writer(double value) {
+  Writer writer;
+  writer.add_floats("x", Dtype::F64, {2}, std::vector<double>{value, -value});
+  writer.set_metadata("format", "dflash-golden");
+  return writer;
+}
+
+std::vector<std::string> directory_entries(const std::filesystem::path& directory) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+template <class Action>
+std::string write_error_message(Action&& action) {
+  return testing::error_message<std::runtime_error>(std::forward<Action>(action));
+}
+
+TEST(SafetensorsFile, WriteThenReadBack) {
+  ScratchDirectory directory;
+  const auto path = directory / "golden.safetensors";
+  small_writer(1.25).write_file(path);
+  const Reader reader = Reader::open_file(path);
+  EXPECT_EQ(reader.source(), path.string());
+  EXPECT_THAT(reader.doubles("x"), ElementsAreArray(std::vector<double>{1.25, -1.25}));
+  EXPECT_EQ(reader.metadata().at("format"), "dflash-golden");
+  EXPECT_EQ(read_whole_file(path), small_writer(1.25).to_bytes());
+  EXPECT_EQ(directory_entries(directory.path()), std::vector<std::string>{"golden.safetensors"});
+}
+
+TEST(SafetensorsFile, RewritingGivesByteIdenticalFiles) {
+  ScratchDirectory directory;
+  small_writer(3.0).write_file(directory / "one.safetensors");
+  small_writer(3.0).write_file(directory / "two.safetensors");
+  EXPECT_EQ(read_whole_file(directory / "one.safetensors"), read_whole_file(directory / "two.safetensors"));
+}
+
+TEST(SafetensorsFile, ReplacesAnExistingFileWhole) {
+  ScratchDirectory directory;
+  const auto path = directory / "checkpoint.safetensors";
+  small_writer(1.0).write_file(path);
+  small_writer(2.0).write_file(path);
+  EXPECT_THAT(Reader::open_file(path).doubles("x"), ElementsAreArray(std::vector<double>{2.0, -2.0}));
+  EXPECT_EQ(directory_entries(directory.path()), std::vector<std::string>{"checkpoint.safetensors"});
+}
+
+TEST(SafetensorsFile, UnwritableDirectoryIsAClearError) {
+  ScratchDirectory directory;
+  const auto path = directory / "no-such-directory" / "golden.safetensors";
+  const std::string message = write_error_message([&] { small_writer(1.0).write_file(path); });
+  EXPECT_THAT(message, HasSubstr("cannot write " + path.string()));
+  EXPECT_THAT(message, HasSubstr("cannot create temporary file"));
+  EXPECT_THAT(message, HasSubstr("No such file or directory"));
+}
+
+// Lowers the file size limit for the lifetime of the object, with SIGXFSZ ignored so that a write
+// past the limit fails with EFBIG instead of killing the process. Works as root too, where a
+// read-only directory would not stop a write.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = bytes;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &lowered), 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*previous_handler_)(int) = SIG_DFL;
+};
+
+TEST(SafetensorsFile, FailedWriteLeavesTheExistingFileIntact) {
+  ScratchDirectory directory;
+  const auto path = directory / "golden.safetensors";
+  small_writer(1.0).write_file(path);
+  const std::vector<std::byte> before = read_whole_file(path);
+
+  Writer big;
+  big.add_floats("big", Dtype::F64, {100'000}, std::vector<double>(100'000, 0.5));  // 800 kB
+  std::string message;
+  {
+    const FileSizeLimit limit(64 * 1024);  // the write dies part-way through
+    message = write_error_message([&] { big.write_file(path); });
+  }
+  EXPECT_THAT(message, HasSubstr("cannot write " + path.string()));
+  EXPECT_THAT(message, HasSubstr("File too large"));
+  EXPECT_EQ(read_whole_file(path), before);
+  EXPECT_EQ(directory_entries(directory.path()), std::vector<std::string>{"golden.safetensors"});
+  EXPECT_THAT(Reader::open_file(path).doubles("x"), ElementsAreArray(std::vector<double>{1.0, -1.0}));
+}
+
+TEST(SafetensorsFile, FileTruncatedAfterOpeningIsAnError) {
+  // The header was valid when opened; a tensor read after the file shrank must fail, not return
+  // short or stale data.
+  ScratchDirectory directory;
+  const auto path = directory / "shrinking.safetensors";
+  small_writer(1.0).write_file(path);
+  const Reader reader = Reader::open_file(path);
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 4);
+  EXPECT_THAT(testing::input_error_message([&] { reader.tensor("x"); }), HasSubstr("could not read 16 bytes"));
+}
+
+}  // namespace
+}  // namespace dflash::safetensors
