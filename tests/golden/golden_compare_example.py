@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's `golden compare` examples run as written, as a user would run them.
+"""golden/examples/compare_{numpy,torch}.py (golden/README.md's `golden compare` examples) run as written, as a user would run them.
 
 In a scratch directory holding configs/mid.json, with DFLASH pointing at the built binary:
 1. the numpy example generates a mid-shape golden (1 sequence, S = 48), computes the loss head in
@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from golden_numpy_check import install_stand_in, readme_python_block  # noqa: E402 (exits 77 without numpy)
+from golden_numpy_check import install_stand_in, example_source  # noqa: E402 (exits 77 without numpy)
 
 import numpy as np  # noqa: E402
 
@@ -33,7 +33,7 @@ DFLASH = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else "dflash"
 
 def run_example(work, marker):
     script = pathlib.Path(work) / f"{marker}.py"
-    script.write_text(readme_python_block(marker))
+    script.write_text(example_source(marker))
     env = {"PYTHONPATH": str(pathlib.Path(work) / "pkg"), "DFLASH": DFLASH, "PATH": os.environ.get("PATH", "")}
     run = subprocess.run([sys.executable, str(script)], cwd=work, env=env, capture_output=True, text=True)
     print(run.stdout + run.stderr)
@@ -77,14 +77,14 @@ def main():
         (pathlib.Path(work) / "pkg").mkdir()
         install_stand_in(pathlib.Path(work) / "pkg")
 
-        numpy_failed = check_passes(run_example(work, "compare-numpy"), "numpy")
+        numpy_failed = check_passes(run_example(work, "compare_numpy"), "numpy")
         failures += numpy_failed if numpy_failed else check_planted_error(work)
         try:
             import torch  # noqa: F401
         except ImportError as e:
             print(f"SKIPPED the PyTorch example: torch is not installed ({e})")
         else:
-            failures += check_passes(run_example(work, "compare-torch"), "PyTorch")
+            failures += check_passes(run_example(work, "compare_torch"), "PyTorch")
     print("all passed" if failures == 0 else f"{failures} failed")
     return 1 if failures else 0
 

@@ -26,7 +26,7 @@
    stand-in also serves tests/golden/golden_compare_example.py.
 
 Usage: golden_numpy_check.py [SOURCE] [--dir GOLDEN_DIR] [--dflash BINARY]
-(GOLDEN_DIR defaults to SOURCE/golden/data; the README example always reads SOURCE's goldens.)
+(GOLDEN_DIR defaults to SOURCE/golden/data; golden/examples/read_golden.py always reads SOURCE's goldens.)
 
 Exit 0 when all pass, 1 on a mismatch, 77 (skipped) when numpy is not installed.
 """
@@ -420,7 +420,7 @@ def check_other_temperatures(golden_dir, dflash):
     return failed
 
 
-# A stand-in for the parts of the `safetensors` package the README examples use (load_file,
+# A stand-in for the parts of the `safetensors` package golden/examples/ use (load_file,
 # save_file, safe_open(...).metadata(), for numpy and, where torch is installed, torch), written
 # from the format's description. Files it writes are checked by the C++ reader when compared.
 STAND_IN = '''
@@ -496,28 +496,27 @@ def install_stand_in(directory):
     (package / "torch.py").write_text(STAND_IN_TORCH)
 
 
-def readme_python_block(marker):
-    """The python block of golden/README.md that follows `<!-- example: MARKER -->`."""
-    readme = (SOURCE / "golden" / "README.md").read_text()
-    blocks = re.findall(r"<!-- example: " + re.escape(marker) + r" -->\n```python\n(.*?)```", readme, flags=re.S)
-    if len(blocks) != 1:
-        raise SystemExit(f"FAIL: golden/README.md has {len(blocks)} python blocks marked '{marker}', expected 1")
-    return blocks[0]
+def example_source(name):
+    """golden/examples/NAME.py, the example golden/README.md points to."""
+    path = SOURCE / "golden" / "examples" / f"{name}.py"
+    if not path.is_file():
+        raise SystemExit(f"FAIL: {path} is missing")
+    return path.read_text()
 
 
 def check_readme_example():
     with tempfile.TemporaryDirectory() as tmp:
         install_stand_in(tmp)
-        (pathlib.Path(tmp) / "example.py").write_text(readme_python_block("numpy-golden"))
+        (pathlib.Path(tmp) / "example.py").write_text(example_source("read_golden"))
         run = subprocess.run([sys.executable, str(pathlib.Path(tmp) / "example.py")], cwd=SOURCE,
                              env={"PYTHONPATH": tmp}, capture_output=True, text=True)
     print(run.stdout + run.stderr)
     if run.returncode != 0 or not re.search(r"^\d+ PASS, 0 FAIL$", run.stdout, flags=re.M):
-        print("FAIL: the README example did not run to '<n> PASS, 0 FAIL'")
+        print("FAIL: golden/examples/read_golden.py did not run to '<n> PASS, 0 FAIL'")
         return 1
     lse_line = re.search(r"output/lse  rel err (\S+)", run.stdout)
     if lse_line is None or float(lse_line.group(1)) > TOLERANCE:
-        print("FAIL: the README example's lse does not match the golden")
+        print("FAIL: golden/examples/read_golden.py's lse does not match the golden")
         return 1
     return 0
 
