@@ -35,6 +35,33 @@ namespace dflash {
 // is one thread's fixed-order sum; the CPU tests check this).
 inline constexpr int kAttentionThreads = 128;
 
+// Row stride, in Storage elements, of the programs' [rows, d] tiles in shared memory (the query,
+// dO, key and value rows): d rounded up to whole 4-byte words, plus one word when that count is
+// even, so that a row spans an odd number of words. Shared memory has 32 banks of 4-byte words
+// (bank = word mod 32); the score loops give the lanes of a warp different key rows (and, where a
+// tile has fewer than 32 keys, different query rows) at the same column, and rows an odd number
+// of words apart fall in 32 different banks. Unpadded, d = 128 rows are 64 words (bf16) or 128
+// words (fp32) apart: every lane in the same bank, a 32-way conflict. Only addresses change, not
+// the arithmetic: the results are bitwise those of the unpadded layout.
+template <class Storage>
+DFLASH_HD std::int64_t attention_shared_row_stride(std::int64_t d) {
+  static_assert(sizeof(Storage) == 2 || sizeof(Storage) == 4, "Storage is fp32 or bf16 bits");
+  constexpr std::int64_t per_word = 4 / static_cast<std::int64_t>(sizeof(Storage));
+  std::int64_t words = (d + per_word - 1) / per_word;
+  if (words % 2 == 0) ++words;
+  return words * per_word;
+}
+
+// The designed bank-conflict degree of every warp-wide access to those rows (the most distinct
+// 4-byte words one access of one warp touches in one bank; 1 = conflict-free, words shared by
+// several lanes are broadcast), which tests/cuda/attention/test_attention_simt_banks.cpp measures
+// on the host over each program's real partition. 1 where each key tile's count divides 32 or is
+// a multiple of 32: a warp's lanes then read distinct rows that are fewer than 32 apart. Any other
+// count (a ragged last tile, key_tile 40) lets a warp wrap from the end of one query row's keys
+// to the start of the next: keys c and c + 32 then meet in one bank, at most once per bank.
+inline constexpr int kAttentionSharedBankWays = 1;
+inline constexpr int kAttentionRaggedTileBankWays = 2;
+
 struct AttentionProblem {
   AttentionTiling tiling;
   AttentionMaskView mask;
@@ -106,24 +133,25 @@ DFLASH_HD const Storage* key_row(const Storage* ctx, const Storage* blk, const A
   return key < tl.S ? ctx + head_offset(key, tl.nkv, g, tl.d) : blk + head_offset(key - tl.S, tl.nkv, g, tl.d);
 }
 
-// Loads the key and value rows of one tile (kv head g) into shared memory.
+// Loads the key and value rows of one tile (kv head g) into shared memory, rows `stride` apart.
 template <class Storage>
 DFLASH_HD void load_key_tile(const AttentionTiling& tl, const AttentionOperands<Storage>& in, std::int64_t g,
-                             const KeyTile& kt, Storage* k, Storage* v, int thread, int threads) {
+                             const KeyTile& kt, Storage* k, Storage* v, std::int64_t stride, int thread, int threads) {
   for (std::int64_t e = thread; e < kt.count * tl.d; e += threads) {
     const std::int64_t c = e / tl.d, col = e % tl.d;
-    k[e] = key_row(in.k_ctx, in.k_blk, tl, kt.first + c, g)[col];
-    v[e] = key_row(in.v_ctx, in.v_blk, tl, kt.first + c, g)[col];
+    k[c * stride + col] = key_row(in.k_ctx, in.k_blk, tl, kt.first + c, g)[col];
+    v[c * stride + col] = key_row(in.v_ctx, in.v_blk, tl, kt.first + c, g)[col];
   }
 }
 
-// Loads the R rows of query tile (n, g) of a [T, nh d] tensor into shared memory.
+// Loads the R rows of query tile (n, g) of a [T, nh d] tensor into shared memory, rows `stride`
+// apart.
 template <class Storage>
 DFLASH_HD void load_query_rows(const AttentionTiling& tl, const Storage* src, std::int64_t n, std::int64_t g,
-                               Storage* dst, int thread, int threads) {
+                               Storage* dst, std::int64_t stride, int thread, int threads) {
   for (std::int64_t e = thread; e < tl.query_rows() * tl.d; e += threads) {
     const std::int64_t r = e / tl.d, col = e % tl.d;
-    dst[e] = src[head_offset(n * tl.B + tl.row_token(r), tl.nh, tl.row_head(g, r), tl.d) + col];
+    dst[r * stride + col] = src[head_offset(n * tl.B + tl.row_token(r), tl.nh, tl.row_head(g, r), tl.d) + col];
   }
 }
 
@@ -137,10 +165,12 @@ DFLASH_HD inline void load_row_stats(const AttentionTiling& tl, const float* lse
   }
 }
 
-// Shared memory of the backward programs' score tile: the query rows, dO rows, one key tile, and
-// the tile's f P and dS ([R, KTmax], row stride KTmax).
+// Shared memory of the backward programs' score tile: the query rows, dO rows, one key tile (each
+// [rows, d] with row stride `row`, attention_shared_row_stride), and the tile's f P and dS
+// ([R, KTmax], row stride KTmax).
 template <class Storage>
 struct BackwardTile {
+  std::int64_t row;
   Storage* q;
   Storage* d_out;
   Storage* k;
@@ -152,10 +182,11 @@ struct BackwardTile {
 
   DFLASH_HD BackwardTile(SharedCarver& mem, const AttentionTiling& tl) {
     const std::int64_t R = tl.query_rows(), KT = tl.max_tile_keys();
-    q = mem.take<Storage>(R * tl.d);
-    d_out = mem.take<Storage>(R * tl.d);
-    k = mem.take<Storage>(KT * tl.d);
-    v = mem.take<Storage>(KT * tl.d);
+    row = attention_shared_row_stride<Storage>(tl.d);
+    q = mem.take<Storage>(R * row);
+    d_out = mem.take<Storage>(R * row);
+    k = mem.take<Storage>(KT * row);
+    v = mem.take<Storage>(KT * row);
     lse = mem.take<float>(R);
     delta = mem.take<float>(R);
     fp = mem.take<float>(R * KT);
@@ -235,8 +266,8 @@ DFLASH_HD void backward_scores(Exec& exec, const AttentionProblem& pb, const Bac
       const std::uint64_t element = attention_dropout_element(tl.row_head(g, r), n * tl.B + k, key, tl.S, tl.T());
       const float f = pb.dropout.factor(element);
       if (pb.dropout.active) exec.drew(element, f);  // only a live site draws
-      score_gradient_weights(dot(s.q + r * tl.d, s.k + c * tl.d, tl.d), dot(s.d_out + r * tl.d, s.v + c * tl.d, tl.d),
-                             f, s.lse[r], s.delta[r], sqrt_d, fp, ds);
+      score_gradient_weights(dot(s.q + r * s.row, s.k + c * s.row, tl.d),
+                             dot(s.d_out + r * s.row, s.v + c * s.row, tl.d), f, s.lse[r], s.delta[r], sqrt_d, fp, ds);
       if (pb.round_product_operands_to_bf16) {
         fp = round_to_bf16(fp);
         ds = round_to_bf16(ds);
@@ -256,8 +287,8 @@ DFLASH_HD void key_grads(const AttentionTiling& tl, const BackwardTile<Storage>&
   dk = 0.0f;
   dv = 0.0f;
   for (std::int64_t r = 0; r < tl.query_rows(); ++r) {
-    dk += s.ds[r * stride + c] * widen(s.q[r * tl.d + col]);
-    dv += s.fp[r * stride + c] * widen(s.d_out[r * tl.d + col]);
+    dk += s.ds[r * stride + c] * widen(s.q[r * s.row + col]);
+    dv += s.fp[r * stride + c] * widen(s.d_out[r * s.row + col]);
   }
 }
 
@@ -267,6 +298,7 @@ DFLASH_HD void key_grads(const AttentionTiling& tl, const BackwardTile<Storage>&
 
 template <class Storage>
 struct AttentionForwardShared {
+  std::int64_t row;  // row stride of q, k, v (attention_shared_row_stride)
   Storage* q;       // [R, d]
   Storage* k;       // [KTmax, d]
   Storage* v;       // [KTmax, d]
@@ -277,9 +309,10 @@ struct AttentionForwardShared {
   float* rescale;   // [R] exp(m_old - m_new) of the current tile
 
   DFLASH_HD AttentionForwardShared(SharedCarver& mem, const AttentionTiling& tl)
-      : q(mem.take<Storage>(tl.query_rows() * tl.d)),
-        k(mem.take<Storage>(tl.max_tile_keys() * tl.d)),
-        v(mem.take<Storage>(tl.max_tile_keys() * tl.d)),
+      : row(attention_shared_row_stride<Storage>(tl.d)),
+        q(mem.take<Storage>(tl.query_rows() * row)),
+        k(mem.take<Storage>(tl.max_tile_keys() * row)),
+        v(mem.take<Storage>(tl.max_tile_keys() * row)),
         p(mem.take<float>(tl.query_rows() * tl.max_tile_keys())),
         acc(mem.take<float>(tl.query_rows() * tl.d)),
         row_max(mem.take<float>(tl.query_rows())),
@@ -306,7 +339,7 @@ DFLASH_HD void attention_forward_block(Exec& exec, const AttentionProblem& pb, c
   const float sqrt_d = sqrtf(static_cast<float>(d));
 
   exec.phase([&](int t) {
-    load_query_rows(tl, in.q, n, g, sm.q, t, threads);
+    load_query_rows(tl, in.q, n, g, sm.q, sm.row, t, threads);
     for (std::int64_t e = t; e < R * d; e += threads) sm.acc[e] = 0.0f;
     for (std::int64_t r = t; r < R; r += threads) {
       sm.row_max[r] = negative_infinity();
@@ -317,12 +350,12 @@ DFLASH_HD void attention_forward_block(Exec& exec, const AttentionProblem& pb, c
   for (std::int64_t step = 0; step < steps; ++step) {
     const KeyTile kt = query_tile_step(tl, pb.mask, n, step);
     exec.visit(kt.first);
-    exec.phase([&](int t) { load_key_tile(tl, in, g, kt, sm.k, sm.v, t, threads); });
+    exec.phase([&](int t) { load_key_tile(tl, in, g, kt, sm.k, sm.v, sm.row, t, threads); });
     exec.phase([&](int t) {  // scores; -inf where hidden
       for (std::int64_t e = t; e < R * kt.count; e += threads) {
         const std::int64_t r = e / kt.count, c = e % kt.count;
         sm.p[r * stride + c] = pb.mask.visible(n, tl.row_token(r), kt.first + c)
-                                   ? attention_program_detail::dot(sm.q + r * d, sm.k + c * d, d) / sqrt_d
+                                   ? attention_program_detail::dot(sm.q + r * sm.row, sm.k + c * sm.row, d) / sqrt_d
                                    : negative_infinity();
       }
     });
@@ -362,7 +395,7 @@ DFLASH_HD void attention_forward_block(Exec& exec, const AttentionProblem& pb, c
       for (std::int64_t e = t; e < R * d; e += threads) {
         const std::int64_t r = e / d, col = e % d;
         float a = sm.acc[e] * sm.rescale[r];
-        for (std::int64_t c = 0; c < kt.count; ++c) a += sm.p[r * stride + c] * widen(sm.v[c * d + col]);
+        for (std::int64_t c = 0; c < kt.count; ++c) a += sm.p[r * stride + c] * widen(sm.v[c * sm.row + col]);
         sm.acc[e] = a;
       }
     });
@@ -410,8 +443,8 @@ DFLASH_HD void attention_dq_block(Exec& exec, const AttentionProblem& pb, const 
   const int threads = exec.threads();
 
   exec.phase([&](int t) {
-    load_query_rows(tl, in.q, n, g, s.q, t, threads);
-    load_query_rows(tl, in.d_out, n, g, s.d_out, t, threads);
+    load_query_rows(tl, in.q, n, g, s.q, s.row, t, threads);
+    load_query_rows(tl, in.d_out, n, g, s.d_out, s.row, t, threads);
     for (std::int64_t e = t; e < R * d; e += threads) sm.dq[e] = 0.0f;
     begin_query_tile_backward(pb, in, grads, n, g, s.lse, s.delta, t, threads);
   });
@@ -419,14 +452,14 @@ DFLASH_HD void attention_dq_block(Exec& exec, const AttentionProblem& pb, const 
   for (std::int64_t step = 0; step < steps; ++step) {
     const KeyTile kt = query_tile_step(tl, pb.mask, n, step);
     exec.visit(kt.first);
-    exec.phase([&](int t) { load_key_tile(tl, in, g, kt, s.k, s.v, t, threads); });
+    exec.phase([&](int t) { load_key_tile(tl, in, g, kt, s.k, s.v, s.row, t, threads); });
     exec.phase([&](int t) { backward_scores(exec, pb, s, n, g, kt, t, threads); });
     exec.phase([&](int t) {
       const std::int64_t stride = tl.max_tile_keys();
       for (std::int64_t e = t; e < R * d; e += threads) {  // dQ += dS K
         const std::int64_t r = e / d, col = e % d;
         float a = sm.dq[e];
-        for (std::int64_t c = 0; c < kt.count; ++c) a += s.ds[r * stride + c] * widen(s.k[c * d + col]);
+        for (std::int64_t c = 0; c < kt.count; ++c) a += s.ds[r * stride + c] * widen(s.k[c * s.row + col]);
         sm.dq[e] = a;
       }
       if (kt.is_block) {  // this query tile is the only one that sees these keys
@@ -484,7 +517,7 @@ DFLASH_HD void attention_dkv_block(Exec& exec, const AttentionProblem& pb, const
   const int threads = exec.threads();
 
   exec.phase([&](int t) {
-    load_key_tile(tl, in, g, kt, s.k, s.v, t, threads);
+    load_key_tile(tl, in, g, kt, s.k, s.v, s.row, t, threads);
     for (std::int64_t e = t; e < kt.count * d; e += threads) {
       sm.dk[e] = 0.0f;
       sm.dv[e] = 0.0f;
@@ -494,8 +527,8 @@ DFLASH_HD void attention_dkv_block(Exec& exec, const AttentionProblem& pb, const
     if (!context_tiles_of_block(tl, pb.mask, n).contains(tile)) continue;
     exec.visit(n);  // bookkeeping: the query block visited
     exec.phase([&](int t) {
-      load_query_rows(tl, in.q, n, g, s.q, t, threads);
-      load_query_rows(tl, in.d_out, n, g, s.d_out, t, threads);
+      load_query_rows(tl, in.q, n, g, s.q, s.row, t, threads);
+      load_query_rows(tl, in.d_out, n, g, s.d_out, s.row, t, threads);
       load_row_stats(tl, in.lse, grads.delta, n, g, s.lse, s.delta, t, threads);
     });
     exec.phase([&](int t) { backward_scores(exec, pb, s, n, g, kt, t, threads); });

@@ -105,8 +105,8 @@ using Regs = AttentionTcBackwardRegisters;
 // Phase body: the query rows and dO rows of tile (n, g) to shared memory, zero rows padding them.
 inline DFLASH_HD void load_query_tile(const AttentionTiling& tl, const AttentionOperands<Bf16Bits>& in, std::int64_t n,
                                       std::int64_t g, const AttentionTcBackwardShared& sm, int t, int threads) {
-  attention_program_detail::load_query_rows(tl, in.q, n, g, sm.q, t, threads);
-  attention_program_detail::load_query_rows(tl, in.d_out, n, g, sm.d_out, t, threads);
+  attention_program_detail::load_query_rows(tl, in.q, n, g, sm.q, tl.d, t, threads);  // fragment maps: stride d
+  attention_program_detail::load_query_rows(tl, in.d_out, n, g, sm.d_out, tl.d, t, threads);
   for (std::int64_t e = tl.query_rows() * tl.d + t; e < tc_query_rows(tl) * tl.d; e += threads) {
     sm.q[e] = 0;
     sm.d_out[e] = 0;
@@ -120,7 +120,7 @@ inline DFLASH_HD void load_query_tile(const AttentionTiling& tl, const Attention
 // Phase body: key tile kt (kv head g) to shared memory, zero keys padding it.
 inline DFLASH_HD void load_key_tile(const AttentionTiling& tl, const AttentionOperands<Bf16Bits>& in, std::int64_t g,
                                     const KeyTile& kt, const AttentionTcBackwardShared& sm, int t, int threads) {
-  attention_program_detail::load_key_tile(tl, in, g, kt, sm.k, sm.v, t, threads);
+  attention_program_detail::load_key_tile(tl, in, g, kt, sm.k, sm.v, tl.d, t, threads);  // fragment maps: stride d
   for (std::int64_t e = kt.count * tl.d + t; e < tc_tile_keys(tl) * tl.d; e += threads) {
     sm.k[e] = 0;
     sm.v[e] = 0;

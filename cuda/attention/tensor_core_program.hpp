@@ -309,7 +309,7 @@ DFLASH_HD void attention_forward_tc_block(Exec& exec, const AttentionProblem& pb
   auto regs = exec.template lane_registers<Regs>();
 
   exec.phase([&](int t) {
-    load_query_rows(tl, in.q, n, g, sm.q, t, threads);
+    load_query_rows(tl, in.q, n, g, sm.q, d, t, threads);  // the fragment maps read rows d apart
     for (std::int64_t e = R * d + t; e < tc_query_rows(tl) * d; e += threads) sm.q[e] = 0;
   });
   exec.warp_phase(regs, [&](auto& warp) {
@@ -336,7 +336,7 @@ DFLASH_HD void attention_forward_tc_block(Exec& exec, const AttentionProblem& pb
     const KeyTile kt = query_tile_step(tl, pb.mask, n, step);
     exec.visit(kt.first);
     exec.phase([&](int t) {
-      load_key_tile(tl, in, g, kt, sm.k, sm.v, t, threads);
+      load_key_tile(tl, in, g, kt, sm.k, sm.v, d, t, threads);
       for (std::int64_t e = kt.count * d + t; e < tc_tile_keys(tl) * d; e += threads) {
         sm.k[e] = 0;
         sm.v[e] = 0;

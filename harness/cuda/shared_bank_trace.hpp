@@ -1,0 +1,180 @@
+// Shared-memory bank conflicts of a block program, measured on the host. The program runs under
+// SharedTraceExec (HostBlockExec's phases, every thread in turn) on TracedStorage: a Storage type
+// of the same size as fp32 or bf16 bits whose reads (widen), writes (narrow_into) and copies
+// report their address. SharedAccessLog keeps those that fall in the block's shared memory as
+// (phase, thread, step, 4-byte word): step s of a thread is its s-th shared access in the phase.
+// On the GPU a warp's 32 lanes issue their s-th access together where their control flow is the
+// same, so bank_ways groups the accesses by (phase, warp, step) and counts, per bank (word mod 32),
+// the distinct words: the conflict degree, 1 when conflict-free (lanes reading the same word are
+// served by one broadcast). lanes_in_lockstep says whether that pairing holds: every lane of a
+// warp made the same number of accesses in each phase (choose shapes where it does).
+//
+// Only TracedStorage arrays are seen: the programs' fp32 scratch (scores, f P, dS, accumulators,
+// row statistics) is plain float.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "common/storage.hpp"
+#include "cuda/exec/mma_fragments.hpp"
+#include "harness/cuda/host_block_exec.hpp"
+
+namespace dflash {
+
+inline constexpr int kSharedBanks = 32;
+inline constexpr std::size_t kSharedBankBytes = 4;
+
+struct SharedAccess {
+  int phase;
+  int thread;
+  std::int64_t step;
+  std::size_t word;  // byte offset in the block's shared memory / 4
+};
+
+class SharedAccessLog {
+ public:
+  // The log the traced accesses go to (one at a time: the host runs one block at a time).
+  static SharedAccessLog*& active() {
+    static SharedAccessLog* log = nullptr;
+    return log;
+  }
+
+  // A new block: its shared memory [base, base + bytes); forgets the previous block's accesses.
+  void watch(const unsigned char* base, std::size_t bytes) {
+    base_ = base;
+    bytes_ = bytes;
+    phase_ = -1;
+    accesses_.clear();
+  }
+  void begin_phase() { ++phase_; }
+  void begin_thread(int thread) {
+    thread_ = thread;
+    step_ = 0;
+  }
+  void note(const void* address) {
+    const auto* at = static_cast<const unsigned char*>(address);
+    if (at < base_ || at >= base_ + bytes_) return;  // global memory
+    accesses_.push_back({phase_, thread_, step_++, static_cast<std::size_t>(at - base_) / kSharedBankBytes});
+  }
+  const std::vector<SharedAccess>& accesses() const { return accesses_; }
+
+ private:
+  const unsigned char* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  int phase_ = -1, thread_ = 0;
+  std::int64_t step_ = 0;
+  std::vector<SharedAccess> accesses_;
+};
+
+inline void note_shared_access(const void* address) {
+  if (SharedAccessLog* log = SharedAccessLog::active()) log->note(address);
+}
+
+// fp32 (Raw = float) or bf16 bits (Raw = std::uint16_t) that report every access. In a namespace
+// of its own: argument-dependent lookup from the programs' unqualified calls then finds its widen
+// and narrow_into, and not dflash's other templates (reference/linalg.hpp's dot<Real>).
+namespace traced {
+
+template <class Raw>
+struct TracedStorage {
+  Raw raw;
+
+  TracedStorage() = default;
+  TracedStorage(const TracedStorage&) = default;
+  TracedStorage& operator=(const TracedStorage& other) {
+    note_shared_access(&other);
+    note_shared_access(this);
+    raw = other.raw;
+    return *this;
+  }
+};
+static_assert(sizeof(TracedStorage<float>) == 4 && sizeof(TracedStorage<std::uint16_t>) == 2);
+
+template <class Raw>
+float widen(const TracedStorage<Raw>& value) {
+  note_shared_access(&value);
+  return dflash::widen(value.raw);
+}
+template <class Raw>
+void narrow_into(float value, TracedStorage<Raw>& out) {
+  note_shared_access(&out);
+  dflash::narrow_into(value, out.raw);
+}
+
+}  // namespace traced
+using traced::TracedStorage;
+
+// HostBlockExec whose phases tell the active log which phase and thread is running.
+class SharedTraceExec : public HostBlockExec {
+ public:
+  SharedTraceExec(int threads, bool reverse) : HostBlockExec(threads, reverse) {}
+
+  template <class Phase>
+  void phase(Phase&& body) {
+    SharedAccessLog& log = *SharedAccessLog::active();
+    log.begin_phase();
+    for (int t = 0; t < threads(); ++t) {
+      log.begin_thread(t);
+      body(t);
+    }
+  }
+};
+
+// The worst conflict of a set of accesses: its degree and where it happens.
+struct BankWays {
+  int ways = 0;  // 0: no access at all
+  int phase = -1, warp = -1;
+  std::int64_t step = -1;
+};
+
+inline BankWays bank_ways(std::vector<SharedAccess> accesses) {
+  const auto group_less = [](const SharedAccess& a, const SharedAccess& b) {
+    const int wa = a.thread / kWarpLanes, wb = b.thread / kWarpLanes;
+    if (a.phase != b.phase) return a.phase < b.phase;
+    if (wa != wb) return wa < wb;
+    if (a.step != b.step) return a.step < b.step;
+    return a.word < b.word;
+  };
+  std::sort(accesses.begin(), accesses.end(), group_less);
+  BankWays worst;
+  for (std::size_t begin = 0; begin < accesses.size();) {
+    const SharedAccess& first = accesses[begin];
+    std::size_t end = begin;
+    int words_in_bank[kSharedBanks] = {};
+    for (; end < accesses.size(); ++end) {  // one (phase, warp, step): distinct words ascending
+      const SharedAccess& a = accesses[end];
+      if (a.phase != first.phase || a.thread / kWarpLanes != first.thread / kWarpLanes || a.step != first.step) break;
+      if (end == begin || a.word != accesses[end - 1].word) ++words_in_bank[a.word % kSharedBanks];
+    }
+    for (int bank = 0; bank < kSharedBanks; ++bank) {
+      if (words_in_bank[bank] > worst.ways) {
+        worst = BankWays{words_in_bank[bank], first.phase, first.thread / kWarpLanes, first.step};
+      }
+    }
+    begin = end;
+  }
+  return worst;
+}
+
+// Did every lane of each warp make the same number of accesses in each phase (the condition under
+// which step s of every lane is one instruction)?
+inline bool lanes_in_lockstep(const std::vector<SharedAccess>& accesses, int threads) {
+  std::map<int, std::vector<std::int64_t>> counts;  // phase -> accesses per thread
+  for (const SharedAccess& a : accesses) {
+    std::vector<std::int64_t>& c = counts[a.phase];
+    c.resize(static_cast<std::size_t>(threads), 0);
+    ++c[static_cast<std::size_t>(a.thread)];
+  }
+  for (const auto& [phase, c] : counts) {
+    for (std::size_t t = 0; t < c.size(); ++t) {
+      if (c[t] != c[t / kWarpLanes * kWarpLanes]) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace dflash
