@@ -6,6 +6,7 @@
                                  after their main source, `_gpu` exactly for the `gpu` label
   check_tree.py ROOT tolerances  every constexpr tolerance, floor or bound lives in common/tolerances.hpp
   check_tree.py ROOT doc-paths   every repository path a README or CONTRIBUTING.md names exists
+  check_tree.py ROOT doc-words   the reference READMEs stay within their word limit
   check_tree.py ROOT self-test   each check above fails on a planted violation (so none passes vacuously)
 
 Exit 0 when the rule holds, 1 with one line per violation otherwise. The layer table is read from
@@ -249,6 +250,25 @@ def check_doc_paths(root, files, overrides=None):
     return problems
 
 
+# A folder README is a reference (what is there, how it fits, how to change it), not a history, and a
+# reference a newcomer reads end to end stays short: these READMEs are held to 1,500 words (`wc -w`).
+# A folder joins the list when its README is rewritten as a reference.
+DOC_WORD_LIMITS = {"cuda/README.md": 1500, "golden/README.md": 1500}
+
+
+def check_doc_words(root, files, overrides=None):
+    problems = []
+    for doc, limit in DOC_WORD_LIMITS.items():
+        if doc not in files:
+            problems.append(f"{doc}: missing (listed in DOC_WORD_LIMITS)")
+            continue
+        text = overrides.get(doc) if overrides and doc in overrides else read(root, doc)
+        words = len(text.split())
+        if words > limit:
+            problems.append(f"{doc}: {words} words, over its limit of {limit}")
+    return problems
+
+
 # ---- self-test ------------------------------------------------------------------------------------
 
 def self_test(root, files, contributing_text):
@@ -272,6 +292,9 @@ def self_test(root, files, contributing_text):
     planted = {"CONTRIBUTING.md": contributing_text + "\n`cuda/no_such_file.hpp`\n"}
     if not check_doc_paths(root, files, planted):
         failures.append("doc-paths: `cuda/no_such_file.hpp` was not reported")
+    planted = {"cuda/README.md": read(root, "cuda/README.md") + " word" * 1500}
+    if not check_doc_words(root, files, planted):
+        failures.append("doc-words: cuda/README.md at 1,500 words more was not reported")
     return failures
 
 
@@ -287,6 +310,7 @@ def main(argv):
         "names": lambda: check_library_names(files) + check_test_names(root, files),
         "tolerances": lambda: check_tolerances(root, files),
         "doc-paths": lambda: check_doc_paths(root, files),
+        "doc-words": lambda: check_doc_words(root, files),
         "self-test": lambda: self_test(root, files, contributing),
     }
     if what not in checks:
