@@ -35,7 +35,12 @@ std::int64_t metadata_integer(const safetensors::Layout& layout, std::string_vie
   const std::string text = metadata_value(layout, file, key);
   nlohmann::json v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!v.is_number_unsigned()) shard_error(file, str("__metadata__.", key), str("'", text, "' is not a non-negative integer"));
-  return v.get<std::int64_t>();
+  // Read unsigned: a value above 2^63 - 1 read as int64_t would wrap to a negative size.
+  const auto value = v.get<std::uint64_t>();
+  if (value > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
+    shard_error(file, str("__metadata__.", key), str("'", text, "' is above 2^63 - 1"));
+  }
+  return std::int64_t(value);
 }
 
 const safetensors::TensorInfo& required_tensor(const safetensors::Layout& layout, std::string_view file,
@@ -71,6 +76,13 @@ FeatureSetShape FeatureSetShape::declared_by(const std::filesystem::path& shard)
   for (const nlohmann::json& id : ids) {
     if (!id.is_number_integer()) shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a list of integers"));
     shape.target_layer_ids.push_back(id.get<std::int64_t>());
+  }
+  // Every row holds K H features: a declared width that does not fit 64 bits is refused here, before
+  // feature_width() multiplies it (signed overflow) and a reader sizes a buffer by it.
+  const auto K = std::int64_t(shape.target_layer_ids.size());
+  if (shape.hidden_size > std::numeric_limits<std::int64_t>::max() / K) {
+    shard_error(file, "__metadata__.hidden_size",
+                str("'", shape.hidden_size, "' times ", K, " target layers does not fit a 64-bit feature width"));
   }
   shape.vocab_size = std::numeric_limits<std::int64_t>::max();
   return shape;

@@ -74,6 +74,21 @@ TEST(FeatureShards, ShapeDeclaredByMetadataChecksWithoutAConfig) {
   EXPECT_EQ(FeatureDataset::open(dir.path(), s).num_sequences(), 2);
 }
 
+// The declared shape sizes every buffer: 2^62 x K = 2 overflows the row width, 2^64 - 1 would wrap to
+// a negative size if read as int64_t (found by fuzzing the shard reader under UBSan).
+TEST(FeatureShards, DeclaredShapeBeyond64BitsIsRefused) {
+  const DrafterConfig c = tiny_config();
+  for (const std::string hidden : {"4611686018427387904", "18446744073709551615"}) {
+    ScratchDirectory dir;
+    RawShard raw(valid_shard(c, 2, 5));
+    raw.metadata["hidden_size"] = hidden;
+    raw.write(dir / "a.safetensors");
+    const std::string message = input_error_message([&] { FeatureSetShape::declared_by(dir / "a.safetensors"); });
+    EXPECT_THAT(message, HasSubstr("__metadata__.hidden_size")) << hidden;
+    EXPECT_THAT(message, HasSubstr(hidden));
+  }
+}
+
 class MalformedShard : public ::testing::TestWithParam<MalformedShardCase> {};
 
 TEST_P(MalformedShard, IsRefusedNamingFileTensorAndIndex) {
