@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "common/dropout_rng.hpp"
+#include "common/dropout_site_view.hpp"
 
 namespace dflash {
 namespace {
@@ -35,6 +36,33 @@ TEST(DropoutRng, ThresholdIsFloorOfPTimesTwoToThe32) {
 
 TEST(DropoutRng, ZeroProbabilityKeepsEverything) {
   for (std::uint64_t e = 0; e < 1000; ++e) EXPECT_TRUE(dropout_keeps(1, rng_stream(0, 0, 2), 0, e, dropout_threshold(0)));
+}
+
+// The keep decision at its boundary (SPEC §6: dropped iff word < threshold). For real Philox words w at
+// real coordinates, p = w / 2^32 makes the threshold exactly w: the word equal to the threshold is
+// kept, a threshold one below keeps it, one above drops it, in the raw decision and in the site view
+// the kernels read. A `>=` turned into `>` (or `<=`) fails here and nowhere else.
+TEST(DropoutRng, WordEqualToThresholdIsKeptAndOneAboveIsDropped) {
+  const std::uint64_t seed = 0x0123456789abcdefULL;
+  const std::uint32_t step = 7;
+  for (DropoutSite site : {DropoutSite::attention_probs, DropoutSite::attention_residual, DropoutSite::mlp_residual}) {
+    const std::uint32_t stream = rng_stream(3, 1, static_cast<std::uint32_t>(site));
+    for (std::uint64_t e : {0ULL, 5ULL, 1234ULL, (1ULL << 33) + 3}) {
+      const std::uint32_t w = rng_word(seed, stream, step, e);
+      ASSERT_GT(w, 0u);
+      ASSERT_LT(w, 0xFFFFFFFFu);
+      const double p = static_cast<double>(w) / 4294967296.0;  // exact: w < 2^32 fits a double
+      ASSERT_EQ(dropout_threshold(p), w);
+      EXPECT_TRUE(dropout_keeps(seed, stream, step, e, w)) << "word == threshold, element " << e;
+      EXPECT_TRUE(dropout_keeps(seed, stream, step, e, w - 1)) << "word == threshold + 1, element " << e;
+      EXPECT_FALSE(dropout_keeps(seed, stream, step, e, w + 1)) << "word == threshold - 1, element " << e;
+      const DropoutSiteView view = dropout_site_view(seed, step, 3, 1, site, p);
+      EXPECT_EQ(view.factor(e), view.scale) << "element " << e;
+      DropoutSiteView above = view;
+      above.threshold = w + 1;
+      EXPECT_EQ(above.factor(e), 0.0f) << "element " << e;
+    }
+  }
 }
 
 }  // namespace
