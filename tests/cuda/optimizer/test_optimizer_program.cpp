@@ -79,5 +79,39 @@ TEST(OptimizerProgram, AdamWStepsFollowTheDoubleReferenceAndTheCastIsBf16Roundin
   }
 }
 
+// ZeRO-1: a rank steps only its shard [begin, end) of the flat vector, held from index 0 of its own
+// buffers, and decides decay by the flat index begin + i. Shards that start past 0, end short of the
+// end and cross tensor boundaries (the table's ends: 668, 732, 1300, 1337) must give bitwise the
+// whole vector's step on their elements; a per-element lookup that drops the offset does not.
+TEST(OptimizerProgram, ShardsPastTheStartStepAsTheWholeVectorDoes) {
+  const TestAdamW h;
+  const TestFlat flat(kCount);
+  const std::vector<float> theta0 = random_floats(kCount, 3, 0.5f), m0 = random_floats(kCount, 4, 0.1f);
+  std::vector<float> v0 = random_floats(kCount, 5, 0.1f);
+  for (float& x : v0) x = x * x;  // second moments are non-negative
+  const std::vector<float> g = random_floats(kCount, 6, 1.0f);
+  const double clip = 0.75;
+  const long long t = 2;
+  std::vector<float> theta = theta0, m = m0, v = v0;
+  const AdamWRange whole = adamw_range(theta.data(), m.data(), v.data(), g.data(), kCount, clip, h, t, flat.table());
+  elementwise_on_host(kCount, false, [&](std::int64_t i) { adamw_step_at(i, whole); });
+  const std::int64_t bounds[] = {0, 600, 1320, kCount};
+  for (int r = 0; r < 3; ++r) {
+    const std::int64_t begin = bounds[r], end = bounds[r + 1], n = end - begin;
+    std::vector<float> ts(theta0.begin() + begin, theta0.begin() + end), ms(m0.begin() + begin, m0.begin() + end),
+        vs(v0.begin() + begin, v0.begin() + end), gs(g.begin() + begin, g.begin() + end);
+    AdamWRange shard = adamw_range(ts.data(), ms.data(), vs.data(), gs.data(), n, clip, h, t, flat.table());
+    shard.begin = begin;
+    shard.end = end;
+    elementwise_on_host(n, r == 1, [&](std::int64_t i) { adamw_step_at(i, shard); });
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::size_t local = std::size_t(i), global = std::size_t(begin + i);
+      ASSERT_EQ(ts[local], theta[global]) << "shard [" << begin << ", " << end << ") element " << begin + i;
+      ASSERT_EQ(ms[local], m[global]) << "element " << begin + i;
+      ASSERT_EQ(vs[local], v[global]) << "element " << begin + i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dflash
