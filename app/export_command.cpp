@@ -14,7 +14,8 @@
 namespace dflash::app {
 
 void add_export_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("export", "Write a checkpoint as a Hugging Face DFlash drafter (config.json, bf16 model.safetensors)");
+  auto* cmd = app.add_subcommand(
+      "export", "Write a checkpoint as a Hugging Face DFlash drafter (config.json, bf16 model.safetensors)");
   auto checkpoint = std::make_shared<std::string>(), out = std::make_shared<std::string>();
   cmd->add_option("--checkpoint", *checkpoint, "Checkpoint directory, or a run directory (its latest)")->required();
   cmd->add_option("--out", *out, "New (or empty) output directory")->required();
@@ -22,10 +23,12 @@ void add_export_command(CLI::App& app, int& exit_code) {
     std::filesystem::path dir = *checkpoint;
     std::error_code ec;
     if (std::filesystem::exists(dir / kLatestFileName, ec)) dir = *latest_checkpoint(dir);
-    if (std::filesystem::exists(*out, ec) && !(std::filesystem::is_directory(*out, ec) && std::filesystem::is_empty(*out, ec))) {
+    if (std::filesystem::exists(*out, ec) &&
+        !(std::filesystem::is_directory(*out, ec) && std::filesystem::is_empty(*out, ec))) {
       throw_input_error("--out", str("'", *out, "' exists and is not an empty directory"));
     }
-    const DrafterConfig config = drafter_config_from_json(checkpoint_config_json(dir), (dir / kTrainerStateFileName).string());
+    const DrafterConfig config =
+        drafter_config_from_json(checkpoint_config_json(dir), (dir / kTrainerStateFileName).string());
     const RunCheckpoint ck = read_run_checkpoint(dir, config);
     MemoryTracker tracker;
     DrafterParameters<double> params = make_drafter_parameters<double>(tracker, config, MemoryCategory::parameters);

@@ -36,8 +36,8 @@
 #if DFLASH_WITH_CUDA
 #include "common/gpu_required.hpp"
 #include "cuda/runtime/device_probe.hpp"
-#include "golden/cuda/step_check.hpp"
 #include "golden/cuda/loss_head_check.hpp"
+#include "golden/cuda/step_check.hpp"
 #endif
 #if DFLASH_WITH_CUDA_TRAINING_GOLDEN
 #include "golden/cuda/training_check.hpp"
@@ -58,8 +58,8 @@ bool skipped_without_gpu(std::string_view command, const std::string& impl, bool
               << ": failing\n";
     exit_code = 1;
   } else {
-    std::cout << "dflash " << command << ": SKIPPED (no golden checked): --impl " << impl << " needs a GPU: " << gpu.reason
-              << " (DFLASH_REQUIRE_GPU=1 makes this a failure)\n";
+    std::cout << "dflash " << command << ": SKIPPED (no golden checked): --impl " << impl
+              << " needs a GPU: " << gpu.reason << " (DFLASH_REQUIRE_GPU=1 makes this a failure)\n";
   }
   return true;
 #else
@@ -70,9 +70,10 @@ bool skipped_without_gpu(std::string_view command, const std::string& impl, bool
 
 // What --impl can select. Another implementation (the CUDA loss head) is one more entry.
 std::vector<GoldenImplementation> golden_implementations() {
-  return {reference_golden_implementation(), reference_loss_head_golden_implementation(),
+  return {
+    reference_golden_implementation(), reference_loss_head_golden_implementation(),
 #if DFLASH_WITH_CUDA
-          cuda_loss_head_golden_implementation(), cuda_drafter_step_golden_implementation(),
+        cuda_loss_head_golden_implementation(), cuda_drafter_step_golden_implementation(),
 #endif
   };
 }
@@ -119,10 +120,11 @@ void generate_request(const RequestFlags& f) {
   r.step = static_cast<std::uint32_t>(f.step);
   const GoldenCase c = golden_request_case(r);
   const GoldenCostEstimate estimate = estimate_golden_cost(c);
-  std::cout << "golden generate: case " << c.name << ", " << c.batch.sequences << " sequences x S = "
-            << c.batch.context_length << ", N x B = " << c.config.max_anchors << " x " << c.config.block_size
-            << ", seed " << c.config.seed << ", step " << c.step << ": " << describe_estimate(estimate) << " (budget "
-            << kGenerateSecondsBudget << " s, " << gib_string(kGenerateBytesBudget) << " GiB)\n"
+  std::cout << "golden generate: case " << c.name << ", " << c.batch.sequences
+            << " sequences x S = " << c.batch.context_length << ", N x B = " << c.config.max_anchors << " x "
+            << c.config.block_size << ", seed " << c.config.seed << ", step " << c.step << ": "
+            << describe_estimate(estimate) << " (budget " << kGenerateSecondsBudget << " s, "
+            << gib_string(kGenerateBytesBudget) << " GiB)\n"
             << std::flush;
   if (const auto why = over_budget(estimate); why && !f.force) {
     throw_input_error("golden generate", *why + "; use a smaller --sequences or --context, or --force");
@@ -135,23 +137,27 @@ void generate_request(const RequestFlags& f) {
   }
   write_golden(*golden, f.out);
   const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "wrote " << f.out << " (" << std::filesystem::file_size(f.out) << " bytes) in "
-            << std::lround(seconds) << " s\n";
+  std::cout << "wrote " << f.out << " (" << std::filesystem::file_size(f.out) << " bytes) in " << std::lround(seconds)
+            << " s\n";
 }
 
 void add_generate(CLI::App& golden) {
-  auto* cmd = golden.add_subcommand("generate", "Run the reference on the golden cases and write one file per case, "
-                                                "or (--config) one golden at your own config and shape");
+  auto* cmd = golden.add_subcommand("generate",
+                                    "Run the reference on the golden cases and write one file per case, "
+                                    "or (--config) one golden at your own config and shape");
   auto case_name = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto f = std::make_shared<RequestFlags>();
   std::string cases;
   for (const GoldenCase& c : golden_cases()) cases += (cases.empty() ? "" : ", ") + c.name;
   cmd->add_option("--case", *case_name,
-                  "Only this built-in case (" + cases + "); default: all. With --config: the case name written "
-                  "into the golden (default: the config file's stem)");
-  cmd->add_option("--out", *out, "Directory to write <case>.safetensors into (created if missing); with --config, "
-                                 "the golden file to write")->required();
+                  "Only this built-in case (" + cases +
+                      "); default: all. With --config: the case name written "
+                      "into the golden (default: the config file's stem)");
+  cmd->add_option("--out", *out,
+                  "Directory to write <case>.safetensors into (created if missing); with --config, "
+                  "the golden file to write")
+      ->required();
   auto* config = cmd->add_option("--config", f->config, "Drafter config.json (SPEC §1): generate one golden at it");
   auto* user = cmd->add_option_group("user shape", "Only with --config");
   user->add_option("--sequences", f->request.sequences, "Sequences nseq")->capture_default_str();
@@ -185,8 +191,9 @@ void add_generate(CLI::App& golden) {
 }
 
 void add_compare(CLI::App& golden, int& exit_code) {
-  auto* cmd = golden.add_subcommand("compare", "Judge a result file written by any implementation (output/ and grad/ "
-                                               "tensors, F64, F32 or BF16) against a golden, tensor by tensor");
+  auto* cmd = golden.add_subcommand("compare",
+                                    "Judge a result file written by any implementation (output/ and grad/ "
+                                    "tensors, F64, F32 or BF16) against a golden, tensor by tensor");
   auto golden_path = std::make_shared<std::string>();
   auto result_path = std::make_shared<std::string>();
   auto rule = std::make_shared<std::string>("exact");
@@ -234,8 +241,8 @@ void add_check(CLI::App& golden, int& exit_code) {
     for (GoldenImplementation& i : golden_implementations()) {
       if (i.name == *impl) chosen = std::move(i);
     }
-    std::cout << "dflash golden check: " << files.size() << " goldens in " << *dir << ", implementation "
-              << chosen.name << " (" << chosen.description << ")\n";
+    std::cout << "dflash golden check: " << files.size() << " goldens in " << *dir << ", implementation " << chosen.name
+              << " (" << chosen.description << ")\n";
     if (skipped_without_gpu("golden check", chosen.name, chosen.needs_gpu, exit_code)) return;
     std::vector<GoldenCheckRow> rows;
     for (const std::filesystem::path& f : files) {
@@ -250,16 +257,18 @@ void add_check(CLI::App& golden, int& exit_code) {
 
 // What check-training --impl can select (one entry per training backend).
 std::vector<TrainingGoldenImplementation> training_golden_implementations() {
-  return {reference_training_golden_implementation(),
+  return {
+    reference_training_golden_implementation(),
 #if DFLASH_WITH_CUDA_TRAINING_GOLDEN
-          cuda_training_golden_implementation(),
+        cuda_training_golden_implementation(),
 #endif
   };
 }
 
 void add_generate_training(CLI::App& golden) {
-  auto* cmd = golden.add_subcommand("generate-training", "Run the reference training core on the training golden "
-                                                         "cases and write one file per case");
+  auto* cmd = golden.add_subcommand("generate-training",
+                                    "Run the reference training core on the training golden "
+                                    "cases and write one file per case");
   auto out = std::make_shared<std::string>();
   cmd->add_option("--out", *out, "Directory to write <case>.safetensors into (created if missing)")->required();
   cmd->callback([out] {
@@ -273,8 +282,9 @@ void add_generate_training(CLI::App& golden) {
 }
 
 void add_check_training(CLI::App& golden, int& exit_code) {
-  auto* cmd = golden.add_subcommand("check-training", "Recompute every training golden in a directory (optimizer "
-                                                      "steps, TRAINING §11-§13) and compare, tensor by tensor");
+  auto* cmd = golden.add_subcommand("check-training",
+                                    "Recompute every training golden in a directory (optimizer "
+                                    "steps, TRAINING §11-§13) and compare, tensor by tensor");
   auto impl = std::make_shared<std::string>("reference");
   auto dir = std::make_shared<std::string>(default_training_golden_dir().string());
   std::vector<std::string> names;
@@ -284,7 +294,8 @@ void add_check_training(CLI::App& golden, int& exit_code) {
     help += "\n  " + i.name + ": " + i.description;
   }
   cmd->add_option("--impl", *impl, help)->check(CLI::IsMember(names))->capture_default_str();
-  cmd->add_option("--dir", *dir, "Directory of training goldens (default: golden/data/training)")->capture_default_str();
+  cmd->add_option("--dir", *dir, "Directory of training goldens (default: golden/data/training)")
+      ->capture_default_str();
   cmd->callback([impl, dir, &exit_code] {
     const std::vector<std::filesystem::path> files = golden_files_in(*dir);
     TrainingGoldenImplementation chosen;
@@ -308,8 +319,9 @@ void add_check_training(CLI::App& golden, int& exit_code) {
 }  // namespace
 
 void add_golden_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("golden", "Golden files (SPEC §9): generate them with the reference, check an "
-                                           "implementation against them");
+  auto* cmd = app.add_subcommand("golden",
+                                 "Golden files (SPEC §9): generate them with the reference, check an "
+                                 "implementation against them");
   cmd->require_subcommand(1);
   add_generate(*cmd);
   add_check(*cmd, exit_code);

@@ -12,9 +12,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   // Before any subcommand runs (trigger_on_parse): the thread count changes speed, never results.
-  app.add_option_function<int>("--threads", [](int threads) { dflash::set_reference_threads(threads); },
-                               "threads of the double reference (default: DFLASH_THREADS, else 1); results do "
-                               "not depend on it")
+  app.add_option_function<int>(
+         "--threads", [](int threads) { dflash::set_reference_threads(threads); },
+         "threads of the double reference (default: DFLASH_THREADS, else 1); results do "
+         "not depend on it")
       ->check(CLI::PositiveNumber)
       ->trigger_on_parse();
   dflash::app::add_verify_command(app, exit_code);

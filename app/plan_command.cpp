@@ -6,11 +6,11 @@
 #include <string>
 
 #include "app/commands.hpp"
+#include "io/errors.hpp"
 #include "planner/checked_bytes.hpp"
 #include "planner/memory_size.hpp"
 #include "planner/plan_report.hpp"
 #include "planner/training_plan.hpp"
-#include "io/errors.hpp"
 
 namespace dflash::app {
 namespace {
@@ -75,18 +75,21 @@ void run_decoder_plan(const PlanFlags& f) {
 
 void add_plan_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
-      "plan", "Memory per GPU of a training step (bytes per category, verdict per policy combination), or the saved "
-              "activations of a decoder stack (--decoder)");
+      "plan",
+      "Memory per GPU of a training step (bytes per category, verdict per policy combination), or the saved "
+      "activations of a decoder stack (--decoder)");
   auto f = std::make_shared<PlanFlags>();
   auto* config = cmd->add_option("--config", f->config, "Drafter config.json (SPEC §1)");
   auto* decoder = cmd->add_option("--decoder", f->decoder, "Hugging Face decoder config.json (generic layer model)");
   config->excludes(decoder);
-  cmd->add_option("--tokens", f->tokens, "Block tokens per GPU (default block_size x max_anchors; required with --decoder)");
+  cmd->add_option("--tokens", f->tokens,
+                  "Block tokens per GPU (default block_size x max_anchors; required with --decoder)");
   auto* drafter_only = cmd->add_option_group("drafter plan", "Only with --config");
   drafter_only->add_option("--context", f->context, "Context length S (default 4096)");
   drafter_only->add_option("--loss-chunk-rows", f->loss_chunk_rows, "Loss-head chunk rows (default: the config's)");
-  drafter_only->add_option("--loss-policy", f->loss_policy,
-                           "materialize | chunk_retain | chunk_recompute | chunk_grad_in_forward (default: the config's)");
+  drafter_only->add_option(
+      "--loss-policy", f->loss_policy,
+      "materialize | chunk_retain | chunk_recompute | chunk_grad_in_forward (default: the config's)");
   drafter_only->add_option("--trunk-policy", f->trunk_policy, "none | per_layer | every_k (default: the config's)");
   drafter_only->add_option("--gpus", f->gpus, "Data-parallel GPUs (default 8)");
   drafter_only->add_option("--zero", f->zero, "ZeRO stage, 0 or 1 (default 1)");

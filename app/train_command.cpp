@@ -21,21 +21,29 @@ struct TrainFlags {
 }  // namespace
 
 void add_train_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("train", "Train a drafter from feature shards (TRAINING §11-§17); run under mpirun for R ranks");
+  auto* cmd = app.add_subcommand(
+      "train", "Train a drafter from feature shards (TRAINING §11-§17); run under mpirun for R ranks");
   auto f = std::make_shared<TrainFlags>();
-  cmd->add_option("--config", f->config, "Drafter config.json with the training fields (SPEC §1, TRAINING §12)")->required();
+  cmd->add_option("--config", f->config, "Drafter config.json with the training fields (SPEC §1, TRAINING §12)")
+      ->required();
   cmd->add_option("--data", f->data, "Directory of feature shards (TRAINING §14)")->required();
-  cmd->add_option("--target", f->target, "The target's Hugging Face checkpoint directory (frozen embedding and lm_head)")->required();
+  cmd->add_option("--target", f->target,
+                  "The target's Hugging Face checkpoint directory (frozen embedding and lm_head)")
+      ->required();
   cmd->add_option("--out", f->out, "Run directory: checkpoints, latest, metrics.jsonl")->required();
-  cmd->add_option("--init", f->init, "Start from a released drafter directory (TRAINING §16) instead of the seeded init");
+  cmd->add_option("--init", f->init,
+                  "Start from a released drafter directory (TRAINING §16) instead of the seeded init");
   cmd->add_option("--backend", f->backend, "cpu (double reference) or cuda (default cpu)");
   cmd->add_flag("--resume", f->resume, "Continue the run in --out from its latest checkpoint");
   cmd->add_flag("--force", f->force, "Train even when the plan says the step does not fit");
-  cmd->add_option("--save-every", f->save_every, "Also save a checkpoint every N steps (default: at the end and on a signal)");
+  cmd->add_option("--save-every", f->save_every,
+                  "Also save a checkpoint every N steps (default: at the end and on a signal)");
   cmd->add_option("--keep", f->keep, "Keep only the K most recent checkpoints (default: all)");
-  cmd->add_option("--eval-data", f->eval_data, "Held-out feature shards: statistics without gradients or dropout to eval.jsonl");
+  cmd->add_option("--eval-data", f->eval_data,
+                  "Held-out feature shards: statistics without gradients or dropout to eval.jsonl");
   cmd->add_option("--eval-every", f->eval_every, "Evaluate on --eval-data after every N-th step");
-  cmd->add_option("--progress-every", f->progress_every, "Progress line every N steps when stderr is not a terminal (default 10)");
+  cmd->add_option("--progress-every", f->progress_every,
+                  "Progress line every N steps when stderr is not a terminal (default 10)");
   cmd->callback([f, &exit_code] {
     TrainingRunOptions o;
     o.config = f->config;

@@ -16,7 +16,8 @@ void add_verify_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--group", *groups, "Only run rows of these groups (loss_head, drafter, golden, cuda; repeatable)")
       ->delimiter(',');
   auto device = std::make_shared<std::string>("cpu");
-  cmd->add_option("--device", *device, "cpu: the CPU rows; cuda: also the CUDA loss head's and step's rows (group cuda)")
+  cmd->add_option("--device", *device,
+                  "cpu: the CPU rows; cuda: also the CUDA loss head's and step's rows (group cuda)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->callback([groups, device, &exit_code] {
     std::vector<VerifyRow> rows;
@@ -39,8 +40,9 @@ void add_verify_command(CLI::App& app, int& exit_code) {
       const std::vector<VerifyRow> step = verify_cuda_step_rows();
       part.insert(part.end(), step.begin(), step.end());
 #else
-      const std::vector<VerifyRow> part = {skipped_row({.group = "cuda", .case_name = "-", .variant = "-"},
-                                                       "this dflash was built without CUDA (no nvcc at configure time)")};
+      const std::vector<VerifyRow> part = {
+          skipped_row({.group = "cuda", .case_name = "-", .variant = "-"},
+                      "this dflash was built without CUDA (no nvcc at configure time)")};
 #endif
       rows.insert(rows.end(), part.begin(), part.end());
     }

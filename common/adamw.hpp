@@ -32,10 +32,10 @@ DFLASH_HD inline double clip_coefficient(double norm, double max_norm) {
 
 // The step's scalars, computed once per step (in double) and shared by every element.
 struct AdamWScalars {
-  double lr = 0;                // lr_t
-  double decay_factor = 1;      // 1 - lr_t wd for a decayed tensor (matrices), 1 for norm weights
+  double lr = 0;            // lr_t
+  double decay_factor = 1;  // 1 - lr_t wd for a decayed tensor (matrices), 1 for norm weights
   double beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8;
-  double step_size = 0;         // lr_t / (1 - beta1^(t+1))
+  double step_size = 0;              // lr_t / (1 - beta1^(t+1))
   double bias_correction2_sqrt = 1;  // sqrt(1 - beta2^(t+1))
 };
 

@@ -27,8 +27,8 @@ struct AttentionTiling {
   std::int64_t key_tile = 0;  // KT: context keys per tile
 
   DFLASH_HD std::int64_t T() const { return N * B; }
-  DFLASH_HD std::int64_t group() const { return nh / nkv; }             // query heads per kv head
-  DFLASH_HD std::int64_t query_rows() const { return group() * B; }     // R
+  DFLASH_HD std::int64_t group() const { return nh / nkv; }          // query heads per kv head
+  DFLASH_HD std::int64_t query_rows() const { return group() * B; }  // R
   DFLASH_HD std::int64_t query_tiles() const { return N * nkv; }
   DFLASH_HD std::int64_t context_tiles() const { return (S + key_tile - 1) / key_tile; }
   DFLASH_HD std::int64_t max_tile_keys() const { return key_tile > B ? key_tile : B; }  // smem key rows
@@ -89,8 +89,8 @@ DFLASH_HD inline std::int64_t query_tile_steps(const AttentionTiling& tiling, co
   const TileRange r = context_tiles_of_block(tiling, mask, n);
   return (r.end - r.begin) + 1;
 }
-DFLASH_HD inline KeyTile query_tile_step(const AttentionTiling& tiling, const AttentionMaskView& mask,
-                                         std::int64_t n, std::int64_t step) {
+DFLASH_HD inline KeyTile query_tile_step(const AttentionTiling& tiling, const AttentionMaskView& mask, std::int64_t n,
+                                         std::int64_t step) {
   const TileRange r = context_tiles_of_block(tiling, mask, n);
   return step < r.end - r.begin ? context_key_tile(tiling, r.begin + step) : block_key_tile(tiling, n);
 }

@@ -23,18 +23,15 @@ DFLASH_HD inline std::uint32_t rng_stream(std::uint32_t seq, std::uint32_t layer
 DFLASH_HD inline std::uint32_t rng_word(std::uint64_t seed, std::uint32_t stream, std::uint32_t step,
                                         std::uint64_t element) {
   const std::uint64_t block = element / 4;
-  const Philox4x32 counter{{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32),
-                            stream, step}};
+  const Philox4x32 counter{{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), stream, step}};
   return philox4x32_10(counter, philox_key_from_seed(seed)).v[element % 4];
 }
 
 // floor(p * 2^32): an element is dropped iff its word is below this. p in [0, 1).
-DFLASH_HD inline std::uint32_t dropout_threshold(double p) {
-  return static_cast<std::uint32_t>(p * 4294967296.0);
-}
+DFLASH_HD inline std::uint32_t dropout_threshold(double p) { return static_cast<std::uint32_t>(p * 4294967296.0); }
 
-DFLASH_HD inline bool dropout_keeps(std::uint64_t seed, std::uint32_t stream, std::uint32_t step,
-                                    std::uint64_t element, std::uint32_t threshold) {
+DFLASH_HD inline bool dropout_keeps(std::uint64_t seed, std::uint32_t stream, std::uint32_t step, std::uint64_t element,
+                                    std::uint32_t threshold) {
   return rng_word(seed, stream, step, element) >= threshold;
 }
 

@@ -15,14 +15,12 @@ DFLASH_HD inline float log_of(float x) { return logf(x); }
 DFLASH_HD inline double log_of(double x) { return ::log(x); }
 
 template <class Real>
-  requires(!std::is_floating_point_v<Real>)
-Real exp_of(const Real& x) {
+requires(!std::is_floating_point_v<Real>) Real exp_of(const Real& x) {
   using std::exp;
   return exp(x);
 }
 template <class Real>
-  requires(!std::is_floating_point_v<Real>)
-Real log_of(const Real& x) {
+requires(!std::is_floating_point_v<Real>) Real log_of(const Real& x) {
   using std::log;
   return log(x);
 }

@@ -70,8 +70,8 @@ void put_owned(const std::vector<float>& part, const FlatRange& owned, std::int6
 DeviceOptimizerPart device_optimizer_part(const FlatLayout& layout, int rank, const OptimizerState& state) {
   const FlatRange owned = owned_range(layout, rank);
   if (state.offset != layout.shard_offset(rank)) {
-    throw_input_error("optimizer state", str("starts at flat element ", state.offset, "; rank ", rank, "'s shard starts at ",
-                                             layout.shard_offset(rank)));
+    throw_input_error("optimizer state", str("starts at flat element ", state.offset, "; rank ", rank,
+                                             "'s shard starts at ", layout.shard_offset(rank)));
   }
   require_part_size(state.master, layout, "master weights");
   require_part_size(state.exp_avg, layout, "exp_avg");

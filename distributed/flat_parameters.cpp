@@ -6,7 +6,8 @@
 
 namespace dflash {
 
-FlatLayout::FlatLayout(const DrafterConfig& config, int ranks, int zero_stage) : ranks_(ranks), zero_stage_(zero_stage) {
+FlatLayout::FlatLayout(const DrafterConfig& config, int ranks, int zero_stage)
+    : ranks_(ranks), zero_stage_(zero_stage) {
   if (ranks < 1) throw_input_error("world size", str(ranks, " ranks: at least 1 is needed"));
   if (zero_stage != 0 && zero_stage != 1) throw_input_error("zero_stage", str(zero_stage, " is not 0 or 1"));
   for (const ParameterShape& s : drafter_parameter_shapes(config)) {

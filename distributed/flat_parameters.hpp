@@ -18,11 +18,11 @@
 namespace dflash {
 
 struct FlatTensor {
-  std::string name;     // SPEC §3 name
+  std::string name;  // SPEC §3 name
   Shape shape;
   std::int64_t offset;  // first element in the flat vector
   std::int64_t numel;
-  bool decay;           // weight decay applies: matrices only, never norm weights (§12)
+  bool decay;  // weight decay applies: matrices only, never norm weights (§12)
 };
 
 class FlatLayout {
@@ -41,7 +41,10 @@ class FlatLayout {
   std::size_t tensor_at(std::int64_t e) const;
   // The planner's view of this layout (bucket sizes, memory): R GPUs, this ZeRO stage.
   ParallelLayout parallel_layout(std::int64_t bucket_bytes, std::int64_t buckets_in_flight) const {
-    return {.gpus = ranks_, .zero_stage = zero_stage_, .bucket_bytes = bucket_bytes, .buckets_in_flight = buckets_in_flight};
+    return {.gpus = ranks_,
+            .zero_stage = zero_stage_,
+            .bucket_bytes = bucket_bytes,
+            .buckets_in_flight = buckets_in_flight};
   }
 
  private:

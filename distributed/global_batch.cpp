@@ -10,8 +10,9 @@ GlobalBatchLayout::GlobalBatchLayout(std::int64_t global_sequences, int ranks, s
   if (micro_steps < 1) throw_input_error("micro_steps", str(micro_steps, " must be at least 1"));
   if (global_sequences < 1 || global_sequences % (std::int64_t(ranks) * micro_steps) != 0) {
     throw_input_error("global_batch_sequences",
-                      str("global_batch_sequences = ", global_sequences, " is not a positive multiple of R x U = ",
-                          ranks, " ranks x ", micro_steps, " micro_steps (TRAINING §11: b = global / (R U) "
+                      str("global_batch_sequences = ", global_sequences,
+                          " is not a positive multiple of R x U = ", ranks, " ranks x ", micro_steps,
+                          " micro_steps (TRAINING §11: b = global / (R U) "
                           "sequences per rank per micro-step must be a whole number)"));
   }
   per_rank_ = global_sequences / (std::int64_t(ranks) * micro_steps);

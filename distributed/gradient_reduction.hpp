@@ -67,8 +67,8 @@ class GradientReduction {
   DrafterParameters<double>& grads_;
   Tensor<double>& bucket_;
   GradientBuckets buckets_;
-  std::int64_t final_from_;       // flat elements [final_from_, P) are final
-  std::int64_t next_;             // the next bucket to issue (they go count - 1 down to 0), -1 when done
+  std::int64_t final_from_;  // flat elements [final_from_, P) are final
+  std::int64_t next_;        // the next bucket to issue (they go count - 1 down to 0), -1 when done
   std::int64_t first_non_finite_ = -1;
 };
 

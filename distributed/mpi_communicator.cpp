@@ -26,25 +26,32 @@ void check(int code, std::string_view call) {
 
 MPI_Datatype mpi_type(CommType type) {
   switch (type) {
-    case CommType::f32: return MPI_FLOAT;
-    case CommType::f64: return MPI_DOUBLE;
-    case CommType::i64: return MPI_INT64_T;
+    case CommType::f32:
+      return MPI_FLOAT;
+    case CommType::f64:
+      return MPI_DOUBLE;
+    case CommType::i64:
+      return MPI_INT64_T;
   }
   throw CommunicationError("MPI: unknown element type");
 }
 
 MPI_Op mpi_op(CommOp op) {
   switch (op) {
-    case CommOp::sum: return MPI_SUM;
-    case CommOp::max: return MPI_MAX;
-    case CommOp::min: return MPI_MIN;
+    case CommOp::sum:
+      return MPI_SUM;
+    case CommOp::max:
+      return MPI_MAX;
+    case CommOp::min:
+      return MPI_MIN;
   }
   throw CommunicationError("MPI: unknown reduction");
 }
 
 // MPI counts are int: a larger collective is refused rather than truncated (callers use buckets).
 int mpi_count(std::size_t count, std::string_view call) {
-  if (count > std::size_t(INT32_MAX)) throw CommunicationError(str("MPI ", call, ": count ", count, " exceeds 2^31 - 1"));
+  if (count > std::size_t(INT32_MAX))
+    throw CommunicationError(str("MPI ", call, ": count ", count, " exceeds 2^31 - 1"));
   return static_cast<int>(count);
 }
 

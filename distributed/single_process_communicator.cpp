@@ -19,8 +19,7 @@ void SingleProcessCommunicator::all_reduce(const void* send, void* recv, std::si
   copy_unless_same(send, recv, count, type);
 }
 
-void SingleProcessCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type,
-                                               CommOp) {
+void SingleProcessCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp) {
   copy_unless_same(send, recv, count, type);
 }
 

@@ -38,11 +38,13 @@ void check_rank_sequences(const GlobalBatchLayout& layout, int rank, const Train
 
 [[noreturn]] void throw_non_finite(std::int64_t step, int rank, const std::string& tensor, const std::string& what,
                                    const std::string& last_good_checkpoint) {
-  throw NonFiniteStepError(step, rank, tensor,
-                           str("non-finite ", what, " at step ", step, rank < 0 ? " after the reduction (every rank)"
-                                                                                : str(" on rank ", rank),
-                               ": first offending tensor ", tensor, "; the step was not applied on any rank; "
-                               "last good checkpoint: ", last_good_checkpoint));
+  throw NonFiniteStepError(
+      step, rank, tensor,
+      str("non-finite ", what, " at step ", step,
+          rank < 0 ? " after the reduction (every rank)" : str(" on rank ", rank), ": first offending tensor ", tensor,
+          "; the step was not applied on any rank; "
+          "last good checkpoint: ",
+          last_good_checkpoint));
 }
 
 // Every rank's report; every rank throws the same error for the lowest rank that saw one.

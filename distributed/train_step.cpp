@@ -18,8 +18,8 @@ TrainingState make_training_state(MemoryTracker& tracker, const DrafterConfig& c
   const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
   std::size_t index = 0;
   if (static_cast<std::int64_t>(initial.layers.size()) != config.num_hidden_layers) {
-    throw_input_error("initial parameters", str(initial.layers.size(), " layers for num_hidden_layers = ",
-                                                config.num_hidden_layers));
+    throw_input_error("initial parameters",
+                      str(initial.layers.size(), " layers for num_hidden_layers = ", config.num_hidden_layers));
   }
   initial.for_each([&](const std::string& name, const Tensor<double>& t) {
     if (t.shape() != shapes.at(index++).shape) {
@@ -42,10 +42,12 @@ void require_same_config(Communicator& comm, const DrafterConfig& config, const 
   comm.all_gather(&mine, hashes.data(), 1, CommType::i64);
   std::string differing;
   for (int r = 1; r < comm.size(); ++r) {
-    if (hashes[static_cast<std::size_t>(r)] != hashes[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+    if (hashes[static_cast<std::size_t>(r)] != hashes[0])
+      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
   }
   if (!differing.empty()) {
-    throw_input_error("config", str("rank(s) ", differing, " of ", comm.size(), " hold a drafter or training config "
+    throw_input_error("config", str("rank(s) ", differing, " of ", comm.size(),
+                                    " hold a drafter or training config "
                                     "different from rank 0's; every rank must start from the same config"));
   }
 }
@@ -96,7 +98,6 @@ void for_each_owned(const FlatLayout& layout, const OptimizerState& opt, Visit v
   }
 }
 
-
 }  // namespace
 
 OptimizerStepResult apply_optimizer_step(Communicator& comm, const FlatLayout& layout, const TrainingConfig& training,
@@ -138,18 +139,18 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   const FlatLayout layout(config, comm.size(), training.zero_stage);
   OptimizerState& opt = state.optimizer;
   if (opt.master.numel() != layout.shard_size() || opt.offset != layout.shard_offset(comm.rank())) {
-    throw_input_error("optimizer state", str("holds ", opt.master.numel(), " elements from ", opt.offset,
-                                             "; rank ", comm.rank(), " of ", comm.size(), " under ZeRO-",
-                                             training.zero_stage, " owns ", layout.shard_size(), " from ",
-                                             layout.shard_offset(comm.rank())));
+    throw_input_error("optimizer state",
+                      str("holds ", opt.master.numel(), " elements from ", opt.offset, "; rank ", comm.rank(), " of ",
+                          comm.size(), " under ZeRO-", training.zero_stage, " owns ", layout.shard_size(), " from ",
+                          layout.shard_offset(comm.rank())));
   }
   check_rank_sequences(batch_layout, comm.rank(), training, sequences);
   if (options.bucket_bytes < 1) throw_input_error("bucket_bytes", str(options.bucket_bytes, " must be at least 1"));
   const std::int64_t t = opt.step;
   if (t >= (std::int64_t(1) << 32)) throw_input_error("optimizer step", str(t, " exceeds the 32-bit RNG counter word"));
   auto step_options = [&](const RankSequences& s) {
-    DrafterStepOptions o = drafter_step_options(config, static_cast<std::uint32_t>(t),
-                                                static_cast<std::uint32_t>(s.first_global_index));
+    DrafterStepOptions o =
+        drafter_step_options(config, static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(s.first_global_index));
     o.dropout_observer = options.dropout_observer;
     return o;
   };
@@ -175,8 +176,8 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   const GradientsFinalObserver reduce_when_final = [&](std::uint32_t g, std::size_t first) {
     if (g == last_g) reduction.gradients_final_from(first);
   };
-  double sums[3] = {0, 0, 0};          // loss, ce, kl
-  std::int64_t counts[2] = {0, 0};     // correct, labelled rows
+  double sums[3] = {0, 0, 0};       // loss, ce, kl
+  std::int64_t counts[2] = {0, 0};  // correct, labelled rows
   std::vector<SequenceHits> hits;
   for (const RankSequences& s : sequences) {
     DrafterStepOptions o = step_options(s);
@@ -193,8 +194,8 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
       auto rows_of = [&](const std::vector<std::uint8_t>& v) {
         return std::vector<std::uint8_t>(v.begin() + b * T, v.begin() + (b + 1) * T);
       };
-      hits.push_back({std::vector<std::uint8_t>(out.keep.row(b), out.keep.row(b) + N), rows_of(out.labelled),
-                      rows_of(out.hits)});
+      hits.push_back(
+          {std::vector<std::uint8_t>(out.keep.row(b), out.keep.row(b) + N), rows_of(out.labelled), rows_of(out.hits)});
     }
   }
 

@@ -46,7 +46,7 @@ TrainingState make_training_state(MemoryTracker& tracker, const DrafterConfig& c
 
 struct TrainStepOptions {
   std::int64_t bucket_bytes = kDefaultBucketBytes;  // gradient communication bucket (the plan's)
-  std::string last_good_checkpoint = "none";       // named by the non-finite error (§12)
+  std::string last_good_checkpoint = "none";        // named by the non-finite error (§12)
   const DropoutObserver* dropout_observer = nullptr;
   // Each bucket's sum over ranks issued as soon as the backward has finished it (the default), or
   // every bucket after the backward, in the same order: the same collectives on the same data, so
@@ -64,12 +64,12 @@ struct SequenceHits {
 
 // The step's metrics (§17's per-step fields that the step itself knows), global over all ranks.
 struct StepMetrics {
-  std::int64_t step = 0;   // t, the step just taken (0-based)
+  std::int64_t step = 0;            // t, the step just taken (0-based)
   double loss = 0, ce = 0, kl = 0;  // over W (SPEC §5)
-  double accuracy = 0;     // sum w01 [argmax z = y] / sum w01 (0 when no labelled row)
-  double weight_sum = 0;   // W
-  double lr = 0;           // lr_t
-  double grad_norm = 0;    // n, before clipping
+  double accuracy = 0;              // sum w01 [argmax z = y] / sum w01 (0 when no labelled row)
+  double weight_sum = 0;            // W
+  double lr = 0;                    // lr_t
+  double grad_norm = 0;             // n, before clipping
   bool clipped = false;
   std::int64_t tokens = 0;  // block tokens with w01 = 1
   // This rank's sequences (not summed over ranks), in the order the step was given them: what

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/json_fields.hpp"
 #include "io/errors.hpp"
+#include "io/json_fields.hpp"
 
 namespace dflash {
 
@@ -79,18 +79,12 @@ TrainingConfig load_training_config(const std::filesystem::path& path) {
 }
 
 nlohmann::json training_config_to_json(const TrainingConfig& c) {
-  return {{"learning_rate", c.learning_rate},
-          {"min_learning_rate", c.min_learning_rate},
-          {"warmup_steps", c.warmup_steps},
-          {"total_steps", c.total_steps},
-          {"adam_beta1", c.adam_beta1},
-          {"adam_beta2", c.adam_beta2},
-          {"adam_epsilon", c.adam_epsilon},
-          {"weight_decay", c.weight_decay},
-          {"max_grad_norm", c.max_grad_norm},
-          {"global_batch_sequences", c.global_batch_sequences},
-          {"micro_steps", c.micro_steps},
-          {"zero_stage", c.zero_stage},
+  return {{"learning_rate", c.learning_rate}, {"min_learning_rate", c.min_learning_rate},
+          {"warmup_steps", c.warmup_steps},   {"total_steps", c.total_steps},
+          {"adam_beta1", c.adam_beta1},       {"adam_beta2", c.adam_beta2},
+          {"adam_epsilon", c.adam_epsilon},   {"weight_decay", c.weight_decay},
+          {"max_grad_norm", c.max_grad_norm}, {"global_batch_sequences", c.global_batch_sequences},
+          {"micro_steps", c.micro_steps},     {"zero_stage", c.zero_stage},
           {"max_context", c.max_context}};
 }
 

@@ -13,19 +13,19 @@
 namespace dflash {
 
 struct TrainingConfig {
-  double learning_rate = 6e-4;      // peak lr
-  double min_learning_rate = 0.0;   // floor of the cosine, and lr from total_steps on
-  std::int64_t warmup_steps = 0;    // linear warm-up steps
-  std::int64_t total_steps = 0;     // required: length of the cosine schedule
+  double learning_rate = 6e-4;     // peak lr
+  double min_learning_rate = 0.0;  // floor of the cosine, and lr from total_steps on
+  std::int64_t warmup_steps = 0;   // linear warm-up steps
+  std::int64_t total_steps = 0;    // required: length of the cosine schedule
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.95;
   double adam_epsilon = 1e-8;
-  double weight_decay = 0.0;        // decoupled; matrices only, never norm weights
-  double max_grad_norm = 1.0;       // global-norm clipping; 0 disables
+  double weight_decay = 0.0;                // decoupled; matrices only, never norm weights
+  double max_grad_norm = 1.0;               // global-norm clipping; 0 disables
   std::int64_t global_batch_sequences = 0;  // required: sequences per optimizer step, all ranks together
-  std::int64_t micro_steps = 1;     // U: gradient accumulation steps per optimizer step
-  int zero_stage = 1;               // 0: every rank keeps the whole optimizer state; 1: sharded (§13)
-  std::int64_t max_context = 0;     // required: the longest context S a step uses (§12)
+  std::int64_t micro_steps = 1;             // U: gradient accumulation steps per optimizer step
+  int zero_stage = 1;                       // 0: every rank keeps the whole optimizer state; 1: sharded (§13)
+  std::int64_t max_context = 0;             // required: the longest context S a step uses (§12)
 };
 
 // Ranges: learning_rate >= 0 and finite, 0 <= min_learning_rate <= learning_rate, warmup_steps >= 0,

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "golden/loss_head.hpp"
 #include "reference/bf16_emulation.hpp"
 #include "reference/bf16_tolerance.hpp"
-#include "golden/loss_head.hpp"
 
 namespace dflash {
 
@@ -77,9 +77,9 @@ std::map<std::string, double, std::less<>> bf16_rule_golden_tolerances(MemoryTra
   const double golden_accuracy = golden.results.at("output/accuracy").values.at(0);
   const double golden_correct = std::round(golden_accuracy * double(valid_rows));
   const double allowed_rows = kPlainErrorFactor * std::abs(double(plain_correct) - golden_correct) + double(ambiguous);
-  tolerance["output/accuracy"] =
-      golden_accuracy > 0 ? allowed_rows / double(valid_rows) / golden_accuracy
-                          : (allowed_rows > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  tolerance["output/accuracy"] = golden_accuracy > 0
+                                     ? allowed_rows / double(valid_rows) / golden_accuracy
+                                     : (allowed_rows > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   return tolerance;
 }
 

@@ -34,8 +34,8 @@ GoldenCheckRow compare_tensor(const std::string& file, const std::string& name, 
   GoldenCheckRow row{file, name, 0, tolerance, floor > 0 ? str("floor ", floor) : std::string()};
   if (shape != want_shape || values.size() != want.size()) {
     row.error = kInf;
-    row.note = str("shape ", shape_string(shape), " (", values.size(), " values), the golden has ",
-                   shape_string(want_shape));
+    row.note =
+        str("shape ", shape_string(shape), " (", values.size(), " values), the golden has ", shape_string(want_shape));
     return row;
   }
   row.error = relative_error(values, want, floor);
@@ -66,7 +66,9 @@ GoldenImplementation reference_loss_head_golden_implementation() {
           }};
 }
 
-double golden_comparison_floor(std::string_view tensor, double magnitude) { return is_loss_like(tensor) ? magnitude : 0; }
+double golden_comparison_floor(std::string_view tensor, double magnitude) {
+  return is_loss_like(tensor) ? magnitude : 0;
+}
 
 double golden_loss_magnitude(const Golden& golden) {
   MemoryTracker tracker;
@@ -131,8 +133,10 @@ std::vector<std::filesystem::path> golden_files_in(const std::filesystem::path& 
   for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
     if (entry.path().extension() == ".safetensors") files.push_back(entry.path());
   }
-  if (error) throw_input_error("golden directory", str("'", directory.string(), "' cannot be listed: ", error.message()));
-  if (files.empty()) throw_input_error("golden directory", str("'", directory.string(), "' holds no *.safetensors file"));
+  if (error)
+    throw_input_error("golden directory", str("'", directory.string(), "' cannot be listed: ", error.message()));
+  if (files.empty())
+    throw_input_error("golden directory", str("'", directory.string(), "' holds no *.safetensors file"));
   std::sort(files.begin(), files.end());
   return files;
 }

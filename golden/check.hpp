@@ -63,7 +63,7 @@ struct GoldenCheckRow {
   std::string tensor;  // SPEC §9 name; "(file)" when the file could not be checked at all
   double error = 0;    // relative error; infinity for a shape mismatch or a name not in the golden
   double tolerance = 0;
-  std::string note;    // why a row failed, or the floor used
+  std::string note;  // why a row failed, or the floor used
 
   bool passed() const { return error <= tolerance; }
 };

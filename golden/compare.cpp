@@ -161,9 +161,9 @@ nlohmann::json compare_report_json(const CompareReport& report) {
                        {"passed", r.passed()},
                        {"note", r.note}});
   }
-  return {{"golden", report.golden},     {"result", report.result},   {"rule", compare_rule_name(report.rule)},
-          {"passed", report.passed()},    {"failures", report.failures()}, {"tensors", tensors},
-          {"missing", report.missing},    {"ignored", report.ignored}};
+  return {{"golden", report.golden},   {"result", report.result},       {"rule", compare_rule_name(report.rule)},
+          {"passed", report.passed()}, {"failures", report.failures()}, {"tensors", tensors},
+          {"missing", report.missing}, {"ignored", report.ignored}};
 }
 
 }  // namespace dflash

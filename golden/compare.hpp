@@ -44,7 +44,7 @@ struct CompareRow {
   std::string dtype;  // as stored in the result file
   double error = 0;   // infinity when the tensor could not be compared at all
   double bound = 0;
-  std::string note;   // why a row failed, or the floor of a loss-like tensor
+  std::string note;  // why a row failed, or the floor of a loss-like tensor
 
   // A tensor that could not be compared has error infinity and bound 0. A compared one may pass
   // with an infinite error only under an infinite bound: the bf16 rule allows any accuracy when
@@ -55,9 +55,9 @@ struct CompareRow {
 struct CompareReport {
   std::string golden, result;  // the files
   CompareRule rule = CompareRule::exact;
-  std::vector<CompareRow> rows;         // one per result tensor judged, sorted by name
-  std::vector<std::string> missing;     // the golden's output/ and grad/ names the result lacks
-  std::vector<std::string> ignored;     // the golden's input/, frozen/ and param/ names the result holds
+  std::vector<CompareRow> rows;      // one per result tensor judged, sorted by name
+  std::vector<std::string> missing;  // the golden's output/ and grad/ names the result lacks
+  std::vector<std::string> ignored;  // the golden's input/, frozen/ and param/ names the result holds
   int failures() const;
   bool passed() const { return failures() == 0; }
 };

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
-#include "reference/bf16_tolerance.hpp"
 #include "golden/bf16_rule.hpp"
 #include "golden/check.hpp"
+#include "reference/bf16_tolerance.hpp"
 #include "reference/loss_head.hpp"
 
 namespace dflash {
@@ -18,10 +18,14 @@ using safetensors::Dtype;
 // Significand bits of each result dtype: the order "finer than".
 int significand_bits(Dtype dtype) {
   switch (dtype) {
-    case Dtype::F64: return 53;
-    case Dtype::F32: return 24;
-    case Dtype::BF16: return 8;
-    default: return 0;
+    case Dtype::F64:
+      return 53;
+    case Dtype::F32:
+      return 24;
+    case Dtype::BF16:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -31,8 +35,8 @@ LossHeadResult<double> widened(MemoryTracker& tracker, const LossHeadForward<flo
     for (std::int64_t i = 0; i < t.numel(); ++i) out[i] = t[i];
     return out;
   };
-  LossHeadResult<double> r{{}, widen(f.lse), widen(f.token_loss), Tensor<double>(tracker, MemoryCategory::gradients, {0}),
-                           std::nullopt};
+  LossHeadResult<double> r{
+      {}, widen(f.lse), widen(f.token_loss), Tensor<double>(tracker, MemoryCategory::gradients, {0}), std::nullopt};
   r.stats.loss = f.stats.loss;
   r.stats.ce = f.stats.ce;
   r.stats.kl = f.stats.kl;
@@ -65,7 +69,8 @@ std::map<std::string, double, std::less<>> fp32_loss_head_bounds(const Golden& g
   GoldenOutputs measured{loss_head_golden_results(plain, weight_sum), {}};
   for (const auto& [name, t] : measured.tensors) measured.tolerance[name] = std::numeric_limits<double>::infinity();
   std::map<std::string, double, std::less<>> bounds;
-  for (const GoldenCheckRow& row : compare_golden_outputs(golden, measured)) bounds[row.tensor] = kPlainErrorFactor * row.error + kFp32Floor;
+  for (const GoldenCheckRow& row : compare_golden_outputs(golden, measured))
+    bounds[row.tensor] = kPlainErrorFactor * row.error + kFp32Floor;
   return bounds;
 }
 
@@ -78,9 +83,12 @@ std::map<std::string, double, std::less<>> bf16_loss_head_bounds(const Golden& g
 
 std::string_view compare_rule_name(CompareRule rule) {
   switch (rule) {
-    case CompareRule::exact: return "exact";
-    case CompareRule::fp32: return "fp32";
-    case CompareRule::bf16: return "bf16";
+    case CompareRule::exact:
+      return "exact";
+    case CompareRule::fp32:
+      return "fp32";
+    case CompareRule::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -94,9 +102,12 @@ std::optional<CompareRule> compare_rule_from_name(std::string_view name) {
 
 Dtype finest_storage_needed(CompareRule rule) {
   switch (rule) {
-    case CompareRule::exact: return Dtype::F64;
-    case CompareRule::fp32: return Dtype::F32;
-    case CompareRule::bf16: return Dtype::BF16;
+    case CompareRule::exact:
+      return Dtype::F64;
+    case CompareRule::fp32:
+      return Dtype::F32;
+    case CompareRule::bf16:
+      return Dtype::BF16;
   }
   return Dtype::F64;
 }

@@ -35,7 +35,7 @@ std::span<const T> values_of(const Tensor<T>& t) {
 }
 
 const std::string& required_metadata(const safetensors::Metadata& metadata, std::string_view key,
-                                      std::string_view source) {
+                                     std::string_view source) {
   const auto it = metadata.find(std::string(key));
   if (it == metadata.end()) golden_error(source, str("metadata '", key, "' is missing"));
   return it->second;
@@ -78,7 +78,8 @@ Tensor<std::uint8_t> read_flags(const safetensors::Reader& reader, std::string_v
   const std::vector<std::int64_t> v = reader.int64s(name);
   Tensor<std::uint8_t> t(tracker, MemoryCategory::inputs, reader.info(name).shape);
   for (std::size_t i = 0; i < v.size(); ++i) {
-    if (v[i] != 0 && v[i] != 1) golden_error(reader.source(), str("tensor '", name, "' element ", i, " is ", v[i], ", not 0 or 1"));
+    if (v[i] != 0 && v[i] != 1)
+      golden_error(reader.source(), str("tensor '", name, "' element ", i, " is ", v[i], ", not 0 or 1"));
     t[static_cast<std::int64_t>(i)] = static_cast<std::uint8_t>(v[i]);
   }
   return t;
@@ -88,8 +89,10 @@ template <class T>
 Tensor<T> read_tensor(const safetensors::Reader& reader, std::string_view name, MemoryTracker& tracker,
                       MemoryCategory category) {
   std::vector<T> values;
-  if constexpr (std::is_same_v<T, double>) values = reader.doubles(name);
-  else values = reader.int64s(name);
+  if constexpr (std::is_same_v<T, double>)
+    values = reader.doubles(name);
+  else
+    values = reader.int64s(name);
   return Tensor<T>(tracker, category, reader.info(name).shape, values);
 }
 
@@ -114,7 +117,8 @@ void check_golden_tensor_table(const safetensors::Reader& reader, const std::vec
   }
   for (const std::string& name : reader.names()) {
     if (!expected.contains(name)) {
-      golden_error(reader.source(), str("tensor ", safetensors::clipped_quote(name), " is not a SPEC §9 golden tensor"));
+      golden_error(reader.source(),
+                   str("tensor ", safetensors::clipped_quote(name), " is not a SPEC §9 golden tensor"));
     }
   }
 }
@@ -147,7 +151,9 @@ GoldenResults golden_results_of(const DrafterStepResult<double>& step) {
   const DrafterOutputs<double>& o = step.outputs;
   GoldenResults r;
   auto scalar = [&](const char* name, double value) { r[name] = GoldenTensor{{}, {value}}; };
-  auto tensor = [&](const std::string& name, const Tensor<double>& t) { r[name] = GoldenTensor{t.shape(), t.values()}; };
+  auto tensor = [&](const std::string& name, const Tensor<double>& t) {
+    r[name] = GoldenTensor{t.shape(), t.values()};
+  };
   scalar("output/loss", o.stats.loss);
   scalar("output/ce", o.stats.ce);
   scalar("output/kl", o.stats.kl);
@@ -169,7 +175,9 @@ double golden_scalar(const GoldenResults& results, std::string_view name) {
 
 std::vector<GoldenFloatView> golden_float_tensors(const Golden& g) {
   std::vector<GoldenFloatView> views;
-  auto add = [&](std::string name, const Tensor<double>& t) { views.push_back({std::move(name), &t.shape(), values_of(t)}); };
+  auto add = [&](std::string name, const Tensor<double>& t) {
+    views.push_back({std::move(name), &t.shape(), values_of(t)});
+  };
   add("input/target_features", g.batch.target_features);
   add("input/teacher_hidden", g.batch.teacher_hidden);
   add("frozen/embed_tokens.weight", g.frozen.embed_tokens);
@@ -225,7 +233,9 @@ std::vector<std::byte> golden_bytes(const Golden& golden) { return golden_writer
 
 void write_golden(const Golden& golden, const std::filesystem::path& path) { golden_writer(golden).write_file(path); }
 
-Golden read_golden(const std::filesystem::path& path) { return golden_from_reader(safetensors::Reader::open_file(path)); }
+Golden read_golden(const std::filesystem::path& path) {
+  return golden_from_reader(safetensors::Reader::open_file(path));
+}
 
 Golden golden_from_reader(const safetensors::Reader& reader) {
   const std::string& source = reader.source();
@@ -238,8 +248,8 @@ Golden golden_from_reader(const safetensors::Reader& reader) {
   }
   const std::string& version = required_metadata(metadata, "version", source);
   if (version != kGoldenVersion) {
-    golden_error(source, str("metadata 'version' is ", safetensors::clipped_quote(version), "; this dflash reads version ",
-                             kGoldenVersion));
+    golden_error(source, str("metadata 'version' is ", safetensors::clipped_quote(version),
+                             "; this dflash reads version ", kGoldenVersion));
   }
   for (const auto& [key, value] : metadata) {
     if (key != "format" && key != "version" && key != "case" && key != "config" && key != "seed" && key != "step") {

@@ -49,8 +49,8 @@ struct Golden {
 
   std::string source;  // the file it was read from (or what generated it), for messages
   std::string case_name;
-  DrafterConfig config;     // config.seed is the metadata's seed
-  std::uint32_t step = 0;   // optimizer step: the RNG counter's last word (SPEC §4, §6)
+  DrafterConfig config;    // config.seed is the metadata's seed
+  std::uint32_t step = 0;  // optimizer step: the RNG counter's last word (SPEC §4, §6)
   // Counts the tensors below; declared first so that it outlives them.
   std::unique_ptr<MemoryTracker> tracker = std::make_unique<MemoryTracker>();
   DrafterBatch<double> batch;  // explicit anchors and keep: the ones the step used

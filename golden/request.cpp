@@ -27,7 +27,8 @@ constexpr std::int64_t kHeaderBytesForMetadata = 4096;
 GoldenCase golden_request_case(const GoldenRequest& r) {
   if (r.case_name.empty()) throw_input_error("--case", "the case name is empty");
   if (r.sequences < 1) throw_input_error("--sequences", str(r.sequences, " must be at least 1"));
-  if (r.context < 0) throw_input_error("--context", str(r.context, " must be at least 1 (0: block_size x max_anchors)"));
+  if (r.context < 0)
+    throw_input_error("--context", str(r.context, " must be at least 1 (0: block_size x max_anchors)"));
   require_probability_flag(r.attention_dropout, "--attention-dropout");
   require_probability_flag(r.hidden_dropout, "--hidden-dropout");
   GoldenCase c;
@@ -41,7 +42,9 @@ GoldenCase golden_request_case(const GoldenRequest& r) {
   const std::int64_t S = r.context > 0 ? r.context : c.config.block_size * c.config.max_anchors;
   // Inputs from the seed (their own RNG stream), parameters from it too, frozen weights from
   // seed + 1 (init_frozen_weights), as the built-in cases do with theirs.
-  c.batch = {.sequences = r.sequences, .context_length = S, .seed = c.config.seed,
+  c.batch = {.sequences = r.sequences,
+             .context_length = S,
+             .seed = c.config.seed,
              .mask_hole_fraction = kRequestMaskHoleFraction};
   c.parameter_seed = c.config.seed;
   c.step = r.step;
@@ -52,8 +55,8 @@ double golden_step_multiply_adds(const GoldenCase& c) {
   const DrafterDims d = DrafterDims::of(c.config, c.batch.context_length, anchor_slots(c));
   const double S = double(d.S), T = double(d.T), H = double(d.H);
   const double fc = S * double(d.feature_width()) * H;
-  const double projections = T * H * double(d.q_width() + 2 * d.kv_width()) + T * double(d.q_width()) * H +
-                             S * H * double(2 * d.kv_width());
+  const double projections =
+      T * H * double(d.q_width() + 2 * d.kv_width()) + T * double(d.q_width()) * H + S * H * double(2 * d.kv_width());
   const double attention = 2 * T * double(d.keys()) * double(d.q_width());
   const double mlp = 3 * T * H * double(d.I);
   const double logits = 2 * T * double(d.V) * H;
@@ -101,7 +104,8 @@ std::string describe_estimate(const GoldenCostEstimate& e) {
 std::optional<std::string> over_budget(const GoldenCostEstimate& e) {
   std::string why;
   if (e.seconds > kGenerateSecondsBudget) {
-    why += str("the estimated time, ", std::ceil(e.seconds), " s, is over the budget of ", kGenerateSecondsBudget, " s");
+    why +=
+        str("the estimated time, ", std::ceil(e.seconds), " s, is over the budget of ", kGenerateSecondsBudget, " s");
   }
   if (e.bytes > kGenerateBytesBudget) {
     why += str(why.empty() ? "" : "; ", "the estimated memory, ", gib_string(e.bytes), " GiB, is over the budget of ",

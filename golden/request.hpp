@@ -16,9 +16,9 @@ namespace dflash {
 
 struct GoldenRequest {
   DrafterConfig config;
-  std::string case_name;      // the metadata's `case`
-  std::int64_t sequences = 2;  // nseq
-  std::int64_t context = 0;    // S; 0: block_size x max_anchors (room for every slot's block)
+  std::string case_name;              // the metadata's `case`
+  std::int64_t sequences = 2;         // nseq
+  std::int64_t context = 0;           // S; 0: block_size x max_anchors (room for every slot's block)
   std::optional<std::uint64_t> seed;  // replaces the config's seed (RNG and data); none: the config's
   std::uint32_t step = 0;
   std::optional<double> attention_dropout, hidden_dropout;  // replace the config's
@@ -34,8 +34,8 @@ GoldenCase golden_request_case(const GoldenRequest& request);
 
 // What generating a case costs on the CPU, before running it.
 struct GoldenCostEstimate {
-  double multiply_adds = 0;   // of the reference step (forward, backward, recomputation)
-  double seconds = 0;         // multiply_adds x kReferenceSecondsPerMultiplyAdd
+  double multiply_adds = 0;     // of the reference step (forward, backward, recomputation)
+  double seconds = 0;           // multiply_adds x kReferenceSecondsPerMultiplyAdd
   std::int64_t step_bytes = 0;  // the memory plan's total at the reference's 8-byte elements
   std::int64_t file_bytes = 0;  // the golden file
   std::int64_t bytes = 0;       // peak: the step, plus the golden's copy of its results and the file's bytes

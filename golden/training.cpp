@@ -8,9 +8,9 @@
 #include "distributed/single_process_communicator.hpp"
 #include "distributed/train_step.hpp"
 #include "golden/cases.hpp"
-#include "io/strict_json.hpp"
 #include "io/safetensors_reader.hpp"
 #include "io/safetensors_writer.hpp"
+#include "io/strict_json.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
 
@@ -55,7 +55,8 @@ std::vector<GoldenTensorSpec> training_golden_specs(const DrafterConfig& c, std:
 // The steps of the reference training core from the golden's inputs: final state and metrics.
 GoldenResults run_reference_training(MemoryTracker& tracker, const TrainingGolden& g) {
   SingleProcessCommunicator comm;
-  TrainingState state = make_training_state(tracker, g.config, g.training, comm, convert_parameters<double>(tracker, g.initial));
+  TrainingState state =
+      make_training_state(tracker, g.config, g.training, comm, convert_parameters<double>(tracker, g.initial));
   std::vector<StepMetrics> metrics;
   for (std::int64_t t = 0; t < g.steps; ++t) {
     const RankSequences all{0, &g.batches[static_cast<std::size_t>(t)]};
@@ -115,7 +116,8 @@ const std::vector<TrainingGoldenCase>& training_golden_cases() {
   static const std::vector<TrainingGoldenCase> cases = [] {
     TrainingGoldenCase c;
     c.name = "tiny-3-steps";
-    c.summary = "3 AdamW steps, 4 sequences per step in 2 micro-steps, dropout on, clipping active, warm-up then cosine";
+    c.summary =
+        "3 AdamW steps, 4 sequences per step in 2 micro-steps, dropout on, clipping active, warm-up then cosine";
     const GoldenCase& step = golden_case("dropout");  // the step golden with dropout at all three sites
     c.config = step.config;
     c.training.learning_rate = 0.01;
@@ -156,9 +158,10 @@ TrainingGolden generate_training_golden(const TrainingGoldenCase& c) {
   validate_training_config(g.training);
   MemoryTracker& tracker = *g.tracker;
   for (std::int64_t t = 0; t < c.steps; ++t) {
-    g.batches.push_back(make_drafter_batch<double>(
-        tracker, c.config, {.sequences = c.training.global_batch_sequences, .context_length = c.context_length,
-                            .seed = c.data_seed + std::uint64_t(t)}));
+    g.batches.push_back(make_drafter_batch<double>(tracker, c.config,
+                                                   {.sequences = c.training.global_batch_sequences,
+                                                    .context_length = c.context_length,
+                                                    .seed = c.data_seed + std::uint64_t(t)}));
   }
   g.frozen = init_frozen_weights<double>(tracker, c.config, c.parameter_seed + 1);
   g.initial = init_drafter_parameters<double>(tracker, c.config, c.parameter_seed, 0.3);
@@ -174,7 +177,9 @@ void write_training_golden(const TrainingGolden& g, const std::filesystem::path&
   w.set_metadata("config", config_json(g).dump());
   w.set_metadata("seed", std::to_string(g.config.seed));
   w.set_metadata("steps", std::to_string(g.steps));
-  auto floats = [&](const std::string& name, const Tensor<double>& t) { w.add_floats(name, Dtype::F64, t.shape(), t.span()); };
+  auto floats = [&](const std::string& name, const Tensor<double>& t) {
+    w.add_floats(name, Dtype::F64, t.shape(), t.span());
+  };
   auto integers = [&](const std::string& name, const Shape& shape, const auto& values) {
     const std::vector<std::int64_t> wide(values.begin(), values.end());
     w.add_integers(name, Dtype::I64, shape, wide);
@@ -208,12 +213,12 @@ TrainingGolden read_training_golden(const std::filesystem::path& path) {
   }
   if (meta.size() != 6) training_golden_error(source, str("metadata has ", meta.size(), " keys; expected 6"));
   if (meta.at("format") != kTrainingGoldenFormat) {
-    training_golden_error(source, str("format ", safetensors::clipped_quote(meta.at("format")), " is not ",
-                                      kTrainingGoldenFormat));
+    training_golden_error(
+        source, str("format ", safetensors::clipped_quote(meta.at("format")), " is not ", kTrainingGoldenFormat));
   }
   if (meta.at("version") != kTrainingGoldenVersion) {
-    training_golden_error(source, str("version ", safetensors::clipped_quote(meta.at("version")), " is not ",
-                                      kTrainingGoldenVersion));
+    training_golden_error(
+        source, str("version ", safetensors::clipped_quote(meta.at("version")), " is not ", kTrainingGoldenVersion));
   }
   TrainingGolden g;
   g.source = source;
@@ -227,7 +232,8 @@ TrainingGolden read_training_golden(const std::filesystem::path& path) {
   }
   const std::string& steps = meta.at("steps");
   if (steps.empty() || steps.size() > 6 || steps.find_first_not_of("0123456789") != std::string::npos || steps == "0") {
-    training_golden_error(source, str("metadata steps ", safetensors::clipped_quote(steps), " is not a count in [1, 999999]"));
+    training_golden_error(source,
+                          str("metadata steps ", safetensors::clipped_quote(steps), " is not a count in [1, 999999]"));
   }
   g.steps = std::stoll(steps);
   const std::string first = step_input(0, "tokens");
@@ -251,7 +257,8 @@ TrainingGolden read_training_golden(const std::filesystem::path& path) {
                            std::nullopt};
     const std::vector<std::int64_t> m = reader.int64s(mask);
     for (std::size_t i = 0; i < m.size(); ++i) {
-      if (m[i] != 0 && m[i] != 1) training_golden_error(source, str("tensor '", mask, "' element ", i, " is ", m[i], ", not 0 or 1"));
+      if (m[i] != 0 && m[i] != 1)
+        training_golden_error(source, str("tensor '", mask, "' element ", i, " is ", m[i], ", not 0 or 1"));
       b.loss_mask[static_cast<std::int64_t>(i)] = static_cast<std::uint8_t>(m[i]);
     }
     validate_drafter_batch(g.config, b, 0);
@@ -265,7 +272,8 @@ TrainingGolden read_training_golden(const std::filesystem::path& path) {
     if (name.starts_with("final/") || name.starts_with("metrics/")) {
       std::vector<double> values = reader.doubles(name);
       for (double v : values) {
-        if (!std::isfinite(v)) training_golden_error(source, str("tensor '", name, "' holds ", v, "; results must be finite"));
+        if (!std::isfinite(v))
+          training_golden_error(source, str("tensor '", name, "' holds ", v, "; results must be finite"));
       }
       g.results[name] = GoldenTensor{reader.info(name).shape, std::move(values)};
     }
@@ -274,7 +282,8 @@ TrainingGolden read_training_golden(const std::filesystem::path& path) {
 }
 
 TrainingGoldenImplementation reference_training_golden_implementation() {
-  return {"reference", "the double-precision reference training core on one process (train_step, AdamW, ZeRO as configured)",
+  return {"reference",
+          "the double-precision reference training core on one process (train_step, AdamW, ZeRO as configured)",
           [](MemoryTracker& tracker, const TrainingGolden& g) {
             GoldenOutputs out = with_tolerance(run_reference_training(tracker, g), kReferenceTolerance);
             for (auto& [name, tolerance] : out.tolerance) {

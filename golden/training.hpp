@@ -60,7 +60,7 @@ struct TrainingGolden {
   TrainingConfig training;
   std::int64_t steps = 0;
   std::unique_ptr<MemoryTracker> tracker = std::make_unique<MemoryTracker>();  // outlives the tensors below
-  std::vector<DrafterBatch<double>> batches;  // one per step, sampled anchors
+  std::vector<DrafterBatch<double>> batches;                                   // one per step, sampled anchors
   FrozenWeights<double> frozen;
   DrafterParameters<double> initial;
   GoldenResults results;  // final/..., metrics/...

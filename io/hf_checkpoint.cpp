@@ -6,8 +6,8 @@
 #include <set>
 #include <system_error>
 
-#include "io/strict_json.hpp"
 #include "io/errors.hpp"
+#include "io/strict_json.hpp"
 
 namespace dflash {
 

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "io/strict_json.hpp"
 #include "io/errors.hpp"
+#include "io/strict_json.hpp"
 
 namespace dflash::safetensors {
 

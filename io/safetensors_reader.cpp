@@ -5,8 +5,8 @@
 #include <fstream>
 #include <system_error>
 
-#include "io/strict_json.hpp"
 #include "io/errors.hpp"
+#include "io/strict_json.hpp"
 
 namespace dflash::safetensors {
 

@@ -2,8 +2,8 @@
 
 #include <limits>
 
-#include "io/strict_json.hpp"
 #include "io/errors.hpp"
+#include "io/strict_json.hpp"
 
 namespace dflash::safetensors {
 

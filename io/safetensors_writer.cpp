@@ -13,8 +13,8 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "io/strict_json.hpp"
 #include "io/errors.hpp"
+#include "io/strict_json.hpp"
 
 namespace dflash::safetensors {
 

@@ -15,7 +15,8 @@ namespace {
 class Digest {
  public:
   Digest() : ctx_(EVP_MD_CTX_new(), &EVP_MD_CTX_free) {
-    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) throw std::runtime_error("sha256: init failed");
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+      throw std::runtime_error("sha256: init failed");
   }
   void update(const char* data, std::size_t n) {
     if (EVP_DigestUpdate(ctx_.get(), data, n) != 1) throw std::runtime_error("sha256: update failed");

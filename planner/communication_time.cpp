@@ -7,7 +7,8 @@ namespace dflash {
 CollectiveTime ring_collective(std::string name, std::int64_t bytes, std::int64_t passes, std::int64_t gpus) {
   // passes x (G - 1)/G of the buffer, in bytes (exact: the padded buffers are multiples of G).
   const std::int64_t bus = checked_product({passes, gpus - 1, bytes}) / gpus;
-  return {std::move(name), bytes, bus, double(bus) / kNvlinkBusBytesPerSecond, double(bus) / kInterNodeBusBytesPerSecond};
+  return {std::move(name), bytes, bus, double(bus) / kNvlinkBusBytesPerSecond,
+          double(bus) / kInterNodeBusBytesPerSecond};
 }
 
 std::vector<CollectiveTime> step_communication(std::int64_t trainable, const TrainingPrecision& p,

@@ -28,9 +28,9 @@ inline constexpr double kNvlinkBusBytesPerSecond = 360e9;
 inline constexpr double kInterNodeBusBytesPerSecond = 50e9;
 
 struct CollectiveTime {
-  std::string collective;     // "all_reduce gradients", ...
-  std::int64_t bytes = 0;     // the buffer each GPU contributes
-  std::int64_t bus_bytes = 0; // what each GPU sends in a ring
+  std::string collective;      // "all_reduce gradients", ...
+  std::int64_t bytes = 0;      // the buffer each GPU contributes
+  std::int64_t bus_bytes = 0;  // what each GPU sends in a ring
   double nvlink_seconds = 0;
   double inter_node_seconds = 0;
 };

@@ -1,13 +1,15 @@
 #include "planner/decoder_config.hpp"
 
-#include "planner/checked_bytes.hpp"
-#include "io/json_fields.hpp"
 #include "io/errors.hpp"
+#include "io/json_fields.hpp"
+#include "planner/checked_bytes.hpp"
 
 namespace dflash {
 
 void validate_decoder_config(const DecoderConfig& c, std::string_view source) {
-  auto positive = [&](std::int64_t v, std::string_view field) { require_at_least(v, 1, config_field_name(source, field)); };
+  auto positive = [&](std::int64_t v, std::string_view field) {
+    require_at_least(v, 1, config_field_name(source, field));
+  };
   positive(c.hidden_size, "hidden_size");
   positive(c.intermediate_size, "intermediate_size");
   positive(c.num_attention_heads, "num_attention_heads");
@@ -15,8 +17,8 @@ void validate_decoder_config(const DecoderConfig& c, std::string_view source) {
   positive(c.head_dim, "head_dim");
   positive(c.num_hidden_layers, "num_hidden_layers");
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    throw_input_error(config_field_name(source, "num_key_value_heads"), str(c.num_key_value_heads, " does not divide num_attention_heads = ",
-                                                 c.num_attention_heads));
+    throw_input_error(config_field_name(source, "num_key_value_heads"),
+                      str(c.num_key_value_heads, " does not divide num_attention_heads = ", c.num_attention_heads));
   }
 }
 

@@ -12,10 +12,10 @@ inline constexpr std::int64_t kHeadroomPercent = 5;
 
 struct DeviceFit {
   std::int64_t device_bytes = 0;
-  std::int64_t headroom_bytes = 0;  // max(5% of device, 2 GiB)
-  std::int64_t usable_bytes = 0;    // device - headroom
-  std::int64_t total_bytes = 0;     // the plan's total
-  bool fits = false;                // total <= usable
+  std::int64_t headroom_bytes = 0;                                        // max(5% of device, 2 GiB)
+  std::int64_t usable_bytes = 0;                                          // device - headroom
+  std::int64_t total_bytes = 0;                                           // the plan's total
+  bool fits = false;                                                      // total <= usable
   std::int64_t free_bytes() const { return usable_bytes - total_bytes; }  // negative when it does not fit
 };
 

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "io/errors.hpp"
 #include "planner/communication_time.hpp"
 #include "reference/drafter_parameters.hpp"
 #include "reference/drafter_trunk.hpp"
-#include "io/errors.hpp"
 
 namespace dflash {
 
@@ -42,7 +42,8 @@ double tensor_final_flops(const PlanRequest& r, const TrunkFlops& flops, std::ve
   const double window = done + flops.context.backward;
   final_at.assign(first_layer_parameter(L) + 1, window);
   for (std::int64_t l = 0; l < L; ++l) {
-    for (std::size_t i = 0; i < kParametersPerLayer; ++i) final_at[first_layer_parameter(l) + i] = layer_end[std::size_t(l)];
+    for (std::size_t i = 0; i < kParametersPerLayer; ++i)
+      final_at[first_layer_parameter(l) + i] = layer_end[std::size_t(l)];
   }
   final_at[first_layer_parameter(L)] = 0;
   return window;
@@ -73,7 +74,8 @@ GradientOverlap gradient_overlap(const PlanRequest& r) {
   std::vector<double> ready, nvlink, inter_node;
   for (std::int64_t k = buckets.count() - 1; k >= 0; --k) {
     const std::int64_t e = buckets.first(k);
-    const auto tensor = static_cast<std::size_t>(std::upper_bound(offsets.begin(), offsets.end(), e) - offsets.begin()) - 1;
+    const auto tensor =
+        static_cast<std::size_t>(std::upper_bound(offsets.begin(), offsets.end(), e) - offsets.begin()) - 1;
     ready.push_back(e >= count ? 0.0 : final_at[tensor] / kAchievedFlopsPerSecond);  // padding alone: at once
     const CollectiveTime t = layout.zero_stage == 0
                                  ? ring_collective("all_reduce", buckets.elements(k) * bytes, 2, G)

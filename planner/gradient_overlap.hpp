@@ -40,15 +40,15 @@ inline constexpr double kAchievedFlopsPerSecond = kH200DenseBf16FlopsPerSecond *
 double exposed_seconds(std::span<const double> ready, std::span<const double> duration, double window_end);
 
 struct LinkOverlap {
-  double gradient_seconds = 0;  // the bucketed reduce-scatter (ZeRO-1) or all-reduce (ZeRO-0)
-  double exposed_seconds = 0;   // what of it ends after the window
+  double gradient_seconds = 0;        // the bucketed reduce-scatter (ZeRO-1) or all-reduce (ZeRO-0)
+  double exposed_seconds = 0;         // what of it ends after the window
   double after_backward_seconds = 0;  // ZeRO-1's all-gather, after the optimizer step: all exposed
-  bool fits_in_backward = false;  // gradient_seconds <= the window: enough backward to hide behind
+  bool fits_in_backward = false;      // gradient_seconds <= the window: enough backward to hide behind
 };
 
 struct GradientOverlap {
-  double window_flops = 0;     // the last sequence's trunk backward (recomputation included)
-  double window_seconds = 0;   // at kAchievedFlopsPerSecond
+  double window_flops = 0;           // the last sequence's trunk backward (recomputation included)
+  double window_seconds = 0;         // at kAchievedFlopsPerSecond
   double step_backward_seconds = 0;  // every sequence's trunk backward of the step on one GPU
   std::int64_t buckets = 0;
   LinkOverlap nvlink, inter_node;

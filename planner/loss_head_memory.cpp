@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "planner/checked_bytes.hpp"
 #include "io/errors.hpp"
+#include "planner/checked_bytes.hpp"
 
 namespace dflash {
 namespace {
@@ -39,7 +39,7 @@ LossHeadHeadline loss_head_headline(const LossHeadShape& s) {
 
 CategoryBytes loss_head_memory(const LossHeadShape& s, LossPolicy policy) {
   const LossHeadHeadline h = loss_head_headline(s);
-  const std::int64_t rows_bytes = h.saved_input_bytes;  // Y's rows
+  const std::int64_t rows_bytes = h.saved_input_bytes;                        // Y's rows
   const std::int64_t row_grads = h.saved(LossPolicy::chunk_grad_in_forward);  // dL/dY
   const std::int64_t row_stats = checked_product({3, s.rows, s.statistic_bytes});
   const std::int64_t chunk_pair = checked_product({2, h.chunk_logits_bytes});
@@ -47,7 +47,8 @@ CategoryBytes loss_head_memory(const LossHeadShape& s, LossPolicy policy) {
   switch (policy) {
     case LossPolicy::materialize:
     case LossPolicy::chunk_retain:
-      m[PlanCategory::loss_saved] = checked_sum(checked_sum(h.saved(policy), row_stats), s.lm_head_grad ? rows_bytes : 0);
+      m[PlanCategory::loss_saved] =
+          checked_sum(checked_sum(h.saved(policy), row_stats), s.lm_head_grad ? rows_bytes : 0);
       break;
     case LossPolicy::chunk_recompute:
       m[PlanCategory::loss_saved] = checked_sum(rows_bytes, row_stats);

@@ -15,10 +15,10 @@
 namespace dflash {
 
 struct LossHeadShape {
-  std::int64_t rows = 0;        // T, block tokens on this GPU
-  std::int64_t hidden = 0;      // H
-  std::int64_t vocab = 0;       // V
-  std::int64_t chunk_rows = 0;  // c (materialize ignores it: one chunk of all rows)
+  std::int64_t rows = 0;             // T, block tokens on this GPU
+  std::int64_t hidden = 0;           // H
+  std::int64_t vocab = 0;            // V
+  std::int64_t chunk_rows = 0;       // c (materialize ignores it: one chunk of all rows)
   std::int64_t element_bytes = 2;    // logits, log-probs, input rows, dL/dY (bf16 in production)
   std::int64_t statistic_bytes = 4;  // per-row statistics and outputs (fp32 in production)
   bool lm_head_grad = false;         // also dL/dW_lm (an unfrozen head)
@@ -37,7 +37,7 @@ struct LossHeadHeadline {
   // logits and log-probs of every row (2 T V b); chunk_recompute the input rows (T H b);
   // chunk_grad_in_forward dL/dY (T H g, g = gradient_element_bytes()). Indexed by LossPolicy.
   std::array<std::int64_t, 4> saved_bytes{};
-  std::int64_t saved_input_bytes = 0;   // T H b: the student input rows chunk_recompute keeps
+  std::int64_t saved_input_bytes = 0;  // T H b: the student input rows chunk_recompute keeps
 
   std::int64_t saved(LossPolicy p) const { return saved_bytes[static_cast<std::size_t>(p)]; }
 };

@@ -14,17 +14,18 @@ constexpr std::int64_t kKilo = 1000, kKibi = 1024;
 constexpr std::array<std::pair<std::string_view, std::int64_t>, 9> kUnits = {{
     {"b", 1},
     {"kb", kKilo},
-    {"mb", kKilo * kKilo},
-    {"gb", kKilo * kKilo * kKilo},
-    {"tb", kKilo * kKilo * kKilo * kKilo},
+    {"mb", kKilo* kKilo},
+    {"gb", kKilo* kKilo* kKilo},
+    {"tb", kKilo* kKilo* kKilo* kKilo},
     {"kib", kKibi},
-    {"mib", kKibi * kKibi},
-    {"gib", kKibi * kKibi * kKibi},
-    {"tib", kKibi * kKibi * kKibi * kKibi},
+    {"mib", kKibi* kKibi},
+    {"gib", kKibi* kKibi* kKibi},
+    {"tib", kKibi* kKibi* kKibi* kKibi},
 }};
 
 [[noreturn]] void not_a_size(std::string_view text, std::string_view argument) {
-  throw_input_error(argument, str("'", text, "' is not a size (expected bytes or a number with KB/MB/GB/TB/KiB/MiB/GiB/TiB)"));
+  throw_input_error(argument,
+                    str("'", text, "' is not a size (expected bytes or a number with KB/MB/GB/TB/KiB/MiB/GiB/TiB)"));
 }
 
 std::string lower(std::string_view s) {
@@ -45,7 +46,8 @@ std::int64_t parse_memory_size(std::string_view text, std::string_view argument)
     if (__builtin_mul_overflow(whole, 10, &whole) || __builtin_add_overflow(whole, text[i] - '0', &whole)) overflow();
   }
   if (i == digits_start) {
-    if (!text.empty() && text[0] == '-') throw_input_error(argument, str("'", text, "' is negative; a size must be positive"));
+    if (!text.empty() && text[0] == '-')
+      throw_input_error(argument, str("'", text, "' is negative; a size must be positive"));
     not_a_size(text, argument);
   }
   if (i < text.size() && text[i] == '.') {

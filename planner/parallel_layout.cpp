@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "planner/checked_bytes.hpp"
 #include "io/errors.hpp"
+#include "planner/checked_bytes.hpp"
 
 namespace dflash {
 
@@ -28,7 +28,8 @@ std::int64_t bucket_elements(std::int64_t count, const ParallelLayout& layout, s
   require_at_least(element_bytes, 1, "bucket element bytes");
   const std::int64_t fit = layout.bucket_bytes / element_bytes;
   if (layout.zero_stage < 1) return std::max<std::int64_t>(1, std::min(count, fit));
-  const std::int64_t piece = std::min(elements_per_gpu(count, layout, true), std::max<std::int64_t>(1, fit / layout.gpus));
+  const std::int64_t piece =
+      std::min(elements_per_gpu(count, layout, true), std::max<std::int64_t>(1, fit / layout.gpus));
   return checked_product({layout.gpus, piece});
 }
 

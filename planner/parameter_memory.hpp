@@ -20,8 +20,8 @@
 namespace dflash {
 
 struct ParameterCounts {
-  std::int64_t trainable = 0;  // P: every tensor of SPEC §3's parameter list
-  std::int64_t frozen = 0;     // E and W_lm: 2 V H
+  std::int64_t trainable = 0;     // P: every tensor of SPEC §3's parameter list
+  std::int64_t frozen = 0;        // E and W_lm: 2 V H
   std::int64_t norm_weights = 0;  // of P, the RMSNorm weights (every vector): fp32 on the CUDA step
 };
 

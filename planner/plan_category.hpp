@@ -29,9 +29,9 @@ enum class PlanCategory : int {
 inline constexpr int kPlanCategoryCount = 11;
 
 inline constexpr std::array<PlanCategory, kPlanCategoryCount> kAllPlanCategories = {
-    PlanCategory::parameters, PlanCategory::frozen,     PlanCategory::master_weights, PlanCategory::gradients,
-    PlanCategory::optimizer_state, PlanCategory::inputs, PlanCategory::saved,          PlanCategory::loss_saved,
-    PlanCategory::transient,  PlanCategory::outputs,    PlanCategory::communication};
+    PlanCategory::parameters,      PlanCategory::frozen,  PlanCategory::master_weights, PlanCategory::gradients,
+    PlanCategory::optimizer_state, PlanCategory::inputs,  PlanCategory::saved,          PlanCategory::loss_saved,
+    PlanCategory::transient,       PlanCategory::outputs, PlanCategory::communication};
 
 std::string_view plan_category_name(PlanCategory category);   // JSON key, e.g. "loss_saved"
 std::string_view plan_category_label(PlanCategory category);  // table label, e.g. "saved activations (loss head)"

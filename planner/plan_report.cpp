@@ -44,10 +44,14 @@ json activation_json(const ActivationMemory& a) {
 }
 
 json precision_json(const TrainingPrecision& p) {
-  return {{"parameter_bytes", p.parameter_bytes},         {"master_bytes", p.master_bytes},
-          {"optimizer_state_bytes", p.optimizer_state_bytes}, {"gradient_bytes", p.gradient_bytes},
-          {"frozen_bytes", p.frozen_bytes},               {"activation_bytes", p.activation_bytes},
-          {"statistic_bytes", p.statistic_bytes},         {"input_bytes", p.input_bytes},
+  return {{"parameter_bytes", p.parameter_bytes},
+          {"master_bytes", p.master_bytes},
+          {"optimizer_state_bytes", p.optimizer_state_bytes},
+          {"gradient_bytes", p.gradient_bytes},
+          {"frozen_bytes", p.frozen_bytes},
+          {"activation_bytes", p.activation_bytes},
+          {"statistic_bytes", p.statistic_bytes},
+          {"input_bytes", p.input_bytes},
           {"trunk", p.trunk == TrunkMemoryModel::cuda ? "cuda" : "reference"}};
 }
 
@@ -78,8 +82,7 @@ std::string seconds_text(double s) {
 
 void print_communication(std::ostream& out, const MemoryPlan& plan) {
   const PlanRequest& r = plan.request;
-  const std::vector<CollectiveTime> collectives =
-      step_communication(plan.parameters.trainable, r.precision, r.layout);
+  const std::vector<CollectiveTime> collectives = step_communication(plan.parameters.trainable, r.precision, r.layout);
   if (collectives.empty()) return;
   out << "\ncommunication per GPU and step (" << r.layout.gpus << " GPUs, ZeRO-" << r.layout.zero_stage << "):\n";
   for (const CollectiveTime& c : collectives) {
@@ -125,8 +128,11 @@ json plan_json(const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdict
   json collectives = json::array();
   double nvlink_seconds = 0, inter_node_seconds = 0;
   for (const CollectiveTime& t : step_communication(plan.parameters.trainable, r.precision, r.layout)) {
-    collectives.push_back({{"collective", t.collective}, {"bytes", t.bytes}, {"bus_bytes", t.bus_bytes},
-                           {"nvlink_seconds", t.nvlink_seconds}, {"inter_node_seconds", t.inter_node_seconds}});
+    collectives.push_back({{"collective", t.collective},
+                           {"bytes", t.bytes},
+                           {"bus_bytes", t.bus_bytes},
+                           {"nvlink_seconds", t.nvlink_seconds},
+                           {"inter_node_seconds", t.inter_node_seconds}});
     nvlink_seconds += t.nvlink_seconds;
     inter_node_seconds += t.inter_node_seconds;
   }
@@ -203,9 +209,9 @@ void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<Pol
   for (PlanCategory c : kAllPlanCategories) row(out, plan_category_label(c), plan.categories[c]);
   row(out, "total", plan.fit.total_bytes);
   const DeviceFit& f = plan.fit;
-  out << "device " << grouped(f.device_bytes) << " B = " << gib_string(f.device_bytes) << " GiB, headroom max(5%, 2 GiB) "
-      << gib_string(f.headroom_bytes)
-      << " GiB, usable " << gib_string(f.usable_bytes) << " GiB\n"
+  out << "device " << grouped(f.device_bytes) << " B = " << gib_string(f.device_bytes)
+      << " GiB, headroom max(5%, 2 GiB) " << gib_string(f.headroom_bytes) << " GiB, usable "
+      << gib_string(f.usable_bytes) << " GiB\n"
       << "verdict: " << verdict_text(f) << "\n";
   print_communication(out, plan);
   out << "\n";
@@ -217,9 +223,9 @@ void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<Pol
   out << " GiB\n";
   const ActivationMemory& a = plan.activations;
   out << "trunk: " << grouped(a.values_per_token_per_layer) << " values per block token per layer; all "
-      << r.config.num_hidden_layers << " layers kept " << gib_string(a.all_layers_bytes) << " GiB, residual stream alone "
-      << gib_string(a.residual_only_bytes) << " GiB, every_k with k = " << a.checkpoint_every << " "
-      << gib_string(a.checkpointed_bytes) << " GiB\n\n";
+      << r.config.num_hidden_layers << " layers kept " << gib_string(a.all_layers_bytes)
+      << " GiB, residual stream alone " << gib_string(a.residual_only_bytes)
+      << " GiB, every_k with k = " << a.checkpoint_every << " " << gib_string(a.checkpointed_bytes) << " GiB\n\n";
 
   out << "policy combinations (" << r.layout.gpus << " GPU(s), device " << gib_string(f.device_bytes) << " GiB):\n"
       << padded("loss policy", 24) << padded("trunk policy", 14) << padded("ZeRO-0 GiB", 12, true) << "  "
@@ -227,9 +233,10 @@ void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<Pol
   for (std::size_t i = 0; i + 1 < verdicts.size(); i += 2) {
     const PolicyVerdict& z0 = verdicts[i];
     const PolicyVerdict& z1 = verdicts[i + 1];
-    out << padded(std::string(loss_policy_name(z0.loss_policy)), 24) << padded(std::string(trunk_policy_name(z0.trunk_policy)), 14)
-        << padded(gib_string(z0.total_bytes), 12, true) << "  " << padded(z0.fits ? "fits" : "does not fit", 14)
-        << padded(gib_string(z1.total_bytes), 12, true) << "  " << (z1.fits ? "fits" : "does not fit") << "\n";
+    out << padded(std::string(loss_policy_name(z0.loss_policy)), 24)
+        << padded(std::string(trunk_policy_name(z0.trunk_policy)), 14) << padded(gib_string(z0.total_bytes), 12, true)
+        << "  " << padded(z0.fits ? "fits" : "does not fit", 14) << padded(gib_string(z1.total_bytes), 12, true) << "  "
+        << (z1.fits ? "fits" : "does not fit") << "\n";
   }
 }
 
@@ -266,9 +273,9 @@ void print_decoder_plan(std::ostream& out, const DecoderPlan& plan) {
   const DecoderConfig& c = plan.config;
   const ActivationMemory& a = plan.activations;
   out << "Saved activations of a decoder stack: " << c.num_hidden_layers << " layers, H " << c.hidden_size << ", I "
-      << c.intermediate_size << ", " << c.num_attention_heads << " heads / " << c.num_key_value_heads
-      << " kv heads of " << c.head_dim << (c.attn_output_gate ? ", gated attention output" : "") << ", "
-      << plan.tokens << " tokens, " << plan.element_bytes << " B per value\n\n"
+      << c.intermediate_size << ", " << c.num_attention_heads << " heads / " << c.num_key_value_heads << " kv heads of "
+      << c.head_dim << (c.attn_output_gate ? ", gated attention output" : "") << ", " << plan.tokens << " tokens, "
+      << plan.element_bytes << " B per value\n\n"
       << padded("block", 11) << padded("tensor kept for backward", 40) << padded("values/token", 14, true) << "\n";
   for (const PerTokenTensor& t : plan.layer_tensors) {
     out << padded(std::string(t.block), 11) << padded(std::string(t.name), 40)

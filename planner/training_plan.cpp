@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
+#include "io/errors.hpp"
 #include "planner/checked_bytes.hpp"
 #include "reference/drafter_dims.hpp"
-#include "io/errors.hpp"
 
 namespace dflash {
 
@@ -77,9 +77,14 @@ MemoryPlan plan_training_memory(const PlanRequest& r) {
   const TrainingPrecision& p = r.precision;
 
   plan.parameters = drafter_parameter_counts(r.config);
-  plan.loss_head_shape = {.rows = dims.T, .hidden = dims.H, .vocab = dims.V, .chunk_rows = r.loss_chunk_rows,
-                          .element_bytes = p.activation_bytes, .statistic_bytes = p.statistic_bytes,
-                          .lm_head_grad = r.lm_head_grad, .gradient_bytes = p.gradient_bytes};
+  plan.loss_head_shape = {.rows = dims.T,
+                          .hidden = dims.H,
+                          .vocab = dims.V,
+                          .chunk_rows = r.loss_chunk_rows,
+                          .element_bytes = p.activation_bytes,
+                          .statistic_bytes = p.statistic_bytes,
+                          .lm_head_grad = r.lm_head_grad,
+                          .gradient_bytes = p.gradient_bytes};
   plan.loss_head = loss_head_headline(plan.loss_head_shape);
   plan.trunk = plan_trunk(dims, r.trunk_policy, r.checkpoint_every, p);
   plan.activations = trunk_activation_summary(dims, r.checkpoint_every, p);
@@ -87,8 +92,9 @@ MemoryPlan plan_training_memory(const PlanRequest& r) {
   CategoryBytes c = parameter_memory(plan.parameters, p, r.layout);
   // The CUDA step's loss head computes only the valid rows and has its own closed form (it also
   // refuses chunk_retain and dL/dW_lm, by name); the reference's allocates as loss_head_memory says.
-  const CategoryBytes loss = p.trunk == TrunkMemoryModel::cuda ? cuda_loss_head_memory(plan.loss_head_shape, r.loss_policy)
-                                                               : loss_head_memory(plan.loss_head_shape, r.loss_policy);
+  const CategoryBytes loss = p.trunk == TrunkMemoryModel::cuda
+                                 ? cuda_loss_head_memory(plan.loss_head_shape, r.loss_policy)
+                                 : loss_head_memory(plan.loss_head_shape, r.loss_policy);
   const std::int64_t hidden_rows = checked_product({dims.T, dims.H, p.activation_bytes});  // Y, or G's rows
   const std::int64_t n = r.sequences;
   const std::int64_t feature_grad = r.features_grad ? plan.trunk.feature_grad_bytes : 0;  // one sequence's dL/dF
@@ -98,9 +104,8 @@ MemoryPlan plan_training_memory(const PlanRequest& r) {
     // the trunk backward; only the loss head's rows are outputs. Its norm weights are fp32, its
     // matrices at parameter_bytes.
     const std::int64_t norms = plan.parameters.norm_weights;
-    c[PlanCategory::parameters] =
-        checked_sum(checked_product({plan.parameters.trainable - norms, p.parameter_bytes}),
-                    checked_product({norms, kCudaTrunkFp32Bytes}));
+    c[PlanCategory::parameters] = checked_sum(checked_product({plan.parameters.trainable - norms, p.parameter_bytes}),
+                                              checked_product({norms, kCudaTrunkFp32Bytes}));
     c[PlanCategory::gradients] =
         checked_sum(checked_sum(c[PlanCategory::gradients], feature_grad), loss[PlanCategory::gradients]);
     c[PlanCategory::inputs] = cuda_step_input_bytes(dims, p);

@@ -50,9 +50,9 @@ inline constexpr std::int64_t kDefaultDeviceBytes = 95'000'000'000;  // 95 GB (S
 
 struct PlanRequest {
   DrafterConfig config;
-  std::int64_t tokens = 0;   // T block tokens per GPU, a multiple of block_size
+  std::int64_t tokens = 0;                       // T block tokens per GPU, a multiple of block_size
   std::int64_t context = kDefaultContextLength;  // S
-  std::int64_t sequences = 1;  // sequences per GPU per micro-step, each with T block tokens and S context
+  std::int64_t sequences = 1;    // sequences per GPU per micro-step, each with T block tokens and S context
   std::int64_t micro_steps = 1;  // U: a training step holds the inputs of all its U micro-steps (W first, TRAINING §11)
   LossPolicy loss_policy = LossPolicy::chunk_recompute;
   std::int64_t loss_chunk_rows = 2048;

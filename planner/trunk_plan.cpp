@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "planner/checked_bytes.hpp"
 #include "io/errors.hpp"
+#include "planner/checked_bytes.hpp"
 
 namespace dflash {
 namespace {
@@ -62,7 +62,8 @@ std::int64_t trunk_transient_elements(const DrafterDims& m, TrunkPolicy policy, 
   std::int64_t peak = 2 * X;  // end of forward
   for (std::int64_t l = 0; l < m.L; ++l) {
     const bool boundary = policy == TrunkPolicy::none || l % segment == 0;
-    peak = std::max(peak, sum({boundary ? 0 : X, policy == TrunkPolicy::none ? 0 : layer_activations, R, layer_scratch}));
+    peak =
+        std::max(peak, sum({boundary ? 0 : X, policy == TrunkPolicy::none ? 0 : layer_activations, R, layer_scratch}));
   }
   if (policy != TrunkPolicy::none) peak = std::max(peak, sum({X, C, R, layer_scratch}));
   const std::int64_t mlp = sum({3 * X, 3 * TI});

@@ -26,10 +26,10 @@
 namespace dflash {
 
 struct TrunkPlan {
-  TrunkSavedPlan saved_tensors;        // the reference's list for the policy (reference model only)
-  std::int64_t saved_bytes = 0;        // peak of MemoryCategory::saved
-  std::int64_t transient_bytes = 0;    // peak of the trunk's scratch (MemoryCategory::transient)
-  std::int64_t feature_grad_bytes = 0; // dL/dF [S, K H], handed back as a gradient
+  TrunkSavedPlan saved_tensors;         // the reference's list for the policy (reference model only)
+  std::int64_t saved_bytes = 0;         // peak of MemoryCategory::saved
+  std::int64_t transient_bytes = 0;     // peak of the trunk's scratch (MemoryCategory::transient)
+  std::int64_t feature_grad_bytes = 0;  // dL/dF [S, K H], handed back as a gradient
 };
 
 // Throws InputError naming the field (context, tokens, checkpoint_every).

@@ -49,8 +49,7 @@ void validate_anchor_slots(std::span<const std::int64_t> anchors, std::span<cons
   for (std::size_t n = 0; n < anchors.size(); ++n) {
     if (keep[n] > 1) throw_input_error(str(name, ", keep[", n, "]"), str(int(keep[n]), " is not 0 or 1"));
     if (anchors[n] < 0 || anchors[n] >= context_length) {
-      throw_input_error(str(name, ", anchor[", n, "]"),
-                        str(anchors[n], " is outside [0, S = ", context_length, ")"));
+      throw_input_error(str(name, ", anchor[", n, "]"), str(anchors[n], " is outside [0, S = ", context_length, ")"));
     }
     if (keep[n] == 0) continue;
     if (anchors[n] <= previous) {

@@ -53,9 +53,12 @@ SequenceBlocks<Real> sequence_blocks(std::span<const std::int64_t> tokens, std::
   const auto S = static_cast<std::int64_t>(tokens.size());
   const auto N = static_cast<std::int64_t>(slots.anchors.size());
   const std::int64_t B = block_size, T = N * B;
-  SequenceBlocks<Real> b{std::vector<std::int64_t>(T, mask_token_id), std::vector<std::int64_t>(T),
-                         std::vector<std::int64_t>(T, -1), std::vector<Real>(T, Real(0)),
-                         std::vector<std::uint8_t>(T, 0), std::vector<std::int64_t>(T, -1)};
+  SequenceBlocks<Real> b{std::vector<std::int64_t>(T, mask_token_id),
+                         std::vector<std::int64_t>(T),
+                         std::vector<std::int64_t>(T, -1),
+                         std::vector<Real>(T, Real(0)),
+                         std::vector<std::uint8_t>(T, 0),
+                         std::vector<std::int64_t>(T, -1)};
   for (std::int64_t n = 0; n < N; ++n) {
     const std::int64_t a = slots.anchors[n];
     const bool kept = slots.keep[n] != 0;

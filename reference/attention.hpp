@@ -223,27 +223,28 @@ void dflash_attention_forward(MemoryTracker& tracker, const DrafterDims& dims, c
   Tensor<Real> score_rows(tracker, MemoryCategory::transient, {parts, dims.keys()});
   run_row_parts(dims.nh, parts, [&](std::int64_t part, std::int64_t head_begin, std::int64_t head_end) {
     Real* scores = score_rows.row(part);
-    for_each_attending_row(dims, mask, head_begin, head_end,
-                           [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
-      const Real* q = in.q + i * dims.q_width() + h * d;
-      dot_visible(dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, scores);
-      Real max_score(0);
-      bool first = true;
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-        scores[j] = scores[j] / sqrt_d;
-        if (first || scores[j] > max_score) max_score = scores[j];
-        first = false;
-      });
-      Real sum(0);
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) { sum += exp_of(Real(scores[j] - max_score)); });
-      const Real row_lse = max_score + log_of(sum);
-      lse[i * dims.nh + h] = row_lse;
-      Real* o = out + i * dims.q_width() + h * d;
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-        const Real p = exp_of(Real(scores[j] - row_lse)) * dropout.factor(attention_dropout_element(dims, h, i, j));
-        add_scaled(d, p, in.value(dims, j, g), o);
-      });
-    });
+    for_each_attending_row(
+        dims, mask, head_begin, head_end, [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
+          const Real* q = in.q + i * dims.q_width() + h * d;
+          dot_visible(
+              dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, scores);
+          Real max_score(0);
+          bool first = true;
+          for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+            scores[j] = scores[j] / sqrt_d;
+            if (first || scores[j] > max_score) max_score = scores[j];
+            first = false;
+          });
+          Real sum(0);
+          for_each_visible_key(v, dims.S, [&](std::int64_t j) { sum += exp_of(Real(scores[j] - max_score)); });
+          const Real row_lse = max_score + log_of(sum);
+          lse[i * dims.nh + h] = row_lse;
+          Real* o = out + i * dims.q_width() + h * d;
+          for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+            const Real p = exp_of(Real(scores[j] - row_lse)) * dropout.factor(attention_dropout_element(dims, h, i, j));
+            add_scaled(d, p, in.value(dims, j, g), o);
+          });
+        });
   });
 }
 
@@ -269,29 +270,32 @@ void dflash_attention_backward(MemoryTracker& tracker, const DrafterDims& dims, 
     Real* factors = factor_rows.row(part);
     Real* d_probs = d_prob_rows.row(part);
     PartKeyGrads<Real> part_grads(dims, grads, kv_begin, kv_end, parts > 1);
-    for_each_attending_row(dims, mask, kv_begin * group, kv_end * group,
-                           [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
-      const Real* q = in.q + i * dims.q_width() + h * d;
-      const Real* d_o = d_out + i * dims.q_width() + h * d;
-      const Real row_lse = lse[i * dims.nh + h];
-      dot_visible(dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, probs);      // q . K_j
-      dot_visible(dims, v, d_o, [&](std::int64_t j) { return in.value(dims, j, g); }, d_probs);  // dO . V_j
-      Real p_dot_dp(0);
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-        probs[j] = exp_of(Real(probs[j] / sqrt_d - row_lse));
-        factors[j] = dropout.factor(attention_dropout_element(dims, h, i, j));
-        d_probs[j] = d_probs[j] * factors[j];
-        p_dot_dp += probs[j] * d_probs[j];
-      });
-      Real* dq = grads.dq + i * dims.q_width() + h * d;
-      for_each_visible_key(v, dims.S, [&](std::int64_t j) {
-        const Real d_score = probs[j] * (d_probs[j] - p_dot_dp) / sqrt_d;
-        const Real p = probs[j] * factors[j];
-        add_scaled(d, d_score, in.key(dims, j, g), dq);  // distinct tensors: three loops are one loop's bits
-        add_scaled(d, d_score, q, part_grads.key(j, g));
-        add_scaled(d, p, d_o, part_grads.value(j, g));
-      });
-    });
+    for_each_attending_row(
+        dims, mask, kv_begin * group, kv_end * group,
+        [&](std::int64_t h, std::int64_t g, std::int64_t i, const VisibleKeys& v) {
+          const Real* q = in.q + i * dims.q_width() + h * d;
+          const Real* d_o = d_out + i * dims.q_width() + h * d;
+          const Real row_lse = lse[i * dims.nh + h];
+          dot_visible(
+              dims, v, q, [&](std::int64_t j) { return in.key(dims, j, g); }, probs);  // q . K_j
+          dot_visible(
+              dims, v, d_o, [&](std::int64_t j) { return in.value(dims, j, g); }, d_probs);  // dO . V_j
+          Real p_dot_dp(0);
+          for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+            probs[j] = exp_of(Real(probs[j] / sqrt_d - row_lse));
+            factors[j] = dropout.factor(attention_dropout_element(dims, h, i, j));
+            d_probs[j] = d_probs[j] * factors[j];
+            p_dot_dp += probs[j] * d_probs[j];
+          });
+          Real* dq = grads.dq + i * dims.q_width() + h * d;
+          for_each_visible_key(v, dims.S, [&](std::int64_t j) {
+            const Real d_score = probs[j] * (d_probs[j] - p_dot_dp) / sqrt_d;
+            const Real p = probs[j] * factors[j];
+            add_scaled(d, d_score, in.key(dims, j, g), dq);  // distinct tensors: three loops are one loop's bits
+            add_scaled(d, d_score, q, part_grads.key(j, g));
+            add_scaled(d, p, d_o, part_grads.value(j, g));
+          });
+        });
     part_grads.scatter();
   });
 }

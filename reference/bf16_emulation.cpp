@@ -41,15 +41,21 @@ bool argmax_is_ambiguous(const std::vector<double>& z, const std::vector<double>
 }  // namespace
 
 LossHeadProblem<double> round_to_device_formats(MemoryTracker& tracker, const LossHeadProblem<double>& p) {
-  LossHeadProblem<double> q{rounded_to_bf16(tracker, p.hidden), rounded_to_bf16(tracker, p.teacher_hidden),
-                            rounded_to_bf16(tracker, p.lm_head), p.labels, {}, p.valid, 0.0};
+  LossHeadProblem<double> q{rounded_to_bf16(tracker, p.hidden),
+                            rounded_to_bf16(tracker, p.teacher_hidden),
+                            rounded_to_bf16(tracker, p.lm_head),
+                            p.labels,
+                            {},
+                            p.valid,
+                            0.0};
   for (double w : p.weights) q.weights.push_back(static_cast<float>(w));
   q.weight_sum = sum_weights(std::span<const double>(q.weights));
   return q;
 }
 
 Bf16Emulation hybrid_loss_bf16_emulation(MemoryTracker& tracker, const LossHeadOptions& options,
-                                         const LossHeadProblem<double>& p, const LossHeadProblem<double>* exact_inputs) {
+                                         const LossHeadProblem<double>& p,
+                                         const LossHeadProblem<double>* exact_inputs) {
   const LossHeadProblem<double>& x = exact_inputs != nullptr ? *exact_inputs : p;  // what the reference saw
   const LossHeadTargets<double> in = p.targets();
   validate_loss_head(options, p.hidden, in, p.weight_sum);

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <type_traits>
 
@@ -46,8 +46,10 @@ double scalar_relative_error(const A& a, const B& b, double floor = 0) {
 // which == does not test: it equates 0 and -0).
 template <class Real>
 bool same_bits(const Real& x, const Real& y) {
-  if constexpr (std::is_trivially_copyable_v<Real>) return std::memcmp(&x, &y, sizeof(Real)) == 0;
-  else return x == y;
+  if constexpr (std::is_trivially_copyable_v<Real>)
+    return std::memcmp(&x, &y, sizeof(Real)) == 0;
+  else
+    return x == y;
 }
 
 template <class Real>

@@ -10,12 +10,13 @@ namespace dflash {
 
 class CounterRng {
  public:
-  explicit CounterRng(std::uint64_t seed, std::uint32_t stream = 0) : key_(philox_key_from_seed(seed)), stream_(stream) {}
+  explicit CounterRng(std::uint64_t seed, std::uint32_t stream = 0)
+      : key_(philox_key_from_seed(seed)), stream_(stream) {}
 
   std::uint32_t next_u32() {
     if (used_ == 4) {
-      const Philox4x32 counter{{static_cast<std::uint32_t>(block_), static_cast<std::uint32_t>(block_ >> 32),
-                                stream_, 0xDA7Au}};
+      const Philox4x32 counter{
+          {static_cast<std::uint32_t>(block_), static_cast<std::uint32_t>(block_ >> 32), stream_, 0xDA7Au}};
       words_ = philox4x32_10(counter, key_);
       ++block_;
       used_ = 0;
@@ -29,7 +30,9 @@ class CounterRng {
   }
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
   // Uniform integer in [0, n), n >= 1 (the modulo bias is irrelevant for test data).
-  std::int64_t below(std::int64_t n) { return static_cast<std::int64_t>(((std::uint64_t(next_u32()) << 32) | next_u32()) % std::uint64_t(n)); }
+  std::int64_t below(std::int64_t n) {
+    return static_cast<std::int64_t>(((std::uint64_t(next_u32()) << 32) | next_u32()) % std::uint64_t(n));
+  }
   bool bernoulli(double p) { return uniform() < p; }
 
  private:

@@ -38,7 +38,7 @@ struct DrafterStepOptions {
   std::int64_t checkpoint_every = 1;  // k of every_k
   LossPolicy loss_policy = LossPolicy::chunk_recompute;
   std::int64_t loss_chunk_rows = 2048;
-  const DropoutObserver* dropout_observer = nullptr;  // sees every dropout draw (tests)
+  const DropoutObserver* dropout_observer = nullptr;        // sees every dropout draw (tests)
   const GradientsFinalObserver* gradients_final = nullptr;  // a training step reduces what backward finished
 };
 
@@ -58,14 +58,14 @@ inline DrafterStepOptions drafter_step_options(const DrafterConfig& config, std:
 // What a forward reports (the golden files' outputs, SPEC §9).
 template <class Real>
 struct DrafterOutputs {
-  LossHeadStats<Real> stats;      // loss, ce, kl (each over W), correct and valid rows -> accuracy
-  Real weight_sum{0};             // W the loss was divided by
-  Tensor<std::int64_t> anchors;   // [nseq, N] as used (explicit or sampled)
-  Tensor<std::uint8_t> keep;      // [nseq, N]
-  Tensor<Real> hidden;            // Y [nseq, T, H]
-  Tensor<Real> lse;               // [nseq, T] logsumexp(z) where w01 = 1, else 0
-  Tensor<Real> token_loss;        // [nseq, T] l_i where w01 = 1, else 0
-  Tensor<Real> weights;           // [nseq, T] w_i
+  LossHeadStats<Real> stats;     // loss, ce, kl (each over W), correct and valid rows -> accuracy
+  Real weight_sum{0};            // W the loss was divided by
+  Tensor<std::int64_t> anchors;  // [nseq, N] as used (explicit or sampled)
+  Tensor<std::uint8_t> keep;     // [nseq, N]
+  Tensor<Real> hidden;           // Y [nseq, T, H]
+  Tensor<Real> lse;              // [nseq, T] logsumexp(z) where w01 = 1, else 0
+  Tensor<Real> token_loss;       // [nseq, T] l_i where w01 = 1, else 0
+  Tensor<Real> weights;          // [nseq, T] w_i
   // [nseq, T] w01, and 1 where w01 = 1 and argmax z = y (the loss head's, lowest index on ties):
   // what the block statistics need (TRAINING §17). Not tracked: two bytes per row.
   std::vector<std::uint8_t> labelled;
@@ -75,8 +75,8 @@ struct DrafterOutputs {
 template <class Real>
 struct DrafterStepResult {
   DrafterOutputs<Real> outputs;
-  DrafterParameters<Real> grads;     // dL/d(parameter), by Hugging Face name (MemoryCategory::gradients)
-  Tensor<Real> target_features_grad; // dL/dF [nseq, S, K H]
+  DrafterParameters<Real> grads;      // dL/d(parameter), by Hugging Face name (MemoryCategory::gradients)
+  Tensor<Real> target_features_grad;  // dL/dF [nseq, S, K H]
 };
 
 // One sequence of a batch made ready for the trunk and the loss head: its anchor slots (stored or
@@ -200,7 +200,8 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
   const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
   const std::vector<PreparedSequence<Real>> seqs = prepare_sequences(config, batch, options);
   validate_teacher_rows(batch, seqs);
-  if (grads != nullptr) *features_grad = Tensor<Real>(tracker, MemoryCategory::gradients, batch.target_features.shape());
+  if (grads != nullptr)
+    *features_grad = Tensor<Real>(tracker, MemoryCategory::gradients, batch.target_features.shape());
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length(), H = config.hidden_size;
   const std::int64_t N = batch.anchor_slots(config);
   const DrafterDims dims = DrafterDims::of(config, S, N);
@@ -245,22 +246,22 @@ DrafterOutputs<Real> run_drafter(MemoryTracker& tracker, const DrafterConfig& co
 
   for (std::int64_t b = 0; b < nseq; ++b) {
     const PreparedSequence<Real>& s = seqs[b];
-    const TrunkInputs<Real> in{dims,
-                               batch.target_features.data() + b * S * dims.feature_width(),
-                               anchors_of(b),
-                               keep_of(b),
-                               s.blocks.input_tokens,
-                               s.blocks.positions,
-                               DropoutCoordinates{config.seed, options.step,
-                                                  options.sequence_offset + static_cast<std::uint32_t>(b),
-                                                  DropoutPass::forward, options.dropout_observer}};
+    const TrunkInputs<Real> in{
+        dims,
+        batch.target_features.data() + b * S * dims.feature_width(),
+        anchors_of(b),
+        keep_of(b),
+        s.blocks.input_tokens,
+        s.blocks.positions,
+        DropoutCoordinates{config.seed, options.step, options.sequence_offset + static_cast<std::uint32_t>(b),
+                           DropoutPass::forward, options.dropout_observer}};
     SequenceTrunk<Real> trunk(tracker, config, params, frozen, in, options.trunk_policy, options.checkpoint_every);
     Tensor<Real> y = trunk.forward(grads != nullptr);
     copy_row(y, out.hidden, b);
 
     const Tensor<Real> teacher = gather_teacher_rows(tracker, batch, b, s.blocks);
-    const LossHeadTargets<Real> targets{&teacher,         &frozen.lm_head,  nullptr, s.blocks.labels,
-                                        s.blocks.weights, s.blocks.valid};
+    const LossHeadTargets<Real> targets{&teacher,        &frozen.lm_head,  nullptr,
+                                        s.blocks.labels, s.blocks.weights, s.blocks.valid};
     LossHeadForward<Real> f = loss_head_forward(tracker, loss_options, y, targets, out.weight_sum);
     y.release();
     copy_row(f.lse, out.lse, b);
@@ -291,7 +292,8 @@ DrafterOutputs<Real> drafter_forward(MemoryTracker& tracker, const DrafterConfig
                                      const DrafterBatch<Real>& batch, const DrafterStepOptions& options,
                                      const std::optional<Real>& global_weight_sum = std::nullopt) {
   return drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum,
-                                     static_cast<DrafterParameters<Real>*>(nullptr), static_cast<Tensor<Real>*>(nullptr));
+                                     static_cast<DrafterParameters<Real>*>(nullptr),
+                                     static_cast<Tensor<Real>*>(nullptr));
 }
 
 // Forward and backward: outputs, every parameter's gradient and dL/dF.
@@ -319,7 +321,9 @@ DrafterOutputs<Real> drafter_step_accumulate(MemoryTracker& tracker, const Draft
   const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
   std::size_t index = 0;
   bool matches = static_cast<std::int64_t>(grads.layers.size()) == config.num_hidden_layers;
-  if (matches) grads.for_each([&](const std::string&, const Tensor<Real>& t) { matches &= t.shape() == shapes.at(index++).shape; });
+  if (matches)
+    grads.for_each(
+        [&](const std::string&, const Tensor<Real>& t) { matches &= t.shape() == shapes.at(index++).shape; });
   if (!matches) throw_input_error("gradient accumulator", "its tensors do not have the config's parameter shapes");
   Tensor<Real> features_grad;
   return drafter_detail::run_drafter(tracker, config, params, frozen, batch, options, global_weight_sum, &grads,
@@ -329,24 +333,23 @@ DrafterOutputs<Real> drafter_step_accumulate(MemoryTracker& tracker, const Draft
 // W of a batch: the sum of w over every block row of every sequence (what the step divides by
 // when no global W is given). Ranks add theirs up for the global one.
 template <class Real>
-Real drafter_weight_sum(const DrafterConfig& config, const DrafterBatch<Real>& batch, const DrafterStepOptions& options) {
+Real drafter_weight_sum(const DrafterConfig& config, const DrafterBatch<Real>& batch,
+                        const DrafterStepOptions& options) {
   validate_drafter_config(config);
   validate_drafter_batch(config, batch, options.sequence_offset);
   return drafter_detail::total_weight(prepare_sequences(config, batch, options));
 }
 
-#define DFLASH_DRAFTER_INSTANTIATE(EXTERN, Real)                                                                    \
-  EXTERN template DrafterOutputs<Real> drafter_forward(MemoryTracker&, const DrafterConfig&,                        \
-                                                       const DrafterParameters<Real>&, const FrozenWeights<Real>&,  \
-                                                       const DrafterBatch<Real>&, const DrafterStepOptions&,        \
-                                                       const std::optional<Real>&);                                  \
-  EXTERN template DrafterStepResult<Real> drafter_step(MemoryTracker&, const DrafterConfig&,                        \
-                                                       const DrafterParameters<Real>&, const FrozenWeights<Real>&,  \
-                                                       const DrafterBatch<Real>&, const DrafterStepOptions&,        \
-                                                       const std::optional<Real>&);                                  \
-  EXTERN template DrafterOutputs<Real> drafter_step_accumulate(                                                     \
-      MemoryTracker&, const DrafterConfig&, const DrafterParameters<Real>&, const FrozenWeights<Real>&,              \
-      const DrafterBatch<Real>&, const DrafterStepOptions&, const std::optional<Real>&, DrafterParameters<Real>&);   \
+#define DFLASH_DRAFTER_INSTANTIATE(EXTERN, Real)                                                                   \
+  EXTERN template DrafterOutputs<Real> drafter_forward(                                                            \
+      MemoryTracker&, const DrafterConfig&, const DrafterParameters<Real>&, const FrozenWeights<Real>&,            \
+      const DrafterBatch<Real>&, const DrafterStepOptions&, const std::optional<Real>&);                           \
+  EXTERN template DrafterStepResult<Real> drafter_step(                                                            \
+      MemoryTracker&, const DrafterConfig&, const DrafterParameters<Real>&, const FrozenWeights<Real>&,            \
+      const DrafterBatch<Real>&, const DrafterStepOptions&, const std::optional<Real>&);                           \
+  EXTERN template DrafterOutputs<Real> drafter_step_accumulate(                                                    \
+      MemoryTracker&, const DrafterConfig&, const DrafterParameters<Real>&, const FrozenWeights<Real>&,            \
+      const DrafterBatch<Real>&, const DrafterStepOptions&, const std::optional<Real>&, DrafterParameters<Real>&); \
   EXTERN template Real drafter_weight_sum(const DrafterConfig&, const DrafterBatch<Real>&, const DrafterStepOptions&);
 
 DFLASH_DRAFTER_INSTANTIATE(extern, double)

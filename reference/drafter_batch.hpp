@@ -28,9 +28,13 @@ struct DrafterBatch {
   std::int64_t num_sequences() const { return tokens.dim(0); }
   std::int64_t context_length() const { return tokens.dim(1); }
   // Anchor slots per sequence: explicit N, or the config's max_anchors when sampled.
-  std::int64_t anchor_slots(const DrafterConfig& config) const { return anchors ? anchors->dim(1) : config.max_anchors; }
+  std::int64_t anchor_slots(const DrafterConfig& config) const {
+    return anchors ? anchors->dim(1) : config.max_anchors;
+  }
 
-  std::span<const std::int64_t> sequence_tokens(std::int64_t b) const { return {tokens.row(b), size_t_of(tokens.dim(1))}; }
+  std::span<const std::int64_t> sequence_tokens(std::int64_t b) const {
+    return {tokens.row(b), size_t_of(tokens.dim(1))};
+  }
   std::span<const std::uint8_t> sequence_loss_mask(std::int64_t b) const {
     return {loss_mask.row(b), size_t_of(loss_mask.dim(1))};
   }
@@ -56,7 +60,8 @@ AnchorSlots batch_anchor_slots(const DrafterConfig& config, const DrafterBatch<R
 // Shapes, token ids, mask values, anchors and finiteness; each message names the tensor and the
 // offending element. `sequence_offset` is the global index of sequence 0 (SPEC §6: < 2^20).
 template <class Real>
-void validate_drafter_batch(const DrafterConfig& config, const DrafterBatch<Real>& batch, std::uint32_t sequence_offset) {
+void validate_drafter_batch(const DrafterConfig& config, const DrafterBatch<Real>& batch,
+                            std::uint32_t sequence_offset) {
   const Tensor<std::int64_t>& x = batch.tokens;
   if (x.rank() != 2 || x.dim(0) < 1 || x.dim(1) < 1) {
     throw_input_error("tokens", str("shape ", shape_string(x.shape()), " is not [nseq, S] with nseq >= 1 and S >= 1"));
@@ -70,13 +75,14 @@ void validate_drafter_batch(const DrafterConfig& config, const DrafterBatch<Real
     for (std::int64_t p = 0; p < S; ++p) {
       const std::int64_t t = x.row(b)[p];
       if (t < 0 || t >= config.vocab_size) {
-        throw_input_error(str("tokens[", b, "][", p, "]"), str(t, " is outside [0, vocab_size = ", config.vocab_size, ")"));
+        throw_input_error(str("tokens[", b, "][", p, "]"),
+                          str(t, " is outside [0, vocab_size = ", config.vocab_size, ")"));
       }
     }
   }
   if (batch.loss_mask.shape() != Shape{nseq, S}) {
-    throw_input_error("loss_mask", str("shape ", shape_string(batch.loss_mask.shape()), " is not [nseq, S] = ",
-                                       shape_string({nseq, S})));
+    throw_input_error("loss_mask", str("shape ", shape_string(batch.loss_mask.shape()),
+                                       " is not [nseq, S] = ", shape_string({nseq, S})));
   }
   for (std::int64_t e = 0; e < batch.loss_mask.numel(); ++e) {
     if (batch.loss_mask[e] > 1) {
@@ -85,8 +91,8 @@ void validate_drafter_batch(const DrafterConfig& config, const DrafterBatch<Real
   }
   const Tensor<Real>& F = batch.target_features;
   if (F.rank() != 3 || F.dim(0) != nseq || F.dim(1) != S) {
-    throw_input_error("target_features", str("shape ", shape_string(F.shape()), " is not [nseq, S, K H] = ",
-                                             shape_string({nseq, S, K * H})));
+    throw_input_error("target_features", str("shape ", shape_string(F.shape()),
+                                             " is not [nseq, S, K H] = ", shape_string({nseq, S, K * H})));
   }
   if (F.dim(2) != K * H) {
     throw_input_error("target_features", str("width ", F.dim(2), " is not K H = ", K, " x ", H, " = ", K * H,

@@ -15,8 +15,10 @@ using nlohmann::json;
 
 std::string_view layer_type_name(LayerType type) {
   switch (type) {
-    case LayerType::full_attention: return "full_attention";
-    case LayerType::sliding_attention: return "sliding_attention";
+    case LayerType::full_attention:
+      return "full_attention";
+    case LayerType::sliding_attention:
+      return "sliding_attention";
   }
   return "unknown";
 }
@@ -86,9 +88,9 @@ const json* find_field(const json& j, std::string_view field, std::string_view s
   for (const Place& place : places) {
     if (place.value == nullptr) continue;
     if (found != nullptr && *found->value != *place.value) {
-      config_error(field, source,
-                   str(found->value->dump(), " at ", found->name, " disagrees with ", place.value->dump(), " in ",
-                       place.name));
+      config_error(
+          field, source,
+          str(found->value->dump(), " at ", found->name, " disagrees with ", place.value->dump(), " in ", place.name));
     }
     if (found == nullptr) found = &place;
   }
@@ -140,7 +142,8 @@ LayerType parse_layer_type(const json& v, std::string_view field, std::string_vi
 void refuse_unmodelled_values(const json& j, const DrafterConfig& c, std::string_view source) {
   const json* scaling = find_field(j, "rope_scaling", source);
   if (scaling != nullptr && !scaling->is_null()) {
-    config_error("rope_scaling", source, str(scaling->dump(), " is not supported (only plain RoPE, null, is modelled)"));
+    config_error("rope_scaling", source,
+                 str(scaling->dump(), " is not supported (only plain RoPE, null, is modelled)"));
   }
   const json* rope_type = find_field(j, "rope_type", source, "rope_parameters");
   if (rope_type != nullptr && *rope_type != json("default")) {
@@ -186,8 +189,9 @@ void validate_drafter_config(const DrafterConfig& c, std::string_view source) {
   if (c.head_dim % 2 != 0) config_error("head_dim", source, str(c.head_dim, " is odd (RoPE rotates pairs)"));
   require_at_least(c.num_hidden_layers, 1, "num_hidden_layers", source);
   if (c.num_hidden_layers > kMaxDrafterLayers) {
-    config_error("num_hidden_layers", source,
-                 str(c.num_hidden_layers, " exceeds ", kMaxDrafterLayers, " (layer 255 is the anchor sampler's RNG stream)"));
+    config_error(
+        "num_hidden_layers", source,
+        str(c.num_hidden_layers, " exceeds ", kMaxDrafterLayers, " (layer 255 is the anchor sampler's RNG stream)"));
   }
   require_positive(c.rms_norm_eps, "rms_norm_eps", source);
   require_positive(c.rope_theta, "rope_theta", source);
@@ -238,14 +242,16 @@ DrafterConfig drafter_config_from_json(const json& j, std::string_view source) {
   } else {
     if (c.num_attention_heads < 1 || c.hidden_size % c.num_attention_heads != 0) {
       config_error("head_dim", source,
-                   str("missing, and hidden_size = ", c.hidden_size, " is not a multiple of num_attention_heads = ",
-                       c.num_attention_heads));
+                   str("missing, and hidden_size = ", c.hidden_size,
+                       " is not a multiple of num_attention_heads = ", c.num_attention_heads));
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  optional_field(j, "rms_norm_eps", source, [&](const json& v) { c.rms_norm_eps = as_number(v, "rms_norm_eps", source); });
-  optional_field(j, "rope_theta", source, [&](const json& v) { c.rope_theta = as_number(v, "rope_theta", source); },
-                 "rope_parameters");
+  optional_field(j, "rms_norm_eps", source,
+                 [&](const json& v) { c.rms_norm_eps = as_number(v, "rms_norm_eps", source); });
+  optional_field(
+      j, "rope_theta", source, [&](const json& v) { c.rope_theta = as_number(v, "rope_theta", source); },
+      "rope_parameters");
   c.vocab_size = required_int(j, "vocab_size", source);
   c.block_size = required_int(j, "block_size", source);
   c.mask_token_id = required_int(j, "mask_token_id", source);
@@ -274,7 +280,8 @@ DrafterConfig drafter_config_from_json(const json& j, std::string_view source) {
       c.layer_types.assign(static_cast<std::size_t>(c.num_hidden_layers), LayerType::full_attention);
     }
   }
-  optional_field(j, "sliding_window", source, [&](const json& v) { c.sliding_window = as_int(v, "sliding_window", source); });
+  optional_field(j, "sliding_window", source,
+                 [&](const json& v) { c.sliding_window = as_int(v, "sliding_window", source); });
   refuse_unmodelled_values(j, c, source);
 
   optional_field(j, "max_anchors", source, [&](const json& v) { c.max_anchors = as_int(v, "max_anchors", source); });

@@ -84,8 +84,8 @@ inline GradientCheck check_drafter_gradients(const DrafterConfig& config, const 
   for (std::size_t t = 0; t < targets.size(); ++t) {
     const std::vector<double> dir = random_direction(targets[t]->numel(), check_options.seed * 1000 + t);
     const double fd = static_cast<double>(central_difference(loss, *targets[t], dir, eps));
-    const DirectionalCheck a = directional_derivative(std::span(grads[t]->data(), grads[t]->values().size()),
-                                                      std::span<const double>(dir));
+    const DirectionalCheck a =
+        directional_derivative(std::span(grads[t]->data(), grads[t]->values().size()), std::span<const double>(dir));
     record(directional_error(a, fd, fd_noise), names[t] + " (random direction)");
   }
   CounterRng pick(check_options.seed, 0xC0);

@@ -77,12 +77,12 @@ template <class Real>
 struct LayerContext {
   const DrafterConfig* config = nullptr;
   DrafterDims dims;
-  const Tensor<Real>* context = nullptr;       // C [S, H]
-  std::span<const std::int64_t> anchors;       // [N]
-  std::span<const std::uint8_t> keep;          // [N]
+  const Tensor<Real>* context = nullptr;            // C [S, H]
+  std::span<const std::int64_t> anchors;            // [N]
+  std::span<const std::uint8_t> keep;               // [N]
   std::span<const std::int64_t> block_positions;    // [T] a_n + k
   std::span<const std::int64_t> context_positions;  // [S] j
-  DropoutCoordinates dropout;                  // the pass is set by the trunk
+  DropoutCoordinates dropout;                       // the pass is set by the trunk
 
   AttentionMask mask(std::int64_t layer) const {
     const LayerType type = config->layer_types.at(static_cast<std::size_t>(layer));
@@ -118,7 +118,8 @@ void rms_norm_rows_backward(const Tensor<Real>& x, const Tensor<Real>& w, const 
   const std::int64_t n = x.dim(1);
   for (std::int64_t i = 0; i < x.dim(0); ++i) rms_norm_weight_grad(x.row(i), rstd[i], dy.row(i), n, dw.data());
   for_independent_rows<Real>(x.dim(0), [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) rms_norm_input_grad(x.row(i), w.data(), rstd[i], dy.row(i), n, dx.row(i));
+    for (std::int64_t i = begin; i < end; ++i)
+      rms_norm_input_grad(x.row(i), w.data(), rstd[i], dy.row(i), n, dx.row(i));
   });
 }
 
@@ -164,20 +165,27 @@ template <class Real>
 void add_dropped_residual(const Tensor<Real>& x, const Tensor<Real>& branch, const DropoutSiteMask<Real>& mask,
                           Tensor<Real>& out) {
   const std::int64_t n = x.row_size();
-  for_independent_rows<Real>(x.dim(0), [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t e = begin * n; e < end * n; ++e) {
-      out[e] = x[e] + branch[e] * mask.factor(static_cast<std::uint64_t>(e));
-    }
-  }, !mask.observed());
+  for_independent_rows<Real>(
+      x.dim(0),
+      [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t e = begin * n; e < end * n; ++e) {
+          out[e] = x[e] + branch[e] * mask.factor(static_cast<std::uint64_t>(e));
+        }
+      },
+      !mask.observed());
 }
 
 // d_branch = dropout'(d_out): the same factors, regenerated.
 template <class Real>
 void dropped_residual_backward(const Tensor<Real>& d_out, const DropoutSiteMask<Real>& mask, Tensor<Real>& d_branch) {
   const std::int64_t n = d_out.row_size();
-  for_independent_rows<Real>(d_out.dim(0), [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t e = begin * n; e < end * n; ++e) d_branch[e] = d_out[e] * mask.factor(static_cast<std::uint64_t>(e));
-  }, !mask.observed());
+  for_independent_rows<Real>(
+      d_out.dim(0),
+      [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t e = begin * n; e < end * n; ++e)
+          d_branch[e] = d_out[e] * mask.factor(static_cast<std::uint64_t>(e));
+      },
+      !mask.observed());
 }
 
 // y[M, out] = x[M, in] W[out, in]^T

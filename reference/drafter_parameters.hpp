@@ -145,17 +145,19 @@ template <class Real>
 void validate_drafter_parameters(const DrafterConfig& config, const DrafterParameters<Real>& params,
                                  const FrozenWeights<Real>& frozen) {
   if (static_cast<std::int64_t>(params.layers.size()) != config.num_hidden_layers) {
-    throw_input_error("parameters", str("have ", params.layers.size(), " layers for num_hidden_layers = ",
-                                        config.num_hidden_layers));
+    throw_input_error("parameters",
+                      str("have ", params.layers.size(), " layers for num_hidden_layers = ", config.num_hidden_layers));
   }
   const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
   std::size_t index = 0;
   auto check = [](const std::string& name, const Tensor<Real>& t, const Shape& want) {
     if (t.shape() != want) {
-      throw_input_error(name, str("shape ", shape_string(t.shape()), " does not match the config's ", shape_string(want)));
+      throw_input_error(name,
+                        str("shape ", shape_string(t.shape()), " does not match the config's ", shape_string(want)));
     }
     for (std::int64_t i = 0; i < t.numel(); ++i) {
-      if (!is_finite_value(t[i])) throw_input_error(name, str("element ", i, " is ", t[i], "; every value must be finite"));
+      if (!is_finite_value(t[i]))
+        throw_input_error(name, str("element ", i, " is ", t[i], "; every value must be finite"));
     }
   };
   params.for_each([&](const std::string& name, const Tensor<Real>& t) { check(name, t, shapes.at(index++).shape); });

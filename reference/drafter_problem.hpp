@@ -27,7 +27,8 @@ struct DrafterBatchSpec {
 };
 
 template <class Real>
-DrafterBatch<Real> make_drafter_batch(MemoryTracker& tracker, const DrafterConfig& config, const DrafterBatchSpec& spec) {
+DrafterBatch<Real> make_drafter_batch(MemoryTracker& tracker, const DrafterConfig& config,
+                                      const DrafterBatchSpec& spec) {
   const std::int64_t nseq = spec.sequences, S = spec.context_length, H = config.hidden_size;
   const std::int64_t KH = config.feature_width();
   CounterRng rng(spec.seed, 0xBA7C);
@@ -43,8 +44,10 @@ DrafterBatch<Real> make_drafter_batch(MemoryTracker& tracker, const DrafterConfi
     batch.tokens[e] = config.vocab_size > 1 && t >= config.mask_token_id ? t + 1 : t;
   }
   for (std::int64_t e = 0; e < nseq * S; ++e) batch.loss_mask[e] = rng.bernoulli(spec.mask_hole_fraction) ? 0 : 1;
-  for (std::int64_t e = 0; e < nseq * S * KH; ++e) batch.target_features[e] = Real(spec.feature_scale * rng.uniform(-1, 1));
-  for (std::int64_t e = 0; e < nseq * S * H; ++e) batch.teacher_hidden[e] = Real(spec.teacher_scale * rng.uniform(-1, 1));
+  for (std::int64_t e = 0; e < nseq * S * KH; ++e)
+    batch.target_features[e] = Real(spec.feature_scale * rng.uniform(-1, 1));
+  for (std::int64_t e = 0; e < nseq * S * H; ++e)
+    batch.teacher_hidden[e] = Real(spec.teacher_scale * rng.uniform(-1, 1));
 
   if (spec.explicit_anchors) {
     const std::int64_t N = spec.anchor_slots > 0 ? spec.anchor_slots : config.max_anchors;
@@ -83,9 +86,9 @@ void poison_unused_teacher_rows(DrafterBatch<Real>& batch, const Tensor<std::int
     const auto N = static_cast<std::size_t>(anchors.dim(1));
     const AnchorSlots slots{std::vector<std::int64_t>(anchors.row(b), anchors.row(b) + N),
                             std::vector<std::uint8_t>(keep.row(b), keep.row(b) + N)};
-    const SequenceBlocks<Real> blocks = sequence_blocks<Real>(batch.sequence_tokens(b), batch.sequence_loss_mask(b),
-                                                              slots, config.block_size, config.mask_token_id,
-                                                              config.loss_decay_gamma);
+    const SequenceBlocks<Real> blocks =
+        sequence_blocks<Real>(batch.sequence_tokens(b), batch.sequence_loss_mask(b), slots, config.block_size,
+                              config.mask_token_id, config.loss_decay_gamma);
     std::vector<bool> used(static_cast<std::size_t>(S), false);
     for (std::size_t i = 0; i < blocks.valid.size(); ++i) {
       if (blocks.valid[i]) used[static_cast<std::size_t>(blocks.teacher_rows[i])] = true;
@@ -114,9 +117,12 @@ Tensor<T> copy_tensor(MemoryTracker& tracker, const Tensor<T>& t) {
 
 template <class To, class From>
 DrafterBatch<To> convert_batch(MemoryTracker& tracker, const DrafterBatch<From>& b) {
-  DrafterBatch<To> out{copy_tensor(tracker, b.tokens), copy_tensor(tracker, b.loss_mask),
-                       convert_tensor<To>(tracker, b.target_features), convert_tensor<To>(tracker, b.teacher_hidden),
-                       std::nullopt, std::nullopt};
+  DrafterBatch<To> out{copy_tensor(tracker, b.tokens),
+                       copy_tensor(tracker, b.loss_mask),
+                       convert_tensor<To>(tracker, b.target_features),
+                       convert_tensor<To>(tracker, b.teacher_hidden),
+                       std::nullopt,
+                       std::nullopt};
   if (b.anchors) out.anchors.emplace(copy_tensor(tracker, *b.anchors));
   if (b.keep) out.keep.emplace(copy_tensor(tracker, *b.keep));
   return out;

@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <span>
 
 #include "reference/counter_rng.hpp"

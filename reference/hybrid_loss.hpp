@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/row_math.hpp"
 #include "reference/linalg.hpp"
 #include "reference/loss_head_types.hpp"
-#include "common/row_math.hpp"
 
 namespace dflash {
 

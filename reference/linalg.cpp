@@ -169,8 +169,7 @@ void region_sse2(const ProductArgs& p, const Region& g, double* a_pack, double* 
 [[gnu::target("avx2")]] void region_avx2(const ProductArgs& p, const Region& g, double* a_pack, double* b_pack) {
   Avx2Tile::region(p, g, a_pack, b_pack);
 }
-[[gnu::target("avx512f")]] void region_avx512(const ProductArgs& p, const Region& g, double* a_pack,
-                                              double* b_pack) {
+[[gnu::target("avx512f")]] void region_avx512(const ProductArgs& p, const Region& g, double* a_pack, double* b_pack) {
   Avx512Tile::region(p, g, a_pack, b_pack);
 }
 
@@ -203,9 +202,12 @@ struct IsaKernel {
 
 IsaKernel kernel_for(ProductIsa isa) {
   switch (isa) {
-    case ProductIsa::avx512: return {region_avx512, Avx512Tile::MR_, Avx512Tile::NR};
-    case ProductIsa::avx2: return {region_avx2, Avx2Tile::MR_, Avx2Tile::NR};
-    case ProductIsa::sse2: break;
+    case ProductIsa::avx512:
+      return {region_avx512, Avx512Tile::MR_, Avx512Tile::NR};
+    case ProductIsa::avx2:
+      return {region_avx2, Avx2Tile::MR_, Avx2Tile::NR};
+    case ProductIsa::sse2:
+      break;
   }
   return {region_sse2, SseTile::MR_, SseTile::NR};
 }
@@ -217,9 +219,12 @@ constexpr i64 kMinParallelWork = i64(1) << 16;
 
 std::string_view product_isa_name(ProductIsa isa) {
   switch (isa) {
-    case ProductIsa::avx512: return "avx512";
-    case ProductIsa::avx2: return "avx2";
-    case ProductIsa::sse2: break;
+    case ProductIsa::avx512:
+      return "avx512";
+    case ProductIsa::avx2:
+      return "avx2";
+    case ProductIsa::sse2:
+      break;
   }
   return "sse2";
 }
@@ -240,9 +245,12 @@ ProductIsa best_product_isa() {
 void axpy(std::int64_t n, double alpha, const double* x, double* y) {
   static const auto kernel = [] {
     switch (best_product_isa()) {
-      case ProductIsa::avx512: return axpy_avx512;
-      case ProductIsa::avx2: return axpy_avx2;
-      case ProductIsa::sse2: break;
+      case ProductIsa::avx512:
+        return axpy_avx512;
+      case ProductIsa::avx2:
+        return axpy_avx2;
+      case ProductIsa::sse2:
+        break;
     }
     return axpy_sse2;
   }();

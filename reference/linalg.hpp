@@ -77,7 +77,7 @@ struct StridedMatrix {
 enum class ProductIsa { sse2, avx2, avx512 };
 std::string_view product_isa_name(ProductIsa isa);
 std::vector<ProductIsa> product_isas_this_cpu_runs();  // ascending; sse2 always
-ProductIsa best_product_isa();                          // what matrix_product uses here
+ProductIsa best_product_isa();                         // what matrix_product uses here
 
 // C[i,j] (+)= sum_k A(i,k) B(k,j) for i < m, j < n, in the order of the file comment; C is
 // row-major with row stride ldc; accumulate = false starts from 0, true from C.

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "common/row_stats.hpp"
-#include "reference/linalg.hpp"
 #include "reference/hybrid_loss.hpp"
+#include "reference/linalg.hpp"
 #include "reference/loss_head_types.hpp"
 #include "reference/scalar.hpp"
 #include "reference/threads.hpp"
@@ -140,7 +140,8 @@ std::vector<RowContribution<Real>> chunk_row_statistics(const LossHeadTargets<Re
 // threads (for_independent_rows).
 template <class Real>
 void chunk_logits_to_grad(const LossHeadTargets<Real>& in, const Tensor<Real>& row_stats, std::int64_t r0,
-                          const HybridHyper<Real>& hp, const Real& weight_sum, Tensor<Real>& z, const Tensor<Real>& log_q) {
+                          const HybridHyper<Real>& hp, const Real& weight_sum, Tensor<Real>& z,
+                          const Tensor<Real>& log_q) {
   const std::int64_t V = z.dim(1);
   for_independent_rows<Real>(z.dim(0), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
@@ -186,8 +187,10 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
   const bool retain = policy == LossPolicy::materialize || policy == LossPolicy::chunk_retain;
   const bool grad_in_forward = policy == LossPolicy::chunk_grad_in_forward;
 
-  LossHeadForward<Real> f{{}, Tensor<Real>(tracker, MemoryCategory::outputs, {T}),
-                          Tensor<Real>(tracker, MemoryCategory::outputs, {T}), {},
+  LossHeadForward<Real> f{{},
+                          Tensor<Real>(tracker, MemoryCategory::outputs, {T}),
+                          Tensor<Real>(tracker, MemoryCategory::outputs, {T}),
+                          {},
                           std::vector<std::uint8_t>(static_cast<std::size_t>(T), 0)};
   LossHeadSaved<Real>& saved = f.saved;
   saved.policy = policy;
@@ -197,7 +200,7 @@ LossHeadForward<Real> loss_head_forward(MemoryTracker& tracker, const LossHeadOp
     saved.hidden.emplace(hidden.clone(tracker, MemoryCategory::loss_saved));
   }
   Tensor<Real> row_stats(tracker, grad_in_forward ? MemoryCategory::transient : MemoryCategory::loss_saved,
-                          {T, kSavedRowStats});
+                         {T, kSavedRowStats});
   if (grad_in_forward) {
     saved.hidden_grad.emplace(tracker, MemoryCategory::loss_saved, Shape{T, H});
     if (options.lm_head_grad) saved.lm_head_grad.emplace(tracker, MemoryCategory::gradients, Shape{V, H});
@@ -285,16 +288,14 @@ LossHeadResult<Real> run_loss_head(MemoryTracker& tracker, const LossHeadOptions
                               std::move(g.lm_head_grad)};
 }
 
-#define DFLASH_LOSS_HEAD_INSTANTIATE(EXTERN, Real)                                                              \
-  EXTERN template LossHeadResult<Real> hybrid_loss_unchunked(MemoryTracker&, const LossHeadOptions&,              \
-                                                             const Tensor<Real>&, const LossHeadTargets<Real>&,   \
-                                                             const Real&);                                        \
-  EXTERN template LossHeadForward<Real> loss_head_forward(MemoryTracker&, const LossHeadOptions&,                 \
-                                                          const Tensor<Real>&, const LossHeadTargets<Real>&,      \
-                                                          const Real&);                                           \
-  EXTERN template LossHeadGradients<Real> loss_head_backward(MemoryTracker&, const LossHeadOptions&,              \
-                                                             const LossHeadTargets<Real>&, LossHeadSaved<Real>);  \
-  EXTERN template LossHeadResult<Real> run_loss_head(MemoryTracker&, const LossHeadOptions&, const Tensor<Real>&, \
+#define DFLASH_LOSS_HEAD_INSTANTIATE(EXTERN, Real)                                                                     \
+  EXTERN template LossHeadResult<Real> hybrid_loss_unchunked(                                                          \
+      MemoryTracker&, const LossHeadOptions&, const Tensor<Real>&, const LossHeadTargets<Real>&, const Real&);         \
+  EXTERN template LossHeadForward<Real> loss_head_forward(MemoryTracker&, const LossHeadOptions&, const Tensor<Real>&, \
+                                                          const LossHeadTargets<Real>&, const Real&);                  \
+  EXTERN template LossHeadGradients<Real> loss_head_backward(MemoryTracker&, const LossHeadOptions&,                   \
+                                                             const LossHeadTargets<Real>&, LossHeadSaved<Real>);       \
+  EXTERN template LossHeadResult<Real> run_loss_head(MemoryTracker&, const LossHeadOptions&, const Tensor<Real>&,      \
                                                      const LossHeadTargets<Real>&, const Real&);
 
 // Compiled once, in loss_head.cpp, for the two scalars the project uses.

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "reference/compare.hpp"
@@ -69,7 +69,8 @@ GradientFloors gradient_floors(const LossHeadOptions& o, const Tensor<Real>& hid
   const double W = static_cast<double>(weight_sum), h = o.hard_weight, s = o.soft_weight, tau = o.temperature;
   const std::int64_t T = hidden.dim(0), H = hidden.dim(1), V = in.lm_head->dim(0);
   double max_head = 0;
-  for (std::int64_t e = 0; e < V * H; ++e) max_head = std::max(max_head, std::abs(static_cast<double>((*in.lm_head)[e])));
+  for (std::int64_t e = 0; e < V * H; ++e)
+    max_head = std::max(max_head, std::abs(static_cast<double>((*in.lm_head)[e])));
   double row_scale = 0;
   for (std::int64_t i = 0; i < T; ++i) {
     if (in.valid[static_cast<std::size_t>(i)] == 0) continue;
@@ -112,7 +113,8 @@ bool loss_head_stats_identical(const LossHeadStats<Real>& a, const LossHeadStats
 }
 
 template <class A, class B>
-double loss_head_result_error(const LossHeadResult<A>& a, const LossHeadResult<B>& b, const GradientFloors& floors = {}) {
+double loss_head_result_error(const LossHeadResult<A>& a, const LossHeadResult<B>& b,
+                              const GradientFloors& floors = {}) {
   const double floor = static_cast<double>(b.stats.magnitude);
   double e = loss_head_stats_error(a.stats, b.stats);
   e = std::max(e, relative_error(a.lse.span(), b.lse.span(), floor));
@@ -126,8 +128,9 @@ double loss_head_result_error(const LossHeadResult<A>& a, const LossHeadResult<B
 // True when every reported quantity is bitwise identical.
 template <class Real>
 bool loss_head_results_identical(const LossHeadResult<Real>& a, const LossHeadResult<Real>& b) {
-  return loss_head_stats_identical(a.stats, b.stats) && same_bits(a.lse, b.lse) && same_bits(a.token_loss, b.token_loss) &&
-         same_bits(a.hidden_grad, b.hidden_grad) && a.lm_head_grad.has_value() == b.lm_head_grad.has_value() &&
+  return loss_head_stats_identical(a.stats, b.stats) && same_bits(a.lse, b.lse) &&
+         same_bits(a.token_loss, b.token_loss) && same_bits(a.hidden_grad, b.hidden_grad) &&
+         a.lm_head_grad.has_value() == b.lm_head_grad.has_value() &&
          (!a.lm_head_grad || same_bits(*a.lm_head_grad, *b.lm_head_grad));
 }
 

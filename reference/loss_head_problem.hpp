@@ -14,17 +14,17 @@
 namespace dflash {
 
 struct LossHeadProblemSpec {
-  std::int64_t rows = 8;     // T
-  std::int64_t hidden = 8;   // H
-  std::int64_t vocab = 32;   // V
+  std::int64_t rows = 8;    // T
+  std::int64_t hidden = 8;  // H
+  std::int64_t vocab = 32;  // V
   std::uint64_t seed = 1;
-  double logit_scale = 4.0;         // typical |z| (lm_head entries are scaled by logit_scale / sqrt(H))
-  double teacher_scale = 1.0;       // teacher hidden rows are scaled by this (> 1: a sharper teacher)
-  double invalid_fraction = 0.2;    // rows with w01 = 0 (no label, no teacher)
-  double zero_weight_fraction = 0.1;  // valid rows whose weight is exactly 0
-  double zero_lm_head_fraction = 0.0; // lm_head entries set exactly to 0
-  bool all_weights_zero = false;      // W = 0
-  bool poison_invalid_rows = true;    // invalid rows get label -1 and NaN teacher rows: never read
+  double logit_scale = 4.0;            // typical |z| (lm_head entries are scaled by logit_scale / sqrt(H))
+  double teacher_scale = 1.0;          // teacher hidden rows are scaled by this (> 1: a sharper teacher)
+  double invalid_fraction = 0.2;       // rows with w01 = 0 (no label, no teacher)
+  double zero_weight_fraction = 0.1;   // valid rows whose weight is exactly 0
+  double zero_lm_head_fraction = 0.0;  // lm_head entries set exactly to 0
+  bool all_weights_zero = false;       // W = 0
+  bool poison_invalid_rows = true;     // invalid rows get label -1 and NaN teacher rows: never read
 };
 
 template <class Real>
@@ -49,7 +49,10 @@ LossHeadProblem<Real> make_loss_head_problem(MemoryTracker& tracker, const LossH
   LossHeadProblem<Real> p{Tensor<Real>(tracker, MemoryCategory::inputs, {T, H}),
                           Tensor<Real>(tracker, MemoryCategory::inputs, {T, H}),
                           Tensor<Real>(tracker, MemoryCategory::frozen, {V, H}),
-                          std::vector<std::int64_t>(T), std::vector<Real>(T), std::vector<std::uint8_t>(T), Real(0)};
+                          std::vector<std::int64_t>(T),
+                          std::vector<Real>(T),
+                          std::vector<std::uint8_t>(T),
+                          Real(0)};
   for (std::int64_t i = 0; i < T * H; ++i) p.hidden[i] = Real(rng.uniform(-1, 1));
   for (std::int64_t i = 0; i < T * H; ++i) p.teacher_hidden[i] = Real(spec.teacher_scale * rng.uniform(-1, 1));
   const double head_scale = spec.logit_scale * std::sqrt(3.0 / double(H));

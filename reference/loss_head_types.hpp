@@ -55,10 +55,10 @@ struct LossHeadTargets {
 template <class Real>
 struct LossHeadResult {
   LossHeadStats<Real> stats;
-  Tensor<Real> lse;                         // [T] logsumexp(z) where valid, else 0
-  Tensor<Real> token_loss;                  // [T] l_i where valid, else 0
-  Tensor<Real> hidden_grad;                 // dL/dY [T,H]
-  std::optional<Tensor<Real>> lm_head_grad; // dL/dW_lm [V,H] if requested
+  Tensor<Real> lse;                          // [T] logsumexp(z) where valid, else 0
+  Tensor<Real> token_loss;                   // [T] l_i where valid, else 0
+  Tensor<Real> hidden_grad;                  // dL/dY [T,H]
+  std::optional<Tensor<Real>> lm_head_grad;  // dL/dW_lm [V,H] if requested
 };
 
 template <class Real>
@@ -87,8 +87,8 @@ void require_finite(const Tensor<Real>& t, std::string_view name, std::span<cons
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     if (!only_rows.empty() && row > 0 && only_rows[static_cast<std::size_t>(i / row)] == 0) continue;
     if (!is_finite_value(t[i])) {
-      throw_input_error(name, str("element ", i, (row > 0 ? str(" (row ", i / row, ")") : std::string()), " is ",
-                                  t[i], "; every value must be finite"));
+      throw_input_error(name, str("element ", i, (row > 0 ? str(" (row ", i / row, ")") : std::string()), " is ", t[i],
+                                  "; every value must be finite"));
     }
   }
 }

@@ -6,10 +6,14 @@ namespace dflash {
 
 std::string_view loss_policy_name(LossPolicy policy) {
   switch (policy) {
-    case LossPolicy::materialize: return "materialize";
-    case LossPolicy::chunk_retain: return "chunk_retain";
-    case LossPolicy::chunk_recompute: return "chunk_recompute";
-    case LossPolicy::chunk_grad_in_forward: return "chunk_grad_in_forward";
+    case LossPolicy::materialize:
+      return "materialize";
+    case LossPolicy::chunk_retain:
+      return "chunk_retain";
+    case LossPolicy::chunk_recompute:
+      return "chunk_recompute";
+    case LossPolicy::chunk_grad_in_forward:
+      return "chunk_grad_in_forward";
   }
   return "unknown";
 }

@@ -16,8 +16,7 @@ enum class LossPolicy {
 };
 
 inline constexpr std::array<LossPolicy, 4> kAllLossPolicies = {
-    LossPolicy::materialize, LossPolicy::chunk_retain, LossPolicy::chunk_recompute,
-    LossPolicy::chunk_grad_in_forward};
+    LossPolicy::materialize, LossPolicy::chunk_retain, LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward};
 
 std::string_view loss_policy_name(LossPolicy policy);
 

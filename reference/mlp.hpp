@@ -22,7 +22,8 @@ DFLASH_HD void swiglu_forward(const Real* gate, const Real* up, Real* act, std::
 
 // d silu(g)/dg = sigmoid(g) (1 + g (1 - sigmoid(g))).
 template <class Real>
-DFLASH_HD void swiglu_backward(const Real* gate, const Real* up, const Real* d_act, Real* d_gate, Real* d_up, std::int64_t n) {
+DFLASH_HD void swiglu_backward(const Real* gate, const Real* up, const Real* d_act, Real* d_gate, Real* d_up,
+                               std::int64_t n) {
   for (std::int64_t c = 0; c < n; ++c) {
     const Real s = sigmoid(gate[c]);
     d_up[c] = d_act[c] * (gate[c] * s);

@@ -93,14 +93,14 @@ std::vector<double> zeroed_storage(std::size_t n) {
 
 void recycle_storage(std::vector<double>& storage) {
   std::vector<double> block = std::move(storage);  // leaves `storage` empty
-  if (!pooled(block.size())) return;  // freed with `block`
+  if (!pooled(block.size())) return;               // freed with `block`
   Pool& p = pool();
   const std::size_t n = block.size(), bytes = n * sizeof(double);
   const std::lock_guard lock(p.mutex);
   if (bytes > p.state.live_bytes) {
     // A block that zeroed_storage never handed out: a bookkeeping bug, never bad user input.
-    throw std::logic_error(str("recycle_storage: ", bytes, " B returned but only ", p.state.live_bytes,
-                               " B of pooled storage are live"));
+    throw std::logic_error(
+        str("recycle_storage: ", bytes, " B returned but only ", p.state.live_bytes, " B of pooled storage are live"));
   }
   p.state.live_bytes -= bytes;
   p.state.cached_bytes += bytes;

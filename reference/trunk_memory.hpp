@@ -54,9 +54,9 @@ struct SavedTensor {
 };
 
 struct TrunkSavedPlan {
-  std::vector<SavedTensor> kept;           // kept from forward (context, boundaries, final; none: all activations)
-  std::vector<SavedTensor> largest_live;   // rebuilt in backward: the largest live segment (empty for none)
-  std::int64_t peak_elements = 0;          // the saved-category peak of one sequence
+  std::vector<SavedTensor> kept;          // kept from forward (context, boundaries, final; none: all activations)
+  std::vector<SavedTensor> largest_live;  // rebuilt in backward: the largest live segment (empty for none)
+  std::int64_t peak_elements = 0;         // the saved-category peak of one sequence
 };
 
 // The 21 activations of layer `layer` (names prefixed "layers.{layer}.").

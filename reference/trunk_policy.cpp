@@ -9,9 +9,12 @@ namespace dflash {
 
 std::string_view trunk_policy_name(TrunkPolicy policy) {
   switch (policy) {
-    case TrunkPolicy::none: return "none";
-    case TrunkPolicy::per_layer: return "per_layer";
-    case TrunkPolicy::every_k: return "every_k";
+    case TrunkPolicy::none:
+      return "none";
+    case TrunkPolicy::per_layer:
+      return "per_layer";
+    case TrunkPolicy::every_k:
+      return "every_k";
   }
   return "unknown";
 }
@@ -28,9 +31,12 @@ TrunkPolicy parse_trunk_policy(std::string_view name, std::string_view argument)
 std::int64_t trunk_segment_length(TrunkPolicy policy, std::int64_t checkpoint_every, std::int64_t layers) {
   if (checkpoint_every < 1) throw_input_error("checkpoint_every", str(checkpoint_every, " must be at least 1"));
   switch (policy) {
-    case TrunkPolicy::none: return std::max<std::int64_t>(layers, 1);
-    case TrunkPolicy::per_layer: return 1;
-    case TrunkPolicy::every_k: return checkpoint_every;
+    case TrunkPolicy::none:
+      return std::max<std::int64_t>(layers, 1);
+    case TrunkPolicy::per_layer:
+      return 1;
+    case TrunkPolicy::every_k:
+      return checkpoint_every;
   }
   return 1;
 }

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "reference/bf16_tolerance.hpp"
-#include "cuda/runtime/device_probe.hpp"
 #include "cuda/loss_head/problem.hpp"
+#include "cuda/runtime/device_probe.hpp"
+#include "reference/bf16_tolerance.hpp"
 #include "reference/loss_head_compare.hpp"
 #include "verify/rows.hpp"
 
@@ -31,23 +31,37 @@ struct CudaVerifyCase {
 std::vector<CudaVerifyCase> cuda_verify_cases() {
   return {
       {"T37-H24-V301", {.rows = 37, .hidden = 24, .vocab = 301, .seed = 201}, 1.0, 0.85, 0.15, 5},
-      {"T29-H16-V520-tau0.5", {.rows = 29, .hidden = 16, .vocab = 520, .seed = 202, .teacher_scale = 2.0}, 0.5, 0.7,
-       0.3, 8},
-      {"T17-H8-V203-extreme", {.rows = 17, .hidden = 8, .vocab = 203, .seed = 203, .logit_scale = 1e4}, 0.05, 0.85,
-       0.15, 4},
-      {"T19-H16-V128-W0", {.rows = 19, .hidden = 16, .vocab = 128, .seed = 204, .all_weights_zero = true}, 1.0, 0.85,
-       0.15, 6},
+      {"T29-H16-V520-tau0.5",
+       {.rows = 29, .hidden = 16, .vocab = 520, .seed = 202, .teacher_scale = 2.0},
+       0.5,
+       0.7,
+       0.3,
+       8},
+      {"T17-H8-V203-extreme",
+       {.rows = 17, .hidden = 8, .vocab = 203, .seed = 203, .logit_scale = 1e4},
+       0.05,
+       0.85,
+       0.15,
+       4},
+      {"T19-H16-V128-W0",
+       {.rows = 19, .hidden = 16, .vocab = 128, .seed = 204, .all_weights_zero = true},
+       1.0,
+       0.85,
+       0.15,
+       6},
   };
 }
 
 constexpr LossPolicy kCudaPolicies[] = {LossPolicy::materialize, LossPolicy::chunk_recompute,
                                         LossPolicy::chunk_grad_in_forward};
 const char* const kBitwiseVariant = "recompute = grad_in_forward";
-const char* const kRule = "worst error / (2 x plain bf16 error + floor) over loss, ce, kl, lse, token loss, dL/dY, "
-                          "accuracy";
+const char* const kRule =
+    "worst error / (2 x plain bf16 error + floor) over loss, ce, kl, lse, token loss, dL/dY, "
+    "accuracy";
 
 std::string variant_name(LossPolicy policy, std::int64_t chunk) {
-  return std::string(loss_policy_name(policy)) + (policy == LossPolicy::materialize ? "" : "/c" + std::to_string(chunk));
+  return std::string(loss_policy_name(policy)) +
+         (policy == LossPolicy::materialize ? "" : "/c" + std::to_string(chunk));
 }
 
 }  // namespace

@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "common/dropout_site_view.hpp"
+#include "cuda/drafter/step.hpp"
 #include "cuda/runtime/device_buffer.hpp"
 #include "cuda/runtime/device_probe.hpp"
-#include "cuda/drafter/step.hpp"
-#include "common/dropout_site_view.hpp"
 #include "cuda/trunk/elementwise_kernels.hpp"
-#include "reference/compare.hpp"
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
+#include "reference/compare.hpp"
 #include "verify/rows.hpp"
 
 namespace dflash {
@@ -55,8 +55,7 @@ void add_case_rows(std::vector<VerifyRow>& rows, const StepRowCase& c) {
   const auto name = [&](std::string variant) {
     return RowName{.group = "cuda", .case_name = c.name, .variant = std::move(variant)};
   };
-  DeviceFormatStepProblem p(load_drafter_config(drafter_config_file(c.problem.config, DFLASH_CONFIG_DIR)),
-                            c.problem);
+  DeviceFormatStepProblem p(load_drafter_config(drafter_config_file(c.problem.config, DFLASH_CONFIG_DIR)), c.problem);
   MemoryTracker& tracker = p.tracker;
   const DrafterConfig& config = p.config;
   const DrafterParameters<double>& params = p.params;
@@ -82,11 +81,10 @@ void add_case_rows(std::vector<VerifyRow>& rows, const StepRowCase& c) {
         for (const RuleLine& l : lines) {
           if (!l.ok()) note = "FAILS: " + describe(lines);
         }
-        rows.push_back(tolerance_row(name(variant_name(trunk, loss)),
-                                     {.error = worst_ratio(lines),
-                                      .tolerance = 1.0,
-                                      .peak_bytes = allocator.tracker().peak_total(),
-                                      .note = note}));
+        rows.push_back(tolerance_row(name(variant_name(trunk, loss)), {.error = worst_ratio(lines),
+                                                                       .tolerance = 1.0,
+                                                                       .peak_bytes = allocator.tracker().peak_total(),
+                                                                       .note = note}));
         const std::vector<double> bits = flattened(got);
         if (first.empty()) {
           first = bits;
@@ -136,7 +134,8 @@ VerifyRow hidden_dropout_mask_row() {
         mismatched += same_bits(got[static_cast<std::size_t>(e)], view.factor(static_cast<std::uint64_t>(e))) ? 0 : 1;
       }
     }
-    return exact_row(name, {.mismatch = mismatched / double(2 * n), .note = "fraction of factors differing from the CPU's"});
+    return exact_row(name,
+                     {.mismatch = mismatched / double(2 * n), .note = "fraction of factors differing from the CPU's"});
   } catch (const std::exception& e) {
     return threw_row(name, e.what());
   }
@@ -159,8 +158,9 @@ std::vector<VerifyRow> verify_cuda_step_rows() {
         rows.push_back(skipped_row({.group = "cuda", .case_name = c.name, .variant = v}, "no GPU: " + gpu.reason));
       }
     }
-    rows.push_back(skipped_row({.group = "cuda", .case_name = "hidden-dropout-masks", .variant = "attn + mlp residual, p 0.3"},
-                               "no GPU: " + gpu.reason));
+    rows.push_back(
+        skipped_row({.group = "cuda", .case_name = "hidden-dropout-masks", .variant = "attn + mlp residual, p 0.3"},
+                    "no GPU: " + gpu.reason));
     return rows;
   }
   for (const StepRowCase& c : step_row_cases()) {

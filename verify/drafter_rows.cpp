@@ -84,8 +84,7 @@ std::vector<VerifyRow> verify_drafter_rows() {
     base.trunk_policy = TrunkPolicy::none;
     base.loss_policy = LossPolicy::materialize;
     MemoryTracker reference_tracker;
-    const DrafterStepResult<double> reference =
-        drafter_step(reference_tracker, c.config, params, frozen, batch, base);
+    const DrafterStepResult<double> reference = drafter_step(reference_tracker, c.config, params, frozen, batch, base);
     const DrafterDims dims = DrafterDims::of(c.config, c.batch.context_length, reference.outputs.anchors.dim(1));
     const auto name = [&](std::string variant) {
       return RowName{.group = "drafter", .case_name = c.name, .variant = std::move(variant)};
@@ -100,20 +99,19 @@ std::vector<VerifyRow> verify_drafter_rows() {
         MemoryTracker tracker;
         const DrafterStepResult<double> r = drafter_step(tracker, c.config, params, frozen, batch, o);
         const bool identical = drafter_steps_identical(r, reference);
-        rows.push_back(tolerance_row(
-            name(policy_label(o)),
-            {.error = drafter_step_error(r, reference),
-             .tolerance = kReferenceTolerance,
-             .peak_bytes = tracker.peak_total(),
-             .note = identical ? "bitwise equal to none x materialize" : "vs none x materialize"}));
+        rows.push_back(tolerance_row(name(policy_label(o)), {.error = drafter_step_error(r, reference),
+                                                             .tolerance = kReferenceTolerance,
+                                                             .peak_bytes = tracker.peak_total(),
+                                                             .note = identical ? "bitwise equal to none x materialize"
+                                                                               : "vs none x materialize"}));
         if (loss != LossPolicy::chunk_recompute) continue;
         const auto plan = trunk_saved_plan(dims, trunk, o.checkpoint_every);
         const double planned = double(plan.peak_elements) * sizeof(double);
         const double measured = double(tracker.peak(MemoryCategory::saved));
-        rows.push_back(exact_row(name(policy_label(o) + " saved peak"),
-                                 {.mismatch = std::abs(measured - planned) / planned,
-                                  .peak_bytes = tracker.peak(MemoryCategory::saved),
-                                  .note = "tracker vs reference/trunk_memory plan"}));
+        rows.push_back(
+            exact_row(name(policy_label(o) + " saved peak"), {.mismatch = std::abs(measured - planned) / planned,
+                                                              .peak_bytes = tracker.peak(MemoryCategory::saved),
+                                                              .note = "tracker vs reference/trunk_memory plan"}));
       }
     }
 
@@ -124,9 +122,9 @@ std::vector<VerifyRow> verify_drafter_rows() {
         o.checkpoint_every = 2;
         std::size_t draws = 0;
         const double mismatch = replay_mismatch(c.config, params, frozen, batch, o, draws);
-        rows.push_back(exact_row(name(policy_label(o) + " dropout replay"),
-                                 {.mismatch = mismatch,
-                                  .note = str(draws, " forward draws replayed by recompute and backward")}));
+        rows.push_back(
+            exact_row(name(policy_label(o) + " dropout replay"),
+                      {.mismatch = mismatch, .note = str(draws, " forward draws replayed by recompute and backward")}));
       }
     }
 
@@ -135,28 +133,31 @@ std::vector<VerifyRow> verify_drafter_rows() {
       const DrafterOutputs<Mp50> exact =
           drafter_forward(t, c.config, convert_parameters<Mp50>(t, params), convert_frozen<Mp50>(t, frozen),
                           convert_batch<Mp50>(t, batch), base);
-      rows.push_back(tolerance_row(name("forward vs 50-digit"),
-                                   {.error = drafter_outputs_error(reference.outputs, exact),
-                                    .tolerance = kReferenceTolerance,
-                                    .note = "loss, ce, kl, Y, lse, token losses"}));
+      rows.push_back(
+          tolerance_row(name("forward vs 50-digit"), {.error = drafter_outputs_error(reference.outputs, exact),
+                                                      .tolerance = kReferenceTolerance,
+                                                      .note = "loss, ce, kl, Y, lse, token losses"}));
     }
 
     // The finite differences on one shorter sequence (a 50-digit forward costs ~1 us per
     // multiply-add): explicit anchors with an invalid block.
     {
       MemoryTracker t;
-      const DrafterBatch<double> small = make_drafter_batch<double>(
-          t, c.config,
-          {.sequences = 1, .context_length = 12, .seed = 43, .explicit_anchors = true, .anchor_slots = 3,
-           .invalid_block_fraction = 0.25});
+      const DrafterBatch<double> small = make_drafter_batch<double>(t, c.config,
+                                                                    {.sequences = 1,
+                                                                     .context_length = 12,
+                                                                     .seed = 43,
+                                                                     .explicit_anchors = true,
+                                                                     .anchor_slots = 3,
+                                                                     .invalid_block_fraction = 0.25});
       const DrafterStepResult<double> r = drafter_step(t, c.config, params, frozen, small, base);
       const GradientCheck check = check_drafter_gradients(c.config, params, frozen, small, base, r, {.seed = 7});
-      rows.push_back(tolerance_row(name("gradients vs 50-digit FD"),
-                                   {.error = check.worst,
-                                    .tolerance = kFiniteDifferenceTolerance,
-                                    .note = str(check.evaluations,
-                                                " differences (every tensor, dL/dF, coordinates); worst: ",
-                                                check.worst_what)}));
+      rows.push_back(tolerance_row(
+          name("gradients vs 50-digit FD"),
+          {.error = check.worst,
+           .tolerance = kFiniteDifferenceTolerance,
+           .note =
+               str(check.evaluations, " differences (every tensor, dL/dF, coordinates); worst: ", check.worst_what)}));
     }
   }
   return rows;

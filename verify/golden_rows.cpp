@@ -34,12 +34,11 @@ std::vector<VerifyRow> verify_golden_rows() {
         error = std::max(error, r.error);
         tolerance = std::min(tolerance, r.tolerance);
       }
-      rows.push_back(tolerance_row(
-          name, {.error = error,
-                 .tolerance = tolerance,
-                 .peak_bytes = tracker.peak_total(),
-                 .note = str(computed.tensors.size(), " tensors of ", path.filename().string(),
-                             worst.empty() ? ", all bitwise equal" : ", worst " + worst)}));
+      rows.push_back(tolerance_row(name, {.error = error,
+                                          .tolerance = tolerance,
+                                          .peak_bytes = tracker.peak_total(),
+                                          .note = str(computed.tensors.size(), " tensors of ", path.filename().string(),
+                                                      worst.empty() ? ", all bitwise equal" : ", worst " + worst)}));
     } catch (const std::exception& e) {
       rows.push_back(threw_row(name, e.what()));
     }

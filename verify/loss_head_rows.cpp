@@ -80,18 +80,19 @@ std::vector<VerifyRow> verify_loss_head_rows() {
     // Double against 50-digit arithmetic (the same problem, exactly converted).
     MemoryTracker mp_tracker;
     const LossHeadProblem<Mp50> pm = convert_problem<Mp50>(mp_tracker, p);
-    const LossHeadResult<Mp50> exact = hybrid_loss_unchunked(mp_tracker, c.options, pm.hidden, pm.targets(), pm.weight_sum);
+    const LossHeadResult<Mp50> exact =
+        hybrid_loss_unchunked(mp_tracker, c.options, pm.hidden, pm.targets(), pm.weight_sum);
     {
       LossHeadOptions o = c.options;
       o.policy = LossPolicy::chunk_recompute;
       o.chunk_rows = 4;
       MemoryTracker tracker;
       const LossHeadResult<double> r = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
-      rows.push_back(tolerance_row(name("chunk_recompute/c4 vs 50-digit"),
-                                   {.error = loss_head_result_error(r, exact, floors),
-                                    .tolerance = kReferenceTolerance,
-                                    .peak_bytes = tracker.peak_total(),
-                                    .note = "double vs cpp_bin_float_50"}));
+      rows.push_back(
+          tolerance_row(name("chunk_recompute/c4 vs 50-digit"), {.error = loss_head_result_error(r, exact, floors),
+                                                                 .tolerance = kReferenceTolerance,
+                                                                 .peak_bytes = tracker.peak_total(),
+                                                                 .note = "double vs cpp_bin_float_50"}));
     }
 
     // Analytic gradients against 50-digit central differences along random directions.
@@ -120,8 +121,9 @@ std::vector<VerifyRow> verify_loss_head_rows() {
                                                         wrt_head ? floors.lm_head : floors.hidden);
       worst = std::max(worst, directional_error(a, static_cast<double>(fd), noise));
     }
-    rows.push_back(tolerance_row(name("gradient vs 50-digit FD"),
-                                 {.error = worst, .tolerance = kFiniteDifferenceTolerance, .note = "dL/dY (2 directions), dL/dW_lm (1)"}));
+    rows.push_back(tolerance_row(
+        name("gradient vs 50-digit FD"),
+        {.error = worst, .tolerance = kFiniteDifferenceTolerance, .note = "dL/dY (2 directions), dL/dW_lm (1)"}));
   }
   return rows;
 }

@@ -27,8 +27,7 @@ int print_verify_table(std::ostream& out, const std::vector<VerifyRow>& rows) {
     std::snprintf(tol, sizeof tol, "%.0e", r.tolerance);
     const std::string status = r.skipped ? "SKIPPED" : (r.passed() ? "PASS" : "FAIL");
     emit(r.group, r.case_name, r.variant, r.skipped ? "-" : err, r.skipped ? "-" : tol,
-         r.skipped ? "-" : std::to_string(r.peak_bytes),
-         status, r.note);
+         r.skipped ? "-" : std::to_string(r.peak_bytes), status, r.note);
     failed += !r.skipped && !r.passed();
     passed += r.passed();
     skipped += r.skipped;

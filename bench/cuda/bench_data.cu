@@ -46,8 +46,8 @@ __global__ void fill_gathered_rows_kernel(std::uint16_t* x, const std::int64_t* 
        e += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t p = index[e / width];
     x[e] = p < 0 ? 0
-                 : bf16_bits_from_float(amplitude *
-                                        uniform_symmetric(seed, stream, static_cast<std::uint64_t>(p * width + e % width)));
+                 : bf16_bits_from_float(
+                       amplitude * uniform_symmetric(seed, stream, static_cast<std::uint64_t>(p * width + e % width)));
   }
 }
 

@@ -8,8 +8,8 @@
 
 #include "bench/cuda/bench_data.hpp"
 #include "common/dropout_rng.hpp"
-#include "reference/anchors.hpp"
 #include "io/errors.hpp"
+#include "reference/anchors.hpp"
 
 namespace {
 
@@ -34,7 +34,8 @@ extern "C" int dflash_bench_drafter_sequence(long long context, long long vocab,
     std::vector<std::int64_t> tokens(S);
     std::vector<std::uint8_t> loss_mask(S);
     for (std::size_t p = 0; p < S; ++p) {
-      tokens[p] = static_cast<std::int64_t>(rng_word(data_seed, kTokenStream, 0, p) % static_cast<std::uint64_t>(vocab));
+      tokens[p] =
+          static_cast<std::int64_t>(rng_word(data_seed, kTokenStream, 0, p) % static_cast<std::uint64_t>(vocab));
       loss_mask[p] = p >= S / 4 ? 1 : 0;
     }
     const AnchorSlots slots = sample_anchors(loss_mask, max_anchors, anchor_seed, 0, 0);

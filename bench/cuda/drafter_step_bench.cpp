@@ -33,22 +33,22 @@
 #include <utility>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
+#include <CLI/CLI.hpp>
 
-#include "common/tolerances.hpp"
 #include "bench/cuda/bench_data.hpp"
 #include "bench/cuda/bench_verdict.hpp"
 #include "bench/cuda/drafter_step_metrics.hpp"
 #include "bench/cuda/gemm_rate.hpp"
 #include "common/gpu_required.hpp"
-#include "cuda/trunk/device_backend.hpp"
-#include "cuda/runtime/device_probe.hpp"
+#include "common/tolerances.hpp"
 #include "cuda/drafter/sequence_step.hpp"
 #include "cuda/optimizer/adamw_kernels.hpp"
+#include "cuda/runtime/device_probe.hpp"
+#include "cuda/trunk/device_backend.hpp"
+#include "io/errors.hpp"
 #include "planner/training_plan.hpp"
 #include "reference/drafter_parameters.hpp"
-#include "io/errors.hpp"
 
 namespace dflash {
 namespace {
@@ -141,10 +141,10 @@ SequenceRows make_rows(const DrafterConfig& c, const DrafterDims& m, std::uint64
   const auto N = static_cast<std::size_t>(m.N), T = static_cast<std::size_t>(m.T);
   SequenceRows r{std::vector<std::int64_t>(N), std::vector<std::int64_t>(T), std::vector<std::int64_t>(T),
                  std::vector<std::int64_t>(T), std::vector<std::int64_t>(T), std::vector<std::uint8_t>(N),
-                 std::vector<std::uint8_t>(T), std::vector<float>(T), 0.0};
+                 std::vector<std::uint8_t>(T), std::vector<float>(T),        0.0};
   char error[512] = {};
-  if (dflash_bench_drafter_sequence(m.S, m.V, m.B, c.mask_token_id, m.N, c.loss_decay_gamma.value_or(0.0), seed,
-                                    c.seed, r.anchors.data(), r.keep.data(), r.input_tokens.data(), r.positions.data(),
+  if (dflash_bench_drafter_sequence(m.S, m.V, m.B, c.mask_token_id, m.N, c.loss_decay_gamma.value_or(0.0), seed, c.seed,
+                                    r.anchors.data(), r.keep.data(), r.input_tokens.data(), r.positions.data(),
                                     r.labels.data(), r.teacher_rows.data(), r.weights.data(), r.valid.data(), error,
                                     sizeof error) != 0) {
     throw_input_error("synthetic sequence", error);
@@ -177,7 +177,8 @@ struct DeviceModel {
                          "dflash_bench_fill_drafter_matrix");
         values.push_back(matrices.back().data());
       } else {
-        vectors.push_back(be.from_host(MemoryCategory::parameters, std::vector<float>(static_cast<std::size_t>(n), 1.0f)));
+        vectors.push_back(
+            be.from_host(MemoryCategory::parameters, std::vector<float>(static_cast<std::size_t>(n), 1.0f)));
         values.push_back(vectors.back().data());
       }
       grads.emplace_back(a, MemoryCategory::gradients, static_cast<std::size_t>(n));
@@ -185,9 +186,9 @@ struct DeviceModel {
       names.push_back(p.name);
       ++index;
     }
-    check_bench_fill(dflash_bench_fill_frozen(embed.data(), lm_head.data(), c.vocab_size, c.hidden_size, seed,
-                                              kLogitScale),
-                     "dflash_bench_fill_frozen");
+    check_bench_fill(
+        dflash_bench_fill_frozen(embed.data(), lm_head.data(), c.vocab_size, c.hidden_size, seed, kLogitScale),
+        "dflash_bench_fill_frozen");
     weights.lm_head = lm_head.data();
     bind_trunk_parameters(c, values, grad_of, embed.data(), weights.trunk, weights.grads);
   }
@@ -239,9 +240,11 @@ struct DeviceSequence {
   }
 
   CudaSequenceInputs view() const {
-    return CudaSequenceInputs{anchors.data(), keep.data(), positions.data(), context_positions.data(), tokens.data(),
-                              features.data(), teacher.data(),
-                              DeviceRowTargets{labels.data(), weights.data(), valid.data()}, nullptr};
+    return CudaSequenceInputs{anchors.data(),   keep.data(),
+                              positions.data(), context_positions.data(),
+                              tokens.data(),    features.data(),
+                              teacher.data(),   DeviceRowTargets{labels.data(), weights.data(), valid.data()},
+                              nullptr};
   }
 };
 
@@ -271,8 +274,8 @@ struct PolicyRun {
   }
 };
 
-PolicyRun run_policy(const CudaBackend& be, const DrafterConfig& config, const DrafterDims& dims,
-                     DeviceModel& model, const DeviceSequence& seq, double weight_sum, LossPolicy policy, int reps,
+PolicyRun run_policy(const CudaBackend& be, const DrafterConfig& config, const DrafterDims& dims, DeviceModel& model,
+                     const DeviceSequence& seq, double weight_sum, LossPolicy policy, int reps,
                      AttentionForwardKernel attention_forward, AttentionBackwardKernel attention_backward) {
   DeviceAllocator& allocator = be.allocator;
   DrafterStepOptions options = drafter_step_options(config);
@@ -313,8 +316,8 @@ PolicyRun run_policy(const CudaBackend& be, const DrafterConfig& config, const D
       allocator.synchronize();
       timer.reset();
       const auto t0 = std::chrono::steady_clock::now();
-      run.stats = cuda_drafter_sequence_step(backend, head, config, dims, model.weights, seq.view(), options, 0,
-                                             weight_sum);
+      run.stats =
+          cuda_drafter_sequence_step(backend, head, config, dims, model.weights, seq.view(), options, 0, weight_sum);
       allocator.synchronize();
       const auto t1 = std::chrono::steady_clock::now();
       if (r == 0) continue;
@@ -340,37 +343,39 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
   out.precision(10);
   out << "{\n  \"device\": \"" << gpu.summary() << "\",\n  \"config\": \"" << o.config << "\", \"seed\": " << o.seed
       << ",\n  \"dims\": {\"T\": " << m.T << ", \"S\": " << m.S << ", \"N\": " << m.N << ", \"B\": " << m.B
-      << ", \"H\": " << m.H << ", \"I\": " << m.I << ", \"nh\": " << m.nh << ", \"nkv\": " << m.nkv << ", \"d\": " << m.d
-      << ", \"K\": " << m.K << ", \"V\": " << m.V << ", \"L\": " << m.L << "},\n  \"weight_sum\": " << rows.weight_sum
-      << ", \"card_bf16_tflops\": " << card.tflops() << ", \"card_rate_ms\": " << card.ms
-      << ", \"datasheet_bf16_tflops\": " << kH200DatasheetBf16Tflops
-      << ",\n  \"baseline_loss_tolerance\": " << kStepBaselineLossTolerance << ", \"targets\": {\"mfu\": " << kStepMfuTarget
-      << ", \"plan_excess\": " << kPlanExcessTarget << "},\n  \"visible_pairs\": [";
+      << ", \"H\": " << m.H << ", \"I\": " << m.I << ", \"nh\": " << m.nh << ", \"nkv\": " << m.nkv
+      << ", \"d\": " << m.d << ", \"K\": " << m.K << ", \"V\": " << m.V << ", \"L\": " << m.L
+      << "},\n  \"weight_sum\": " << rows.weight_sum << ", \"card_bf16_tflops\": " << card.tflops()
+      << ", \"card_rate_ms\": " << card.ms << ", \"datasheet_bf16_tflops\": " << kH200DatasheetBf16Tflops
+      << ",\n  \"baseline_loss_tolerance\": " << kStepBaselineLossTolerance
+      << ", \"targets\": {\"mfu\": " << kStepMfuTarget << ", \"plan_excess\": " << kPlanExcessTarget
+      << "},\n  \"visible_pairs\": [";
   for (std::size_t l = 0; l < pairs.size(); ++l) out << (l ? ", " : "") << pairs[l];
   out << "],\n  \"flops\": {\"block_linear\": " << flops.block_linear << ", \"context\": " << flops.context
-      << ", \"attention_forward\": " << flops.attention_forward << ", \"attention_backward\": " << flops.attention_backward
-      << ", \"loss_head\": " << flops.loss_head << ", \"model\": " << flops.model() << "},\n  \"parameters\": [";
+      << ", \"attention_forward\": " << flops.attention_forward
+      << ", \"attention_backward\": " << flops.attention_backward << ", \"loss_head\": " << flops.loss_head
+      << ", \"model\": " << flops.model() << "},\n  \"parameters\": [";
   for (std::size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << "\"" << names[i] << "\"";
   out << "],\n  \"runs\": [";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const PolicyRun& r = runs[i];
     const StepFlops f = drafter_step_flops(m, pairs, false, TrunkPolicy::per_layer, r.policy);
     const double s = r.median_ms() * 1e-3;
-    out << (i ? ",\n" : "\n") << "    {\"trunk_policy\": \"per_layer\", \"loss_policy\": \"" << loss_policy_name(r.policy)
-        << "\", \"ms_median\": " << r.median_ms() << ", \"ms\": [";
+    out << (i ? ",\n" : "\n") << "    {\"trunk_policy\": \"per_layer\", \"loss_policy\": \""
+        << loss_policy_name(r.policy) << "\", \"ms_median\": " << r.median_ms() << ", \"ms\": [";
     for (std::size_t k = 0; k < r.ms.size(); ++k) out << (k ? ", " : "") << r.ms[k];
     out << "], \"executed_flops\": " << f.executed() << ", \"model_tflops\": " << flops.model() / s / 1e12
         << ", \"mfu_of_card\": " << flops.model() / s / 1e12 / card.tflops()
         << ", \"mfu_of_datasheet\": " << flops.model() / s / 1e12 / kH200DatasheetBf16Tflops
         << ", \"attention_forward_ms\": " << PolicyRun::median(r.attention_forward_ms)
         << ", \"attention_backward_ms\": " << PolicyRun::median(r.attention_backward_ms)
-        << ", \"attention_executed_flops\": " << f.attention_executed()
-        << ", \"attention_forward_kernel\": \"" << (r.tensor_core_forward() ? "tensor_cores" : "cuda_cores")
+        << ", \"attention_executed_flops\": " << f.attention_executed() << ", \"attention_forward_kernel\": \""
+        << (r.tensor_core_forward() ? "tensor_cores" : "cuda_cores")
         << "\", \"attention_forward_executed_flops\": " << f.attention_forward + f.attention_recompute
         << ", \"attention_backward_kernel\": \"" << (r.tensor_core_backward() ? "tensor_cores" : "cuda_cores")
-        << "\", \"attention_backward_executed_flops\": " << f.attention_backward
-        << ", \"loss\": " << r.stats.loss << ", \"ce\": " << r.stats.ce << ", \"kl\": " << r.stats.kl
-        << ", \"accuracy\": " << r.stats.accuracy() << ", \"losses\": [";
+        << "\", \"attention_backward_executed_flops\": " << f.attention_backward << ", \"loss\": " << r.stats.loss
+        << ", \"ce\": " << r.stats.ce << ", \"kl\": " << r.stats.kl << ", \"accuracy\": " << r.stats.accuracy()
+        << ", \"losses\": [";
     for (std::size_t k = 0; k < r.losses.size(); ++k) out << (k ? ", " : "") << r.losses[k];
     out << "], \"grad_norms\": [";
     for (std::size_t k = 0; k < r.grad_norms.size(); ++k) out << (k ? ", " : "") << r.grad_norms[k];
@@ -391,8 +396,9 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
 
 int bench_main(int argc, char** argv) {
   BenchOptions o;
-  CLI::App app{"The whole drafter step on one GPU beside the plan and the card's bf16 rate "
-               "(bench/cuda/drafter_step_bench.cpp)"};
+  CLI::App app{
+      "The whole drafter step on one GPU beside the plan and the card's bf16 rate "
+      "(bench/cuda/drafter_step_bench.cpp)"};
   app.add_option("--config", o.config, "drafter config JSON (configs/qwen3.6-27b.json: full scale)")->required();
   app.add_option("--context", o.context, "context length S")->check(CLI::PositiveNumber);
   app.add_option("--reps", o.reps, "timed steps after the warm-up (their median is reported)")
@@ -413,12 +419,13 @@ int bench_main(int argc, char** argv) {
     pairs.push_back(attention_visible_pairs(rows.anchors, rows.keep, dims.B, t == LayerType::sliding_attention,
                                             config.sliding_window.value_or(0)));
   }
-  const StepFlops flops = drafter_step_flops(dims, pairs, false, TrunkPolicy::per_layer, LossPolicy::chunk_grad_in_forward);
+  const StepFlops flops =
+      drafter_step_flops(dims, pairs, false, TrunkPolicy::per_layer, LossPolicy::chunk_grad_in_forward);
 
-  std::cout << "config " << o.config << ": T " << dims.T << " (" << dims.N
-            << " blocks of " << dims.B << "), S " << dims.S << ", H " << dims.H << ", I " << dims.I << ", heads "
-            << dims.nh << "/" << dims.nkv << ", d " << dims.d << ", L " << dims.L << ", V " << dims.V
-            << "; model FLOPs per step " << flops.model() << " (attention " << flops.attention() << ")\n";
+  std::cout << "config " << o.config << ": T " << dims.T << " (" << dims.N << " blocks of " << dims.B << "), S "
+            << dims.S << ", H " << dims.H << ", I " << dims.I << ", heads " << dims.nh << "/" << dims.nkv << ", d "
+            << dims.d << ", L " << dims.L << ", V " << dims.V << "; model FLOPs per step " << flops.model()
+            << " (attention " << flops.attention() << ")\n";
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
     std::cout << "bench_cuda_drafter_step: SKIPPED, " << gpu.summary() << "\n";
@@ -455,8 +462,7 @@ int bench_main(int argc, char** argv) {
     planned.attention_backward = backward_kernel;
     const std::string name = planned.name();
     try {
-      PolicyRun r = run_policy(backend, config, dims, model, seq, rows.weight_sum, p, o.reps, kernel,
-                               backward_kernel);
+      PolicyRun r = run_policy(backend, config, dims, model, seq, rows.weight_sum, p, o.reps, kernel, backward_kernel);
       if (!std::isfinite(r.stats.loss)) wrong.push_back(str(name, ": loss ", r.stats.loss));
       for (double l : r.losses) {
         if (std::memcmp(&l, &r.losses.front(), sizeof l) != 0) {
@@ -465,10 +471,12 @@ int bench_main(int argc, char** argv) {
         }
       }
       for (std::size_t i = 0; i < r.grad_norms.size(); ++i) {
-        if (!std::isfinite(r.grad_norms[i])) wrong.push_back(str(name, ": gradient of ", model.names[i], " not finite"));
+        if (!std::isfinite(r.grad_norms[i]))
+          wrong.push_back(str(name, ": gradient of ", model.names[i], " not finite"));
       }
       const double tflops = flops.model() / (r.median_ms() * 1e-3) / 1e12;
-      for (const std::string& m : step_target_misses(tflops, card.tflops(), r.memory)) missed.push_back(name + ": " + m);
+      for (const std::string& m : step_target_misses(tflops, card.tflops(), r.memory))
+        missed.push_back(name + ": " + m);
       runs.push_back(std::move(r));
     } catch (const std::exception& e) {
       wrong.push_back(str(name, ": ", e.what()));
@@ -488,8 +496,8 @@ int bench_main(int argc, char** argv) {
                 r.median_ms(), flops.model() / s / 1e12, 100 * flops.model() / s / 1e12 / card.tflops(),
                 100 * flops.model() / s / 1e12 / kH200DatasheetBf16Tflops, af, ab,
                 (f.attention_forward + f.attention_recompute) / (af * 1e-3) / 1e12,
-                f.attention_backward / (ab * 1e-3) / 1e12,
-                f.attention_executed() / ((af + ab) * 1e-3) / 1e12, f.executed() / s / 1e12, r.stats.loss);
+                f.attention_backward / (ab * 1e-3) / 1e12, f.attention_executed() / ((af + ab) * 1e-3) / 1e12,
+                f.executed() / s / 1e12, r.stats.loss);
     std::printf("  memory (GiB)   %-12s %9s %9s\n", "category", "measured", "planned");
     for (const CategoryComparison& c : r.memory) {
       if (c.planned == 0 && c.measured == 0) continue;

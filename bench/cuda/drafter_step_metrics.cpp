@@ -72,8 +72,8 @@ std::vector<std::string> step_target_misses(double model_tflops, double card_tfl
                                             const std::vector<CategoryComparison>& comparisons) {
   std::vector<std::string> misses;
   if (!(model_tflops >= kStepMfuTarget * card_tflops)) {
-    misses.push_back(str("MFU ", 100 * model_tflops / card_tflops, "% of the measured GEMM rate < ",
-                         100 * kStepMfuTarget, "%"));
+    misses.push_back(
+        str("MFU ", 100 * model_tflops / card_tflops, "% of the measured GEMM rate < ", 100 * kStepMfuTarget, "%"));
   }
   for (std::string& m : plan_excess_misses(comparisons)) misses.push_back("peak above plan: " + std::move(m));
   return misses;

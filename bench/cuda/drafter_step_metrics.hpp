@@ -24,7 +24,6 @@ inline constexpr double kH200DatasheetBf16Tflops = 989.0;
 inline constexpr double kStepMfuTarget = 0.50;     // model-FLOP rate / measured large-GEMM rate
 inline constexpr double kPlanExcessTarget = 0.02;  // measured peak <= (1 + this) x planned, per category
 
-
 // Visible (query row, key) pairs of one query head of one layer under SPEC §3's mask, summed
 // over the block rows: a kept block n sees context keys [max(0, a_n + k - (window - 1)), a_n)
 // (sliding) or [0, a_n) (full), and its own block's keys k' <= k (sliding) or all B; an unkept

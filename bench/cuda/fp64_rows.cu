@@ -12,8 +12,8 @@ constexpr int kWarps = 8;  // per block of the logits kernel: one warp per vocab
 // One warp per v: lane l takes h = l, l + 32, ...; the lanes' sums meet in a fixed shuffle tree.
 __global__ void __launch_bounds__(32 * kWarps)
     fp64_row_logits_kernel(const Bf16Bits* __restrict__ y, const Bf16Bits* __restrict__ g,
-                           const Bf16Bits* __restrict__ w, const std::int64_t* __restrict__ rows, int n,
-                           std::int64_t V, std::int64_t H, double* __restrict__ z, double* __restrict__ t) {
+                           const Bf16Bits* __restrict__ w, const std::int64_t* __restrict__ rows, int n, std::int64_t V,
+                           std::int64_t H, double* __restrict__ z, double* __restrict__ t) {
   const std::int64_t v = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (v >= V) return;  // whole warps leave together
@@ -63,7 +63,8 @@ __global__ void fp64_rows_times_head_kernel(const double* __restrict__ dz, const
   for (int j = 0; j < n; ++j) partial[(segment * n + j) * H + h] = sums[j];
 }
 
-__global__ void sum_segments_kernel(const double* __restrict__ partial, int n, std::int64_t H, double* __restrict__ dy) {
+__global__ void sum_segments_kernel(const double* __restrict__ partial, int n, std::int64_t H,
+                                    double* __restrict__ dy) {
   const std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= n * H) return;
   double sum = 0.0;

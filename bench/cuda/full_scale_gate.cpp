@@ -6,8 +6,8 @@
 #include "common/bf16.hpp"
 #include "common/row_stats.hpp"
 #include "cuda/loss_head/row_program.hpp"
-#include "reference/compare.hpp"
 #include "io/errors.hpp"
+#include "reference/compare.hpp"
 
 namespace dflash {
 
@@ -57,8 +57,8 @@ RowOutcome row_in_double(const double* z, const double* t, std::int64_t V, std::
   const HybridRowResult<double> row = finish_row(stats, hp.tau);
   for (std::int64_t v = 0; v < V; ++v) {
     const double zv = plain ? bf16_of(z[v]) : z[v], tv = plain ? bf16_of(t[v]) : t[v];
-    const double g = hybrid_logit_grad(zv, teacher_log_prob(tv, row, hp.tau), v == label, row, hp.tau, hp.hard,
-                                       hp.soft, scale);
+    const double g =
+        hybrid_logit_grad(zv, teacher_log_prob(tv, row, hp.tau), v == label, row, hp.tau, hp.hard, hp.soft, scale);
     dz[v] = plain ? bf16_of(g) : g;
   }
   return {row.lse_z, hybrid_token_loss(row, hp)};
@@ -66,10 +66,10 @@ RowOutcome row_in_double(const double* z, const double* t, std::int64_t V, std::
 
 }  // namespace
 
-GateRows gate_rows_from_logits(std::span<const std::int64_t> rows, std::span<const double> z,
-                               std::span<const double> t, std::int64_t vocab, std::int64_t hidden,
-                               std::span<const std::int64_t> labels, std::span<const float> weights,
-                               std::span<const std::uint8_t> valid, double weight_sum, const HybridHyper<double>& hp) {
+GateRows gate_rows_from_logits(std::span<const std::int64_t> rows, std::span<const double> z, std::span<const double> t,
+                               std::int64_t vocab, std::int64_t hidden, std::span<const std::int64_t> labels,
+                               std::span<const float> weights, std::span<const std::uint8_t> valid, double weight_sum,
+                               const HybridHyper<double>& hp) {
   const auto n = rows.size();
   const auto V = static_cast<std::size_t>(vocab);
   if (z.size() != n * V || t.size() != n * V) {
@@ -124,14 +124,15 @@ ToleranceEntry rule_entry(const char* name, const std::vector<double>& got, cons
 
 Bf16RuleReport check_full_scale_gate(const GateRows& e, const GateObserved& o) {
   const std::size_t n = e.rows.size(), H = static_cast<std::size_t>(e.hidden);
-  if (o.lse.size() != n || o.token_loss.size() != n || o.hidden_grad.size() != n * H ||
-      e.hidden_grad.size() != n * H || e.plain_hidden_grad.size() != n * H) {
+  if (o.lse.size() != n || o.token_loss.size() != n || o.hidden_grad.size() != n * H || e.hidden_grad.size() != n * H ||
+      e.plain_hidden_grad.size() != n * H) {
     throw_input_error("gate results", str("sizes do not match ", n, " sampled rows of H = ", e.hidden));
   }
   const double floor = bf16_rule_floor(e.vocab, kRowThreads);
   Bf16RuleReport report;
   report.entries = {
-      rule_entry("lse", valid_entries(e, o.lse, 1), valid_entries(e, e.plain_lse, 1), valid_entries(e, e.lse, 1), floor),
+      rule_entry("lse", valid_entries(e, o.lse, 1), valid_entries(e, e.plain_lse, 1), valid_entries(e, e.lse, 1),
+                 floor),
       rule_entry("token_loss", valid_entries(e, o.token_loss, 1), valid_entries(e, e.plain_token_loss, 1),
                  valid_entries(e, e.token_loss, 1), floor),
       rule_entry("hidden_grad", valid_entries(e, o.hidden_grad, H), valid_entries(e, e.plain_hidden_grad, H),

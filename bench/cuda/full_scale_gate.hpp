@@ -37,10 +37,10 @@ struct GateRows {
 
 // z, t: [n, V] exact logits of rows[j] (double). The plain computation rounds z, t and dL/dz to
 // bf16 (as the device stores them) and is exact elsewhere (reference/bf16_emulation.hpp).
-GateRows gate_rows_from_logits(std::span<const std::int64_t> rows, std::span<const double> z,
-                               std::span<const double> t, std::int64_t vocab, std::int64_t hidden,
-                               std::span<const std::int64_t> labels, std::span<const float> weights,
-                               std::span<const std::uint8_t> valid, double weight_sum, const HybridHyper<double>& hp);
+GateRows gate_rows_from_logits(std::span<const std::int64_t> rows, std::span<const double> z, std::span<const double> t,
+                               std::int64_t vocab, std::int64_t hidden, std::span<const std::int64_t> labels,
+                               std::span<const float> weights, std::span<const std::uint8_t> valid, double weight_sum,
+                               const HybridHyper<double>& hp);
 
 // What a CUDA run produced on the sampled rows: lse, token loss [n], dL/dY [n, H].
 struct GateObserved {

@@ -23,16 +23,15 @@
 // missed, 2 an error. --json writes the numbers (bench/cuda/summarize.py merges them with the
 // PyTorch baseline's). Without a GPU it says so and exits 0 (1 if DFLASH_REQUIRE_GPU=1).
 #include <algorithm>
-#include <cstdio>
-#include <stdexcept>
-#include <utility>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -40,13 +39,13 @@
 #include "bench/cuda/bench_data.hpp"
 #include "bench/cuda/bench_verdict.hpp"
 #include "bench/cuda/fp64_rows.hpp"
-#include "bench/cuda/gemm_rate.hpp"
-#include "common/tolerances.hpp"
-#include "common/gpu_required.hpp"
-#include "cuda/runtime/check.hpp"
 #include "bench/cuda/full_scale_gate.hpp"
-#include "cuda/runtime/device_probe.hpp"
+#include "bench/cuda/gemm_rate.hpp"
+#include "common/gpu_required.hpp"
+#include "common/tolerances.hpp"
 #include "cuda/loss_head/head.hpp"
+#include "cuda/runtime/check.hpp"
+#include "cuda/runtime/device_probe.hpp"
 #include "io/errors.hpp"
 
 namespace dflash {
@@ -54,8 +53,8 @@ namespace {
 
 // The targets for chunk_grad_in_forward at chunk 2048 (performance, not correctness: a
 // miss is reported on its own line and exit code).
-constexpr double kModelRateTarget = 0.70;          // model-FLOP rate / measured large-GEMM rate
-constexpr double kElementwiseShareTarget = 0.05;   // elementwise kernels' share of the step
+constexpr double kModelRateTarget = 0.70;         // model-FLOP rate / measured large-GEMM rate
+constexpr double kElementwiseShareTarget = 0.05;  // elementwise kernels' share of the step
 constexpr std::size_t kTransientTargetBytes = std::size_t(2) << 30;
 constexpr std::int64_t kTargetChunk = 2048;
 
@@ -76,13 +75,20 @@ BenchOptions parse(int argc, char** argv) {
       if (a + 1 >= argc) throw_input_error(arg, "needs a value");
       return argv[++a];
     };
-    if (arg == "--rows") o.rows = std::stoll(value());
-    else if (arg == "--hidden") o.hidden = std::stoll(value());
-    else if (arg == "--vocab") o.vocab = std::stoll(value());
-    else if (arg == "--reps") o.reps = std::stoi(value());
-    else if (arg == "--seed") o.seed = std::stoull(value());
-    else if (arg == "--json") o.json = value();
-    else if (arg == "--no-materialize") o.materialize = false;
+    if (arg == "--rows")
+      o.rows = std::stoll(value());
+    else if (arg == "--hidden")
+      o.hidden = std::stoll(value());
+    else if (arg == "--vocab")
+      o.vocab = std::stoll(value());
+    else if (arg == "--reps")
+      o.reps = std::stoi(value());
+    else if (arg == "--seed")
+      o.seed = std::stoull(value());
+    else if (arg == "--json")
+      o.json = value();
+    else if (arg == "--no-materialize")
+      o.materialize = false;
     else if (arg == "--chunks") {
       o.chunks.clear();
       const std::string list = value();
@@ -105,7 +111,7 @@ struct PolicyRun {
   std::vector<double> ms;  // per forward + backward
   int gemm_passes = 0;
   double model_tflops = 0, executed_tflops = 0;
-  double gemm_ms = -1;  // the products' measured time per step (-1: shape not measured)
+  double gemm_ms = -1;         // the products' measured time per step (-1: shape not measured)
   double elementwise_ms = -1;  // the elementwise kernels' time per step (-1: not measured)
   Bf16RuleReport gate;
   std::size_t peak_transient = 0, peak_loss_saved = 0, peak_gradients = 0, peak_outputs = 0, peak_loss_head = 0;
@@ -135,11 +141,12 @@ Inputs make_inputs(DeviceAllocator& allocator, const BenchOptions& o) {
             DeviceBuffer<Bf16Bits>(allocator, MemoryCategory::frozen, V * H),
             DeviceBuffer<std::int64_t>(allocator, MemoryCategory::inputs, T),
             DeviceBuffer<float>(allocator, MemoryCategory::inputs, T),
-            DeviceBuffer<std::uint8_t>(allocator, MemoryCategory::inputs, T), 0.0};
-  check_bench_fill(dflash_bench_fill_loss_head_inputs(in.hidden.data(), in.teacher.data(), in.head.data(), in.labels.data(),
-                                                in.weights.data(), in.valid.data(), o.rows, o.hidden, o.vocab, o.seed,
-                                                4.0f, 1.0f),
-             "dflash_bench_fill_loss_head_inputs");
+            DeviceBuffer<std::uint8_t>(allocator, MemoryCategory::inputs, T),
+            0.0};
+  check_bench_fill(dflash_bench_fill_loss_head_inputs(in.hidden.data(), in.teacher.data(), in.head.data(),
+                                                      in.labels.data(), in.weights.data(), in.valid.data(), o.rows,
+                                                      o.hidden, o.vocab, o.seed, 4.0f, 1.0f),
+                   "dflash_bench_fill_loss_head_inputs");
   for (float w : in.weights.download()) in.weight_sum += w;  // ascending, in double: W
   return in;
 }
@@ -164,8 +171,8 @@ GateRows gate_expectation(DeviceAllocator& allocator, const BenchOptions& o, con
   // exact and plain dL/dz, 2n <= kFp64MaxRows rows, through W in one pass
   std::vector<double> dz(g.dz);
   dz.insert(dz.end(), g.plain_dz.begin(), g.plain_dz.end());
-  DeviceBuffer<double> dz_d(allocator, MemoryCategory::transient, dz.size()), dy(allocator, MemoryCategory::transient,
-                                                                                   2 * n * H);
+  DeviceBuffer<double> dz_d(allocator, MemoryCategory::transient, dz.size()),
+      dy(allocator, MemoryCategory::transient, 2 * n * H);
   dz_d.upload(std::span<const double>(dz));
   fp64_rows_times_head(dz_d.data(), in.head.data(), static_cast<int>(2 * n), o.vocab, o.hidden, dy.data());
   const std::vector<double> dyh = dy.download();
@@ -198,7 +205,8 @@ PolicyRun run_policy(DeviceAllocator& allocator, const BenchOptions& o, const In
   lo.policy = policy;
   lo.chunk_rows = chunk;
   const CudaLossHeadShape shape{o.rows, o.hidden, o.vocab};
-  const CudaLossHeadTargets targets{in.teacher.data(), in.head.data(), {in.labels.data(), in.weights.data(), in.valid.data()}};
+  const CudaLossHeadTargets targets{
+      in.teacher.data(), in.head.data(), {in.labels.data(), in.weights.data(), in.valid.data()}};
   PolicyRun run;
   run.policy = policy;
   run.chunk = chunk;
@@ -247,9 +255,11 @@ std::pair<GemmRate, GemmRate> measure_chunk_products(DeviceAllocator& allocator,
                   o.hidden};
   GemmRate grad{str("dL/dY: [", c, ",", o.vocab, "] x [", o.vocab, ",", o.hidden, "] -> fp32"), c, o.hidden, o.vocab};
   milliseconds_per_call(2, [&] { gemm.logits(in.hidden.data(), in.head.data(), z.data(), c, o.vocab, o.hidden); });
-  logits.ms = milliseconds_per_call(5, [&] { gemm.logits(in.hidden.data(), in.head.data(), z.data(), c, o.vocab, o.hidden); });
+  logits.ms =
+      milliseconds_per_call(5, [&] { gemm.logits(in.hidden.data(), in.head.data(), z.data(), c, o.vocab, o.hidden); });
   milliseconds_per_call(2, [&] { gemm.input_grad(z.data(), in.head.data(), dy.data(), c, o.vocab, o.hidden); });
-  grad.ms = milliseconds_per_call(5, [&] { gemm.input_grad(z.data(), in.head.data(), dy.data(), c, o.vocab, o.hidden); });
+  grad.ms =
+      milliseconds_per_call(5, [&] { gemm.input_grad(z.data(), in.head.data(), dy.data(), c, o.vocab, o.hidden); });
   return {logits, grad};
 }
 
@@ -348,9 +358,8 @@ ElementwiseKernels measure_elementwise(DeviceAllocator& allocator, const BenchOp
   correct.zero();
   const DeviceRowOutputs out{stats.data(), lse.data(), token_loss.data(), ce.data(), kl.data(), correct.data()};
   const HybridWeights hw = hybrid_hyper<float>(LossHeadOptions{});
-  k.row_stats = event_ms([&] {
-    launch_hybrid_row_stats(z.data(), t.data(), rows, V, list.data(), targets, hw, out, stream);
-  });
+  k.row_stats =
+      event_ms([&] { launch_hybrid_row_stats(z.data(), t.data(), rows, V, list.data(), targets, hw, out, stream); });
   // In place: later calls differentiate the previous result, finite numbers of the same kind.
   k.logit_grad = event_ms([&] {
     launch_hybrid_logit_grad(z.data(), t.data(), rows, V, list.data(), targets, hw, stats.data(),
@@ -370,12 +379,11 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
   out << "{\n  \"device\": \"" << gpu.summary() << "\",\n  \"rows\": " << o.rows << ", \"hidden\": " << o.hidden
       << ", \"vocab\": " << o.vocab << ", \"seed\": " << o.seed << ", \"weight_sum\": " << weight_sum
       << ", \"weighted_rows\": " << weighted_rows << ", \"valid_rows\": " << valid_rows
-      << ",\n  \"card_bf16_tflops\": " << card.tflops()
-      << ", \"card_rate_ms\": " << card.ms << ",\n  \"baseline_loss_tolerance\": " << kBaselineLossTolerance
+      << ",\n  \"card_bf16_tflops\": " << card.tflops() << ", \"card_rate_ms\": " << card.ms
+      << ",\n  \"baseline_loss_tolerance\": " << kBaselineLossTolerance
       << ", \"targets\": {\"model_rate\": " << kModelRateTarget
-      << ", \"elementwise_share\": " << kElementwiseShareTarget
-      << ", \"transient_bytes\": " << kTransientTargetBytes << ", \"chunk\": " << kTargetChunk
-      << "},\n  \"gemm_shapes\": [";
+      << ", \"elementwise_share\": " << kElementwiseShareTarget << ", \"transient_bytes\": " << kTransientTargetBytes
+      << ", \"chunk\": " << kTargetChunk << "},\n  \"gemm_shapes\": [";
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     out << (i ? ",\n" : "\n") << "    {\"what\": \"" << shapes[i].what << "\", \"m\": " << shapes[i].m
         << ", \"n\": " << shapes[i].n << ", \"k\": " << shapes[i].k << ", \"ms\": " << shapes[i].ms
@@ -435,8 +443,8 @@ int bench_main(int argc, char** argv) {
     shapes.push_back(per_chunk.back().second.second);
     elementwise.push_back({chunk, measure_elementwise(allocator, o, in, c)});
     allocator.release_cached_memory();
-    std::cout << "elementwise kernels at chunk " << chunk << " (ms per launch, cudaEvents): "
-              << elementwise.back().second.describe() << "\n";
+    std::cout << "elementwise kernels at chunk " << chunk
+              << " (ms per launch, cudaEvents): " << elementwise.back().second.describe() << "\n";
   }
 
   // A configuration that fails (out of memory, say) is reported and the others still run.
@@ -488,9 +496,9 @@ int bench_main(int argc, char** argv) {
                 std::string(loss_policy_name(r.policy)).c_str(), static_cast<long long>(r.chunk), r.median_ms(),
                 r.gemm_passes, r.model_tflops, 100 * r.model_tflops / card.tflops(), r.executed_tflops,
                 100 * r.executed_tflops / card.tflops(), percent(elementwise_share(r)).c_str(),
-                percent(non_gemm_share(r)).c_str(),
-                gib(r.peak_transient).substr(0, 6).c_str(), gib(r.peak_loss_saved).substr(0, 6).c_str(),
-                gib(r.peak_loss_head).substr(0, 6).c_str(), gib(r.device_used_above_inputs).substr(0, 6).c_str());
+                percent(non_gemm_share(r)).c_str(), gib(r.peak_transient).substr(0, 6).c_str(),
+                gib(r.peak_loss_saved).substr(0, 6).c_str(), gib(r.peak_loss_head).substr(0, 6).c_str(),
+                gib(r.device_used_above_inputs).substr(0, 6).c_str());
   }
   if (!runs.empty()) {
     std::printf("loss %.6f ce %.6f kl %.6f accuracy %.6f (W = %.3f)\n", runs.front().stats.loss, runs.front().stats.ce,
@@ -505,13 +513,15 @@ int bench_main(int argc, char** argv) {
     if (r.policy != LossPolicy::chunk_grad_in_forward || r.chunk != kTargetChunk) continue;
     measured = true;
     if (r.model_tflops < kModelRateTarget * card.tflops()) {
-      missed.push_back(str("model-FLOP rate ", 100 * r.model_tflops / card.tflops(), "% < ", 100 * kModelRateTarget, "%"));
+      missed.push_back(
+          str("model-FLOP rate ", 100 * r.model_tflops / card.tflops(), "% < ", 100 * kModelRateTarget, "%"));
     }
     if (elementwise_share(r) > kElementwiseShareTarget) {
       missed.push_back(
           str("elementwise share ", 100 * elementwise_share(r), "% > ", 100 * kElementwiseShareTarget, "%"));
     }
-    if (r.peak_transient > kTransientTargetBytes) missed.push_back(str("transient ", gib(r.peak_transient), " GiB > 2 GiB"));
+    if (r.peak_transient > kTransientTargetBytes)
+      missed.push_back(str("transient ", gib(r.peak_transient), " GiB > 2 GiB"));
   }
   if (!measured) missed.push_back(str("chunk_grad_in_forward at chunk ", kTargetChunk, " was not measured"));
   return report_verdicts(missed, wrong);

@@ -15,9 +15,9 @@ namespace dflash {
 namespace {
 
 struct BenchCase {
-  const char* config;            // file under configs/
-  std::int64_t context_length;   // S
-  std::int64_t sequences;        // nseq
+  const char* config;           // file under configs/
+  std::int64_t context_length;  // S
+  std::int64_t sequences;       // nseq
 };
 
 constexpr BenchCase kTiny{"tiny.json", 32, 2};
@@ -31,7 +31,8 @@ void BM_DrafterStep(benchmark::State& state, BenchCase bench, TrunkPolicy policy
   const auto params = init_drafter_parameters<double>(data, config, 1, 0.1);
   const auto frozen = init_frozen_weights<double>(data, config, 2);
   const auto batch = make_drafter_batch<double>(
-      data, config, {.sequences = bench.sequences, .context_length = bench.context_length, .seed = 3, .mask_hole_fraction = 0.05});
+      data, config,
+      {.sequences = bench.sequences, .context_length = bench.context_length, .seed = 3, .mask_hole_fraction = 0.05});
   DrafterStepOptions options = drafter_step_options(config, 1, 0);
   options.trunk_policy = policy;
   options.checkpoint_every = k;
@@ -43,7 +44,8 @@ void BM_DrafterStep(benchmark::State& state, BenchCase bench, TrunkPolicy policy
     rows = r.outputs.lse.numel();
   }
   state.counters["block_rows"] = double(rows);
-  state.counters["block_rows_per_s"] = benchmark::Counter(double(rows) * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["block_rows_per_s"] =
+      benchmark::Counter(double(rows) * double(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["parameters"] = double(drafter_parameter_count(config));
   state.counters["peak_saved_bytes"] = double(tracker.peak(MemoryCategory::saved));
   state.counters["peak_loss_saved_bytes"] = double(tracker.peak(MemoryCategory::loss_saved));
@@ -60,7 +62,9 @@ BENCHMARK_CAPTURE(BM_DrafterStep, mid_none, kMid, TrunkPolicy::none, 1, 0.0)->Un
 BENCHMARK_CAPTURE(BM_DrafterStep, mid_per_layer, kMid, TrunkPolicy::per_layer, 1, 0.0)
     ->Unit(benchmark::kSecond)
     ->Iterations(1);
-BENCHMARK_CAPTURE(BM_DrafterStep, mid_every_2, kMid, TrunkPolicy::every_k, 2, 0.0)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_DrafterStep, mid_every_2, kMid, TrunkPolicy::every_k, 2, 0.0)
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(BM_DrafterStep, mid_per_layer_dropout, kMid, TrunkPolicy::per_layer, 1, 0.1)
     ->Unit(benchmark::kSecond)
     ->Iterations(1);

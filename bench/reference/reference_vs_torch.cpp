@@ -117,7 +117,8 @@ class Exchange {
     for (std::int64_t s : shape) n *= s;
     const std::string file = name + ".bin";
     write_file(dir_ / file, data, n * sizeof(T));
-    manifest_["tensors"][name] = {{"dtype", std::is_same_v<T, double> ? "f64" : "i64"}, {"shape", shape}, {"file", file}};
+    manifest_["tensors"][name] = {
+        {"dtype", std::is_same_v<T, double> ? "f64" : "i64"}, {"shape", shape}, {"file", file}};
   }
   template <class T>
   void tensor(const std::string& name, const std::vector<T>& v) {
@@ -146,8 +147,8 @@ class Exchange {
 std::vector<std::int64_t> as_int64(std::span<const std::uint8_t> v) { return {v.begin(), v.end()}; }
 
 // Runs the torch script on the exchange folder; fills the torch columns (or the reason they are missing).
-void run_torch(const Settings& s, const Exchange& x, const std::vector<double>& reference_grads,
-               double reference_loss, json& report) {
+void run_torch(const Settings& s, const Exchange& x, const std::vector<double>& reference_grads, double reference_loss,
+               json& report) {
   const fs::path log = x.dir() / "torch.log";
   const std::string command = "'" + s.python + "' '" + s.script + "' --dir '" + x.dir().string() + "' --repeats " +
                               std::to_string(s.repeats) + " > '" + log.string() + "' 2>&1";
@@ -173,8 +174,8 @@ void run_torch(const Settings& s, const Exchange& x, const std::vector<double>& 
   const double torch_loss = t["loss"];
   report["loss_difference"] = std::abs(torch_loss - reference_loss) / std::max(1.0, std::abs(reference_loss));
   report["grad_difference"] = g ? diff / std::max(scale, 1e-300) : -1.0;
-  report["cpu_ratio_torch_over_reference"] =
-      minimum(t["cpu_s"].get<std::vector<double>>()) / minimum(report["reference_1_thread"]["cpu_s"].get<std::vector<double>>());
+  report["cpu_ratio_torch_over_reference"] = minimum(t["cpu_s"].get<std::vector<double>>()) /
+                                             minimum(report["reference_1_thread"]["cpu_s"].get<std::vector<double>>());
 }
 
 // The 1-thread and N-thread reference timings, then torch, for one case.
@@ -216,7 +217,9 @@ json loss_head_case(const Settings& s) {
   x.tensor("labels", p.labels);
   x.tensor("weights", p.weights);
   x.tensor("valid", as_int64(p.valid));
-  x.scalars() = {{"temperature", o.temperature}, {"hard_weight", o.hard_weight}, {"soft_weight", o.soft_weight},
+  x.scalars() = {{"temperature", o.temperature},
+                 {"hard_weight", o.hard_weight},
+                 {"soft_weight", o.soft_weight},
                  {"weight_sum", p.weight_sum}};
   json r = run_case(
       s, x, [&](MemoryTracker& tracker) { return run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum); },
@@ -263,8 +266,8 @@ json drafter_case(const Settings& s) {
   x.tensor("weights", seq.blocks.weights);
   x.tensor("valid", as_int64(seq.blocks.valid));
   for (std::int64_t l = 0; l < dims.L; ++l) {
-    const AttentionMask mask{dims.B, seq.slots.anchors, seq.slots.keep, config.layer_types.at(static_cast<std::size_t>(l)),
-                             config.sliding_window.value_or(0)};
+    const AttentionMask mask{dims.B, seq.slots.anchors, seq.slots.keep,
+                             config.layer_types.at(static_cast<std::size_t>(l)), config.sliding_window.value_or(0)};
     std::vector<std::int64_t> visible(static_cast<std::size_t>(T * dims.keys()), 0);
     for (std::int64_t i = 0; i < T; ++i) {
       for_each_visible_key(mask.visible(i), S, [&](std::int64_t j) { visible[i * dims.keys() + j] = 1; });
@@ -292,8 +295,11 @@ json drafter_case(const Settings& s) {
       s, x, [&](MemoryTracker& tracker) { return drafter_step(tracker, config, params, frozen, batch, options); },
       [](const DrafterStepResult<double>& out, std::vector<double>& grads) {
         grads.clear();
-        out.grads.for_each([&](const std::string&, const Tensor<double>& t) { grads.insert(grads.end(), t.data(), t.data() + t.numel()); });
-        grads.insert(grads.end(), out.target_features_grad.data(), out.target_features_grad.data() + out.target_features_grad.numel());
+        out.grads.for_each([&](const std::string&, const Tensor<double>& t) {
+          grads.insert(grads.end(), t.data(), t.data() + t.numel());
+        });
+        grads.insert(grads.end(), out.target_features_grad.data(),
+                     out.target_features_grad.data() + out.target_features_grad.numel());
         return out.outputs.stats.loss;
       });
   r["case"] = "drafter step, configs/mid.json, S 512, T 512, trunk none, loss materialize";
@@ -308,11 +314,13 @@ int main(int argc, char** argv) {
   Settings s;
   std::string only, json_out;
   CLI::App app("The double reference beside PyTorch float64 on the same inputs (CPU-time ratio, 1 vs N threads)");
-  app.add_option("--repeats", s.repeats, "timed runs of each side (the minimum is reported)")->check(CLI::PositiveNumber);
+  app.add_option("--repeats", s.repeats, "timed runs of each side (the minimum is reported)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--threads", s.threads, "the reference's thread count compared with 1")->check(CLI::PositiveNumber);
   app.add_option("--python", s.python, "the Python that has torch");
   app.add_option("--script", s.script, "torch_reference.py");
-  app.add_option("--case", only, "loss_head or drafter (default: both)")->check(CLI::IsMember({"loss_head", "drafter"}));
+  app.add_option("--case", only, "loss_head or drafter (default: both)")
+      ->check(CLI::IsMember({"loss_head", "drafter"}));
   app.add_option("--json", json_out, "write the report here");
   app.add_option("--work", s.work, "folder for the exchanged inputs (default: a fresh temporary folder, removed)");
   CLI11_PARSE(app, argc, argv);

@@ -4,10 +4,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/exec/block_device.cuh"
-#include "cuda/runtime/check.hpp"
 #include "cuda/exec/warp_device.cuh"
+#include "cuda/runtime/bf16_bits.hpp"
+#include "cuda/runtime/check.hpp"
 
 namespace dflash {
 namespace {
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   attention_dkv_block(exec, problem, in, grads, shared, blockIdx.x);
 }
 
-__global__ void __launch_bounds__(kTcMaxWarps * kWarpLanes)
+__global__ void __launch_bounds__(kTcMaxWarps* kWarpLanes)
     attention_forward_tc_kernel(AttentionProblem problem, AttentionOperands<Bf16Bits> in,
                                 AttentionForwardOutputs<Bf16Bits> out) {
   extern __shared__ __align__(16) unsigned char shared[];
@@ -45,14 +45,14 @@ __global__ void __launch_bounds__(kTcMaxWarps * kWarpLanes)
   attention_forward_tc_block(exec, problem, in, out, shared, blockIdx.x);
 }
 
-__global__ void __launch_bounds__(kTcMaxWarps * kWarpLanes)
+__global__ void __launch_bounds__(kTcMaxWarps* kWarpLanes)
     attention_dq_tc_kernel(AttentionProblem problem, AttentionOperands<Bf16Bits> in, AttentionGradients grads) {
   extern __shared__ __align__(16) unsigned char shared[];
   DeviceWarpExec exec;
   attention_dq_tc_block(exec, problem, in, grads, shared, blockIdx.x);
 }
 
-__global__ void __launch_bounds__(kTcMaxWarps * kWarpLanes)
+__global__ void __launch_bounds__(kTcMaxWarps* kWarpLanes)
     attention_dkv_tc_kernel(AttentionProblem problem, AttentionOperands<Bf16Bits> in, AttentionGradients grads) {
   extern __shared__ __align__(16) unsigned char shared[];
   DeviceWarpExec exec;
@@ -87,8 +87,8 @@ void launch_attention_forward(const AttentionProblem& problem, const AttentionOp
   check_tiling(problem.tiling);
   const std::size_t bytes = attention_forward_shared_bytes<Storage>(problem.tiling);
   allow_shared_memory(attention_forward_kernel<Storage>, bytes, "forward");
-  attention_forward_kernel<Storage><<<static_cast<unsigned>(problem.tiling.query_tiles()), kAttentionThreads, bytes,
-                                      stream>>>(problem, in, out);
+  attention_forward_kernel<Storage>
+      <<<static_cast<unsigned>(problem.tiling.query_tiles()), kAttentionThreads, bytes, stream>>>(problem, in, out);
   DFLASH_CUDA_CHECK_LAUNCH("attention_forward_kernel");
 }
 
@@ -101,7 +101,7 @@ void launch_attention_forward_tensor_cores(const AttentionProblem& problem, cons
   allow_shared_memory(attention_forward_tc_kernel, bytes, "tensor-core forward");
   attention_forward_tc_kernel<<<static_cast<unsigned>(problem.tiling.query_tiles()),
                                 static_cast<unsigned>(tc_forward_threads(problem.tiling)), bytes, stream>>>(problem, in,
-                                                                                                           out);
+                                                                                                            out);
   DFLASH_CUDA_CHECK_LAUNCH("attention_forward_tc_kernel");
 }
 
@@ -111,15 +111,16 @@ void launch_attention_backward(const AttentionProblem& problem, const AttentionO
   check_tiling(problem.tiling);
   const std::size_t dq_bytes = attention_dq_shared_bytes<Storage>(problem.tiling);
   allow_shared_memory(attention_dq_kernel<Storage>, dq_bytes, "dq");
-  attention_dq_kernel<Storage><<<static_cast<unsigned>(problem.tiling.query_tiles()), kAttentionThreads, dq_bytes,
-                                 stream>>>(problem, in, grads);
+  attention_dq_kernel<Storage>
+      <<<static_cast<unsigned>(problem.tiling.query_tiles()), kAttentionThreads, dq_bytes, stream>>>(problem, in,
+                                                                                                     grads);
   DFLASH_CUDA_CHECK_LAUNCH("attention_dq_kernel");
   const std::int64_t dkv_blocks = problem.tiling.context_tiles() * problem.tiling.nkv;
   if (dkv_blocks == 0) return;  // S = 0: no context keys
   const std::size_t dkv_bytes = attention_dkv_shared_bytes<Storage>(problem.tiling);
   allow_shared_memory(attention_dkv_kernel<Storage>, dkv_bytes, "dkv");
-  attention_dkv_kernel<Storage><<<static_cast<unsigned>(dkv_blocks), kAttentionThreads, dkv_bytes, stream>>>(
-      problem, in, grads);
+  attention_dkv_kernel<Storage>
+      <<<static_cast<unsigned>(dkv_blocks), kAttentionThreads, dkv_bytes, stream>>>(problem, in, grads);
   DFLASH_CUDA_CHECK_LAUNCH("attention_dkv_kernel");
 }
 

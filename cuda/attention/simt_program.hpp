@@ -299,14 +299,14 @@ DFLASH_HD void key_grads(const AttentionTiling& tl, const BackwardTile<Storage>&
 template <class Storage>
 struct AttentionForwardShared {
   std::int64_t row;  // row stride of q, k, v (attention_shared_row_stride)
-  Storage* q;       // [R, d]
-  Storage* k;       // [KTmax, d]
-  Storage* v;       // [KTmax, d]
-  float* p;         // [R, KTmax] scores, then f exp(s - m)
-  float* acc;       // [R, d] unnormalised output
-  float* row_max;   // [R] running max m
-  float* row_sum;   // [R] running sum l of exp(s - m) (without dropout: it normalises P)
-  float* rescale;   // [R] exp(m_old - m_new) of the current tile
+  Storage* q;        // [R, d]
+  Storage* k;        // [KTmax, d]
+  Storage* v;        // [KTmax, d]
+  float* p;          // [R, KTmax] scores, then f exp(s - m)
+  float* acc;        // [R, d] unnormalised output
+  float* row_max;    // [R] running max m
+  float* row_sum;    // [R] running sum l of exp(s - m) (without dropout: it normalises P)
+  float* rescale;    // [R] exp(m_old - m_new) of the current tile
 
   DFLASH_HD AttentionForwardShared(SharedCarver& mem, const AttentionTiling& tl)
       : row(attention_shared_row_stride<Storage>(tl.d)),
@@ -491,9 +491,7 @@ struct AttentionDkvShared {
   float* dv;  // [KTmax, d]
 
   DFLASH_HD AttentionDkvShared(SharedCarver& mem, const AttentionTiling& tl)
-      : tile(mem, tl),
-        dk(mem.take<float>(tl.max_tile_keys() * tl.d)),
-        dv(mem.take<float>(tl.max_tile_keys() * tl.d)) {}
+      : tile(mem, tl), dk(mem.take<float>(tl.max_tile_keys() * tl.d)), dv(mem.take<float>(tl.max_tile_keys() * tl.d)) {}
 };
 
 template <class Storage>

@@ -56,12 +56,12 @@ inline constexpr AttentionBackwardKernel kDrafterStepAttentionBackward =
 // Q and dO are not held: their A fragments are loaded from shared memory once per 16 head dims of
 // each product (rows_times_key_rows), which leaves the registers to S, dP and dQ.
 struct AttentionTcBackwardRegisters {
-  float s[kTcMaxTileKeys / kMmaN][4];             // S, then f P, per 8 keys
-  float dp[kTcMaxTileKeys / kMmaN][4];            // dP, then dS
-  float dq[kTcMaxHeadDim / kMmaN][4];             // dQ (dq program), per 8 head dims
-  std::uint32_t a[4];                             // the A fragment being multiplied
-  std::uint32_t b[2];                             // the B fragment being multiplied
-  float acc[4];                                   // one output tile of key_gradients
+  float s[kTcMaxTileKeys / kMmaN][4];   // S, then f P, per 8 keys
+  float dp[kTcMaxTileKeys / kMmaN][4];  // dP, then dS
+  float dq[kTcMaxHeadDim / kMmaN][4];   // dQ (dq program), per 8 head dims
+  std::uint32_t a[4];                   // the A fragment being multiplied
+  std::uint32_t b[2];                   // the B fragment being multiplied
+  float acc[4];                         // one output tile of key_gradients
   float lse[2], delta[2];
 };
 

@@ -29,8 +29,8 @@
 #include <type_traits>
 
 #include "cuda/attention/simt_program.hpp"
-#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/exec/mma_fragments.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
 
 namespace dflash {
 
@@ -118,7 +118,7 @@ struct TileContext {
   const AttentionProblem& pb;
   std::int64_t n, g, row0;
   KeyTile kt;
-  int key_chunks;  // 16-key chunks holding the tile's keys
+  int key_chunks;   // 16-key chunks holding the tile's keys
   int head_chunks;  // d / 16
 
   // Query row r (of the tile) sees key column c of the key tile.
@@ -150,9 +150,8 @@ DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16
     DFLASH_UNROLL
     for (int nt = 0; nt < kTcMaxTileKeys / kMmaN; ++nt) {
       if (nt >= 2 * tc.key_chunks) break;
-      warp.lanes([&](int lane, auto& r) {
-        load_b_fragment_from_columns(tile + nt * kMmaN * d + kd * kMmaK, d, lane, r.b);
-      });
+      warp.lanes(
+          [&](int lane, auto& r) { load_b_fragment_from_columns(tile + nt * kMmaN * d + kd * kMmaK, d, lane, r.b); });
       warp.mma([&](auto& r) { return MmaOperands{a_of(r, kd), r.b, c_of(r, nt)}; });
     }
   }
@@ -254,9 +253,8 @@ DFLASH_HD void weights_times_key_rows(Warp& warp, const TileContext& tc, const B
     DFLASH_UNROLL
     for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
       if (c >= head_n8) break;
-      warp.lanes([&](int lane, auto& r) {
-        load_b_fragment_from_rows(tile + kc * kMmaK * d + c * kMmaN, d, lane, r.b);
-      });
+      warp.lanes(
+          [&](int lane, auto& r) { load_b_fragment_from_rows(tile + kc * kMmaK * d + c * kMmaN, d, lane, r.b); });
       warp.mma([&](auto& r) { return MmaOperands{a_of(r), r.b, c_of(r, c)}; });
     }
   }
@@ -283,8 +281,8 @@ DFLASH_HD void for_each_row_element(const AttentionTiling& tl, std::int64_t n, s
       const FragmentCoord at = mma_c_coord(lane, i);
       const std::int64_t row = row0 + at.row;
       if (row >= tl.query_rows()) continue;
-      const std::int64_t to = attention_program_detail::head_offset(n * tl.B + tl.row_token(row), tl.nh,
-                                                                    tl.row_head(g, row), tl.d);
+      const std::int64_t to =
+          attention_program_detail::head_offset(n * tl.B + tl.row_token(row), tl.nh, tl.row_head(g, row), tl.d);
       f(c, i, to + c * kMmaN + at.col);
     }
   }
@@ -343,8 +341,8 @@ DFLASH_HD void attention_forward_tc_block(Exec& exec, const AttentionProblem& pb
       }
     });
     exec.warp_phase(regs, [&](auto& warp) {
-      const attention_tc_detail::TileContext tc{pb, n, g, warp.index() * kMmaM, kt,
-                                                static_cast<int>((kt.count + kMmaK - 1) / kMmaK), head_chunks};
+      const attention_tc_detail::TileContext tc{
+          pb, n, g, warp.index() * kMmaM, kt, static_cast<int>((kt.count + kMmaK - 1) / kMmaK), head_chunks};
       attention_tc_detail::tile_scores(warp, tc, sm.k, d);
       attention_tc_detail::tile_softmax(exec, warp, tc, head_n8);
       attention_tc_detail::tile_values(warp, tc, sm.v, d, head_n8);

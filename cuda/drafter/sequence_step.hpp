@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/loss_head/head.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/trunk/stack.hpp"
 #include "cuda/trunk/step_context.hpp"
 #include "reference/drafter.hpp"

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "common/bf16.hpp"
-#include "cuda/runtime/device_buffer.hpp"
+#include "cuda/drafter/sequence_step.hpp"
 #include "cuda/gemm/linear.hpp"
 #include "cuda/loss_head/head.hpp"
+#include "cuda/runtime/device_buffer.hpp"
 #include "cuda/trunk/device_backend.hpp"
-#include "cuda/drafter/sequence_step.hpp"
 
 namespace dflash {
 namespace {
@@ -67,9 +67,10 @@ DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& a, MemoryCategory c, const d
   return upload(a, c, host);
 }
 
-LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
-                                             const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
-                                             const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host,
+                                             const DrafterConfig& config, const CudaDrafterWeights& weights,
+                                             const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                             const LossHeadOptions& loss_options,
                                              const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                              Tensor<double>* features_grad,
                                              std::vector<std::vector<std::uint8_t>>* hits) {
@@ -79,7 +80,8 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
 
 LossHeadStats<double> cuda_drafter_forward_sequences(DeviceAllocator& allocator, MemoryTracker& host,
                                                      const DrafterConfig& config, const CudaDrafterWeights& weights,
-                                                     const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                                     const DrafterBatch<double>& batch,
+                                                     const DrafterStepOptions& options,
                                                      const LossHeadOptions& loss_options,
                                                      const std::vector<PreparedSequence<double>>& seqs,
                                                      double weight_sum, std::vector<std::vector<std::uint8_t>>* hits) {
@@ -130,9 +132,10 @@ LossHeadStats<double> run_sequences(DeviceAllocator& allocator, MemoryTracker& h
       d_features = DeviceBuffer<float>(allocator, MemoryCategory::gradients, static_cast<std::size_t>(S * KH));
       d_features.zero();
     }
-    const CudaSequenceInputs inputs{anchors.data(), keep.data(), positions.data(), ctx_pos.data(), tokens.data(),
-                                    features.data(), teacher16.data(),
-                                    DeviceRowTargets{labels.data(), row_weights.data(), valid.data()},
+    const CudaSequenceInputs inputs{anchors.data(),   keep.data(),
+                                    positions.data(), ctx_pos.data(),
+                                    tokens.data(),    features.data(),
+                                    teacher16.data(), DeviceRowTargets{labels.data(), row_weights.data(), valid.data()},
                                     d_features.data()};
     const std::uint32_t sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
     std::vector<std::uint8_t>* sequence_hits = hits != nullptr ? &hits->emplace_back() : nullptr;

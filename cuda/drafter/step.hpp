@@ -17,9 +17,9 @@
 #include <optional>
 #include <vector>
 
+#include "cuda/drafter/sequence_step.hpp"
 #include "cuda/runtime/device_allocator.hpp"
 #include "cuda/runtime/device_buffer.hpp"
-#include "cuda/drafter/sequence_step.hpp"
 #include "reference/drafter.hpp"
 
 namespace dflash {
@@ -48,9 +48,10 @@ DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& allocator, MemoryCategory c,
 // The training step (distributed/cuda/train_step.hpp) calls it on its resident state. Returns the
 // loss statistics summed over the sequences; `hits`, when given, receives each sequence's per-row
 // flags [T] (1 where w01 = 1 and argmax z = y), one entry per sequence.
-LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
-                                             const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
-                                             const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host,
+                                             const DrafterConfig& config, const CudaDrafterWeights& weights,
+                                             const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                             const LossHeadOptions& loss_options,
                                              const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                              Tensor<double>* features_grad,
                                              std::vector<std::vector<std::uint8_t>>* hits = nullptr);
@@ -63,12 +64,10 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
 // and row statistics against chunk_grad_in_forward's fp32 dL/dY; one chunk's logits against
 // materialize's [T, V]), and the trunk's the same as in training. Returns the statistics and `hits` as
 // cuda_drafter_sequences does.
-LossHeadStats<double> cuda_drafter_forward_sequences(DeviceAllocator& allocator, MemoryTracker& host,
-                                                     const DrafterConfig& config, const CudaDrafterWeights& weights,
-                                                     const DrafterBatch<double>& batch, const DrafterStepOptions& options,
-                                                     const LossHeadOptions& loss_options,
-                                                     const std::vector<PreparedSequence<double>>& seqs,
-                                                     double weight_sum,
-                                                     std::vector<std::vector<std::uint8_t>>* hits = nullptr);
+LossHeadStats<double> cuda_drafter_forward_sequences(
+    DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config, const CudaDrafterWeights& weights,
+    const DrafterBatch<double>& batch, const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+    const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+    std::vector<std::vector<std::uint8_t>>* hits = nullptr);
 
 }  // namespace dflash

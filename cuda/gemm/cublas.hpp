@@ -51,6 +51,8 @@ class CublasGemm {
 };
 
 // 2 m n k: the floating-point operations of one product (the benchmark's rate).
-inline double gemm_flops(std::int64_t m, std::int64_t n, std::int64_t k) { return 2.0 * double(m) * double(n) * double(k); }
+inline double gemm_flops(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return 2.0 * double(m) * double(n) * double(k);
+}
 
 }  // namespace dflash

@@ -30,8 +30,7 @@ class LinearGemm {
   LinearGemm& operator=(const LinearGemm&) = delete;
 
   void forward(const Bf16Bits* x, const Bf16Bits* w, float* y, std::int64_t rows, std::int64_t out, std::int64_t in);
-  void forward(const Bf16Bits* x, const Bf16Bits* w, Bf16Bits* y, std::int64_t rows, std::int64_t out,
-               std::int64_t in);
+  void forward(const Bf16Bits* x, const Bf16Bits* w, Bf16Bits* y, std::int64_t rows, std::int64_t out, std::int64_t in);
   void input_grad(const Bf16Bits* dy, const Bf16Bits* w, float* dx, std::int64_t rows, std::int64_t out,
                   std::int64_t in, bool accumulate);
   void weight_grad(const Bf16Bits* dy, const Bf16Bits* x, float* dw, std::int64_t rows, std::int64_t out,

@@ -37,8 +37,9 @@ void throw_non_finite(const DeviceAllocator& allocator, const char* name, const 
 void validate_cuda_loss_head(const LossHeadOptions& options, const CudaLossHeadShape& shape, double weight_sum) {
   validate_loss_head_options(options);
   if (options.policy == LossPolicy::chunk_retain) {
-    throw_input_error("loss_policy", "'chunk_retain' is not offered on CUDA (it keeps every chunk's logits: the "
-                                     "memory trap); use chunk_recompute or chunk_grad_in_forward");
+    throw_input_error("loss_policy",
+                      "'chunk_retain' is not offered on CUDA (it keeps every chunk's logits: the "
+                      "memory trap); use chunk_recompute or chunk_grad_in_forward");
   }
   if (options.lm_head_grad) {
     throw_input_error("lm_head_grad", "true is not supported on CUDA: lm_head is frozen (SPEC §3)");
@@ -113,12 +114,13 @@ void CudaLossHead::check_inputs(const Bf16Bits* hidden, const CudaLossHeadShape&
   const RowTargetFaults& r = found.rows;
   if (r.valid_not_01 < none(T)) {
     const auto i = static_cast<std::int64_t>(r.valid_not_01);
-    throw_input_error(str("valid[", i, "]"), str(int(download_element(allocator_, in.rows.valid, i)), " is not 0 or 1"));
+    throw_input_error(str("valid[", i, "]"),
+                      str(int(download_element(allocator_, in.rows.valid, i)), " is not 0 or 1"));
   }
   if (r.bad_weight < none(T)) {
     const auto i = static_cast<std::int64_t>(r.bad_weight);
-    throw_input_error(str("weights[", i, "]"), str(download_element(allocator_, in.rows.weights, i),
-                                                   " must be finite and >= 0"));
+    throw_input_error(str("weights[", i, "]"),
+                      str(download_element(allocator_, in.rows.weights, i), " must be finite and >= 0"));
   }
   if (r.weight_on_invalid < none(T)) {
     const auto i = static_cast<std::int64_t>(r.weight_on_invalid);
@@ -127,8 +129,8 @@ void CudaLossHead::check_inputs(const Bf16Bits* hidden, const CudaLossHeadShape&
   }
   if (r.label_out_of_range < none(T)) {
     const auto i = static_cast<std::int64_t>(r.label_out_of_range);
-    throw_input_error(str("labels[", i, "]"), str(download_element(allocator_, in.rows.labels, i),
-                                                  " is outside [0, V = ", V, ")"));
+    throw_input_error(str("labels[", i, "]"),
+                      str(download_element(allocator_, in.rows.labels, i), " is outside [0, V = ", V, ")"));
   }
   if (r.positive_weight < none(T) && !(weight_sum > 0)) {
     throw_input_error("weight_sum", str(weight_sum, " is zero while some row weights are positive"));

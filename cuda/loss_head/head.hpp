@@ -22,11 +22,11 @@
 #include <optional>
 #include <vector>
 
-#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/gemm/cublas.hpp"
+#include "cuda/loss_head/row_kernels.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/runtime/device_allocator.hpp"
 #include "cuda/runtime/device_buffer.hpp"
-#include "cuda/loss_head/row_kernels.hpp"
 #include "reference/loss_head_types.hpp"
 
 namespace dflash {
@@ -110,9 +110,8 @@ class CudaLossHead {
   void chunk_logits(const Bf16Bits* hidden, const CudaLossHeadTargets& in, const std::int32_t* list, std::int64_t rows,
                     const CudaLossHeadShape& shape, DeviceBuffer<float>& rows_buffer, Bf16Bits* z, Bf16Bits* t);
   // dL/dY of those rows = dz W into rows_buffer, scattered to rows list[r] of hidden_grad.
-  void chunk_hidden_grad(const Bf16Bits* dz, const CudaLossHeadTargets& in, const std::int32_t* list,
-                         std::int64_t rows, const CudaLossHeadShape& shape, DeviceBuffer<float>& rows_buffer,
-                         float* hidden_grad);
+  void chunk_hidden_grad(const Bf16Bits* dz, const CudaLossHeadTargets& in, const std::int32_t* list, std::int64_t rows,
+                         const CudaLossHeadShape& shape, DeviceBuffer<float>& rows_buffer, float* hidden_grad);
 
   DeviceAllocator& allocator_;
   LossHeadOptions options_;

@@ -43,8 +43,8 @@ CudaLossHeadProblem upload_loss_head_problem(DeviceAllocator& allocator, const L
                              p.weight_sum};
 }
 
-LossHeadResult<double> run_loss_head_cuda(DeviceAllocator& allocator, MemoryTracker& host, const LossHeadOptions& options,
-                                          const CudaLossHeadProblem& problem) {
+LossHeadResult<double> run_loss_head_cuda(DeviceAllocator& allocator, MemoryTracker& host,
+                                          const LossHeadOptions& options, const CudaLossHeadProblem& problem) {
   CudaLossHead head(allocator, options);
   const CudaLossHeadTargets targets = problem.targets();
   CudaLossHeadForward f = head.forward(problem.hidden.data(), problem.shape, targets, problem.weight_sum);

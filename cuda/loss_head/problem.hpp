@@ -31,7 +31,7 @@ CudaLossHeadProblem upload_loss_head_problem(DeviceAllocator& allocator, const L
 
 // Forward then backward on the device; lse, token loss and dL/dY come back as doubles, counted
 // by `host` (outputs, gradients).
-LossHeadResult<double> run_loss_head_cuda(DeviceAllocator& allocator, MemoryTracker& host, const LossHeadOptions& options,
-                                          const CudaLossHeadProblem& problem);
+LossHeadResult<double> run_loss_head_cuda(DeviceAllocator& allocator, MemoryTracker& host,
+                                          const LossHeadOptions& options, const CudaLossHeadProblem& problem);
 
 }  // namespace dflash

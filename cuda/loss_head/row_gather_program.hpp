@@ -42,8 +42,8 @@ DFLASH_HD inline RowRange compact_thread_rows(std::int64_t T, int thread) {
 // Lists the rows i with valid[i] = 1 in list[0, n), ascending, and writes n to *count.
 // `offsets` is the block's shared array of kCompactThreads counts.
 template <class Exec>
-DFLASH_HD void compact_valid_rows_program(Exec& exec, const std::uint8_t* valid, std::int64_t T,
-                                          std::int32_t* offsets, std::int32_t* list, std::int32_t* count) {
+DFLASH_HD void compact_valid_rows_program(Exec& exec, const std::uint8_t* valid, std::int64_t T, std::int32_t* offsets,
+                                          std::int32_t* list, std::int32_t* count) {
   exec.phase([&](int thread) {
     const RowRange mine = compact_thread_rows(T, thread);
     std::int32_t n = 0;

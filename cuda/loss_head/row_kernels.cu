@@ -6,8 +6,8 @@
 #include "common/bf16.hpp"
 #include "common/row_stats.hpp"
 #include "cuda/exec/block_device.cuh"
-#include "cuda/runtime/check.hpp"
 #include "cuda/loss_head/row_gather_program.hpp"
+#include "cuda/runtime/check.hpp"
 #include "io/errors.hpp"
 
 namespace dflash {
@@ -35,8 +35,8 @@ __global__ void __launch_bounds__(kRowThreads)
   const RowScales sc = row_scales(hw);
   KernelRowStats* partial = shared_slots<KernelRowStats, kRowThreads>();
   const int thread = static_cast<int>(threadIdx.x);
-  new (&partial[thread]) KernelRowStats(row_stats_thread_partial(z + r * vocab, t + r * vocab, vocab, label, sc,
-                                                                 thread, vector));
+  new (&partial[thread])
+      KernelRowStats(row_stats_thread_partial(z + r * vocab, t + r * vocab, vocab, label, sc, thread, vector));
   __syncthreads();
   for (int half = kRowThreads / 2; half > 0; half /= 2) {
     merge_tree_level(partial, half, thread);
@@ -132,7 +132,8 @@ __global__ void find_non_finite_bf16_kernel(const Bf16Bits* __restrict__ x, std:
 
 // The 16-byte path needs every row of both operands to start 16-byte aligned.
 bool vector_rows(const Bf16Bits* z, const Bf16Bits* t, std::int64_t vocab) {
-  return vocab % 8 == 0 && reinterpret_cast<std::uintptr_t>(z) % 16 == 0 && reinterpret_cast<std::uintptr_t>(t) % 16 == 0;
+  return vocab % 8 == 0 && reinterpret_cast<std::uintptr_t>(z) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(t) % 16 == 0;
 }
 
 // One block per chunk row (a grid's x dimension holds 2^31 - 1 blocks).
@@ -159,7 +160,7 @@ void launch_hybrid_row_stats(const Bf16Bits* z, const Bf16Bits* t, std::int64_t 
                              DeviceRowOutputs out, cudaStream_t stream) {
   if (rows == 0) return;
   hybrid_row_stats_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(z, t, column_count(vocab), list, targets,
-                                                                         weights, out, vector_rows(z, t, vocab));
+                                                                        weights, out, vector_rows(z, t, vocab));
   DFLASH_CUDA_CHECK_LAUNCH("hybrid_row_stats_kernel");
 }
 
@@ -167,9 +168,8 @@ void launch_hybrid_logit_grad(Bf16Bits* z, const Bf16Bits* t, std::int64_t rows,
                               const std::int32_t* list, DeviceRowTargets targets, HybridWeights weights,
                               const float* row_stats, float weight_sum, cudaStream_t stream) {
   if (rows == 0) return;
-  hybrid_logit_grad_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(z, t, column_count(vocab), list, targets,
-                                                                          weights, row_stats, weight_sum,
-                                                                          vector_rows(z, t, vocab));
+  hybrid_logit_grad_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(
+      z, t, column_count(vocab), list, targets, weights, row_stats, weight_sum, vector_rows(z, t, vocab));
   DFLASH_CUDA_CHECK_LAUNCH("hybrid_logit_grad_kernel");
 }
 
@@ -214,11 +214,11 @@ void launch_find_non_finite_bf16(const Bf16Bits* x, std::int64_t rows, std::int6
   if (rows * cols == 0) return;
   // The caller's pointer may be a view: 16-byte loads only when it is aligned for them.
   if (cols % 8 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0) {
-    find_non_finite_bf16_kernel<true><<<flat_blocks(rows * cols / 8), kFlatThreads, 0, stream>>>(x, rows, cols, row_mask,
-                                                                                                 first);
+    find_non_finite_bf16_kernel<true>
+        <<<flat_blocks(rows * cols / 8), kFlatThreads, 0, stream>>>(x, rows, cols, row_mask, first);
   } else {
-    find_non_finite_bf16_kernel<false><<<flat_blocks(rows * cols), kFlatThreads, 0, stream>>>(x, rows, cols, row_mask,
-                                                                                              first);
+    find_non_finite_bf16_kernel<false>
+        <<<flat_blocks(rows * cols), kFlatThreads, 0, stream>>>(x, rows, cols, row_mask, first);
   }
   DFLASH_CUDA_CHECK_LAUNCH("find_non_finite_bf16_kernel");
 }

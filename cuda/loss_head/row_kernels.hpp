@@ -10,8 +10,8 @@
 #include <cuda_runtime_api.h>
 
 #include "common/loss_head_stats.hpp"
-#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/loss_head/row_program.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
 
 namespace dflash {
 

@@ -48,11 +48,11 @@ using HybridWeights = HybridHyper<float>;
 
 // What the statistics pass writes for global row i (zeros where valid_i = 0).
 struct DeviceRowOutputs {
-  float* row_stats = nullptr;   // [T, kSavedRowStats] (common/loss_row.hpp): what backward needs
-  float* lse = nullptr;         // [T]
-  float* token_loss = nullptr;  // [T] h ce + s tau^2 kl
-  float* ce = nullptr;          // [T]
-  float* kl = nullptr;          // [T]
+  float* row_stats = nullptr;       // [T, kSavedRowStats] (common/loss_row.hpp): what backward needs
+  float* lse = nullptr;             // [T]
+  float* token_loss = nullptr;      // [T] h ce + s tau^2 kl
+  float* ce = nullptr;              // [T]
+  float* kl = nullptr;              // [T]
   std::uint8_t* correct = nullptr;  // [T] argmax z = y
 };
 
@@ -141,8 +141,7 @@ DFLASH_HD inline void absorb_column(KernelRowStats& stats, float z, float t, std
 
 template <bool kTauIsOne>
 DFLASH_HD inline KernelRowStats thread_columns_stats(const Bf16Bits* zr, const Bf16Bits* tr, std::int32_t vocab,
-                                                     std::int32_t label, const RowScales& sc, int thread,
-                                                     bool vector) {
+                                                     std::int32_t label, const RowScales& sc, int thread, bool vector) {
   KernelRowStats stats;
   if (vector) {
     for (std::int32_t g = thread; g < vocab / 8; g += kRowThreads) {

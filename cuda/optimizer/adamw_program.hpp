@@ -93,8 +93,10 @@ DFLASH_HD inline bool decays_at(const DecayTable& table, std::int64_t e) {
   int lo = 0, hi = table.count;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (table.ends[mid] <= e) lo = mid + 1;
-    else hi = mid;
+    if (table.ends[mid] <= e)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo < table.count && table.decay[lo] != 0;
 }

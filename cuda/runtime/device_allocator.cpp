@@ -61,7 +61,8 @@ void DeviceAllocator::synchronize() const { DFLASH_CUDA_CHECK(cudaStreamSynchron
 
 std::string DeviceAllocator::report() const {
   const DeviceMemoryInfo info = device_memory_info();
-  return tracker_.report() + str("device: used ", info.used_bytes(), " B of ", info.total_bytes, " B (cudaMemGetInfo)\n");
+  return tracker_.report() +
+         str("device: used ", info.used_bytes(), " B of ", info.total_bytes, " B (cudaMemGetInfo)\n");
 }
 
 void copy_to_device(const DeviceAllocator& allocator, void* device, const void* host, std::size_t bytes) {

@@ -77,8 +77,7 @@ class DeviceBuffer {
   void release_quietly() noexcept {
     try {
       release();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 
   DeviceAllocator* allocator_ = nullptr;

@@ -35,9 +35,9 @@ CudaDeviceStatus probe() {
   s.multiprocessors = prop.multiProcessorCount;
   s.total_bytes = prop.totalGlobalMem;
   if (const cudaError_t e = kernel_image_status(); e != cudaSuccess) {
-    s.reason = describe("loading this build's kernels", e) + str(" on ", s.name, " (sm_", prop.major, prop.minor,
-                                                                   "): rebuild with CMAKE_CUDA_ARCHITECTURES=",
-                                                                   prop.major, prop.minor);
+    s.reason = describe("loading this build's kernels", e) +
+               str(" on ", s.name, " (sm_", prop.major, prop.minor,
+                   "): rebuild with CMAKE_CUDA_ARCHITECTURES=", prop.major, prop.minor);
     return s;
   }
   cublasHandle_t handle = nullptr;

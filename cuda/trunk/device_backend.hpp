@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "cuda/attention/kernels.hpp"
+#include "cuda/gemm/linear.hpp"
 #include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/runtime/device_buffer.hpp"
-#include "cuda/gemm/linear.hpp"
 #include "cuda/trunk/elementwise_kernels.hpp"
 
 namespace dflash {
@@ -58,8 +58,7 @@ struct CudaBackend {
     launch_rms_norm_weight_grad(x, rstd, dy, rows, n, dw, stream());
   }
   void head_norm_rope_forward(const float* proj, const float* w, std::int64_t rows, std::int64_t heads, std::int64_t d,
-                              float eps, const std::int64_t* positions, double theta, Storage* out,
-                              float* rstd) const {
+                              float eps, const std::int64_t* positions, double theta, Storage* out, float* rstd) const {
     launch_head_norm_rope_forward(proj, w, rows, heads, d, eps, positions, theta, out, rstd, stream());
   }
   void head_norm_rope_backward(float* d_out, const float* proj, const float* w, const float* rstd, std::int64_t rows,

@@ -3,8 +3,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/exec/block_device.cuh"
+#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/runtime/check.hpp"
 #include "cuda/trunk/elementwise_program.hpp"
 
@@ -23,7 +23,7 @@ void require(bool ok, const std::string& what) {
 }
 
 // Grid-stride loop over [0, n).
-#define DFLASH_FOR_EACH(e, n)                                                                        \
+#define DFLASH_FOR_EACH(e, n)                                                                      \
   for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < (n); \
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
@@ -113,8 +113,8 @@ void launch_narrow(const float* x, std::int64_t n, Storage* y, cudaStream_t stre
 }
 
 template <class Storage>
-void launch_embedding_gather(const std::int64_t* tokens, const Storage* table, std::int64_t T, std::int64_t H,
-                             float* x, cudaStream_t stream) {
+void launch_embedding_gather(const std::int64_t* tokens, const Storage* table, std::int64_t T, std::int64_t H, float* x,
+                             cudaStream_t stream) {
   require(T >= 0 && H >= 1, "embedding gather shape T " + std::to_string(T) + ", H " + std::to_string(H));
   if (T == 0) return;
   embedding_gather_kernel<<<flat_blocks(T * H), kFlatThreads, 0, stream>>>(tokens, table, T * H, H, x);
@@ -142,8 +142,8 @@ void launch_rms_norm_backward(const float* x, const float* w, const float* rstd,
 
 void launch_rms_norm_weight_grad(const float* x, const float* rstd, const float* dy, std::int64_t rows, std::int64_t n,
                                  float* dw, cudaStream_t stream) {
-  require(rows >= 0 && n >= 1, "RMSNorm weight gradient shape rows " + std::to_string(rows) + ", n " +
-                                   std::to_string(n));
+  require(rows >= 0 && n >= 1,
+          "RMSNorm weight gradient shape rows " + std::to_string(rows) + ", n " + std::to_string(n));
   rms_norm_weight_grad_kernel<<<flat_blocks(n), kFlatThreads, 0, stream>>>(x, rstd, dy, rows, n, dw);
   DFLASH_CUDA_CHECK_LAUNCH("rms_norm_weight_grad_kernel");
 }
@@ -188,8 +188,8 @@ void launch_swiglu_backward(const Storage* gate, const Storage* up, const float*
   DFLASH_CUDA_CHECK_LAUNCH("swiglu_backward_kernel");
 }
 
-void launch_residual_dropout_forward(const float* x, const float* branch, std::int64_t n, const DropoutSiteView& dropout,
-                                     float* out, cudaStream_t stream) {
+void launch_residual_dropout_forward(const float* x, const float* branch, std::int64_t n,
+                                     const DropoutSiteView& dropout, float* out, cudaStream_t stream) {
   require(n >= 0, "residual size " + std::to_string(n));
   if (n == 0) return;
   residual_dropout_forward_kernel<<<flat_blocks(n), kFlatThreads, 0, stream>>>(x, branch, n, dropout, out);
@@ -204,18 +204,17 @@ void launch_residual_dropout_backward(const float* d_out, std::int64_t n, const 
   DFLASH_CUDA_CHECK_LAUNCH("residual_dropout_backward_kernel");
 }
 
-#define DFLASH_INSTANTIATE(Storage)                                                                                 \
-  template void launch_narrow<Storage>(const float*, std::int64_t, Storage*, cudaStream_t);                        \
-  template void launch_embedding_gather<Storage>(const std::int64_t*, const Storage*, std::int64_t, std::int64_t,  \
-                                                 float*, cudaStream_t);                                            \
-  template void launch_rms_norm_forward<Storage>(const float*, const float*, std::int64_t, std::int64_t, float,    \
-                                                 Storage*, float*, cudaStream_t);                                  \
-  template void launch_head_norm_rope_forward<Storage>(const float*, const float*, std::int64_t, std::int64_t,     \
-                                                       std::int64_t, float, const std::int64_t*, double, Storage*, \
-                                                       float*, cudaStream_t);                                      \
-  template void launch_swiglu_forward<Storage>(const Storage*, const Storage*, std::int64_t, Storage*,             \
-                                               cudaStream_t);                                                      \
-  template void launch_swiglu_backward<Storage>(const Storage*, const Storage*, const float*, std::int64_t, float*, \
+#define DFLASH_INSTANTIATE(Storage)                                                                                   \
+  template void launch_narrow<Storage>(const float*, std::int64_t, Storage*, cudaStream_t);                           \
+  template void launch_embedding_gather<Storage>(const std::int64_t*, const Storage*, std::int64_t, std::int64_t,     \
+                                                 float*, cudaStream_t);                                               \
+  template void launch_rms_norm_forward<Storage>(const float*, const float*, std::int64_t, std::int64_t, float,       \
+                                                 Storage*, float*, cudaStream_t);                                     \
+  template void launch_head_norm_rope_forward<Storage>(const float*, const float*, std::int64_t, std::int64_t,        \
+                                                       std::int64_t, float, const std::int64_t*, double, Storage*,    \
+                                                       float*, cudaStream_t);                                         \
+  template void launch_swiglu_forward<Storage>(const Storage*, const Storage*, std::int64_t, Storage*, cudaStream_t); \
+  template void launch_swiglu_backward<Storage>(const Storage*, const Storage*, const float*, std::int64_t, float*,   \
                                                 float*, cudaStream_t);
 DFLASH_INSTANTIATE(float)
 DFLASH_INSTANTIATE(Bf16Bits)

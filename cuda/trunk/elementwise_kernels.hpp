@@ -18,8 +18,8 @@ void launch_narrow(const float* x, std::int64_t n, Storage* y, cudaStream_t stre
 
 // x[i, :] = E[tokens[i], :] (x fp32 [T, H]); the caller has checked tokens < V.
 template <class Storage>
-void launch_embedding_gather(const std::int64_t* tokens, const Storage* table, std::int64_t T, std::int64_t H,
-                             float* x, cudaStream_t stream);
+void launch_embedding_gather(const std::int64_t* tokens, const Storage* table, std::int64_t T, std::int64_t H, float* x,
+                             cudaStream_t stream);
 
 // y = RMSNorm(x; w) per row of H; rstd [rows].
 template <class Storage>
@@ -50,8 +50,8 @@ void launch_swiglu_backward(const Storage* gate, const Storage* up, const float*
                             float* d_up, cudaStream_t stream);
 
 // out = x + dropout(branch); d_branch = dropout(d_out) (element index i H + c).
-void launch_residual_dropout_forward(const float* x, const float* branch, std::int64_t n, const DropoutSiteView& dropout,
-                                     float* out, cudaStream_t stream);
+void launch_residual_dropout_forward(const float* x, const float* branch, std::int64_t n,
+                                     const DropoutSiteView& dropout, float* out, cudaStream_t stream);
 void launch_residual_dropout_backward(const float* d_out, std::int64_t n, const DropoutSiteView& dropout,
                                       float* d_branch, cudaStream_t stream);
 

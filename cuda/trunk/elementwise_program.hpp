@@ -74,8 +74,8 @@ DFLASH_HD void row_sum_phases(Exec& exec, const RmsNormRowShared& sm, std::int64
 
 // y = w (x rstd), rstd = 1 / sqrt(mean(x^2) + eps), for row `row` of x [rows, H].
 template <class Exec, class Storage>
-DFLASH_HD void rms_norm_forward_block(Exec& exec, const float* x, const float* w, std::int64_t H, float eps,
-                                      Storage* y, float* rstd, unsigned char* shared, std::int64_t row) {
+DFLASH_HD void rms_norm_forward_block(Exec& exec, const float* x, const float* w, std::int64_t H, float eps, Storage* y,
+                                      float* rstd, unsigned char* shared, std::int64_t row) {
   SharedCarver mem(shared);
   const RmsNormRowShared sm(mem, exec.threads());
   const float* xr = x + row * H;
@@ -115,8 +115,8 @@ DFLASH_HD void rms_norm_backward_block(Exec& exec, const float* x, const float* 
 }
 
 // dw[c] += sum over rows r (ascending) of dy[r, c] (x[r, c] rstd[r]), x and dy [rows, n].
-DFLASH_HD inline void rms_norm_weight_grad_column(const float* x, const float* rstd, const float* dy,
-                                                  std::int64_t rows, std::int64_t n, std::int64_t c, float* dw) {
+DFLASH_HD inline void rms_norm_weight_grad_column(const float* x, const float* rstd, const float* dy, std::int64_t rows,
+                                                  std::int64_t n, std::int64_t c, float* dw) {
   float s = 0.0f;
   for (std::int64_t r = 0; r < rows; ++r) s += dy[r * n + c] * (x[r * n + c] * rstd[r]);
   dw[c] += s;

@@ -55,7 +55,7 @@ struct TrunkLayerContext {
   const std::int64_t* block_positions = nullptr;    // [T] a_n + k
   const std::int64_t* context_positions = nullptr;  // [S] j
   std::uint64_t seed = 0;
-  std::uint32_t step = 0, sequence = 0;             // GLOBAL sequence index (SPEC §6)
+  std::uint32_t step = 0, sequence = 0;  // GLOBAL sequence index (SPEC §6)
   double attention_dropout = 0, hidden_dropout = 0;
 };
 
@@ -82,8 +82,8 @@ DropoutSiteView hidden_dropout(const TrunkLayerContext<Storage>& ctx, std::int64
 
 // x narrowed to Storage: the GEMM operand of an fp32 gradient (transient).
 template <class Backend>
-typename Backend::template Buffer<typename Backend::Storage> narrowed(const Backend& be,
-                                                                     const typename Backend::template Buffer<float>& x) {
+typename Backend::template Buffer<typename Backend::Storage> narrowed(
+    const Backend& be, const typename Backend::template Buffer<float>& x) {
   auto y = be.template buffer<typename Backend::Storage>(MemoryCategory::transient, x.size());
   be.narrow(x.data(), static_cast<std::int64_t>(x.size()), y.data());
   return y;
@@ -98,27 +98,27 @@ struct TrunkLayerActivations {
   using Storage = typename Backend::Storage;
   template <class T>
   using Buffer = typename Backend::template Buffer<T>;
-  Buffer<float> input_rstd;   // [T]
-  Buffer<Storage> u;          // [T, H]
-  Buffer<float> q_proj;       // [T, nh d]
-  Buffer<float> q_rstd;       // [T, nh]
-  Buffer<Storage> q;          // [T, nh d]
-  Buffer<float> k_ctx_proj;   // [S, nkv d]
-  Buffer<float> k_ctx_rstd;   // [S, nkv]
-  Buffer<Storage> k_ctx;      // [S, nkv d]
-  Buffer<Storage> v_ctx;      // [S, nkv d]
-  Buffer<float> k_blk_proj;   // [T, nkv d]
-  Buffer<float> k_blk_rstd;   // [T, nkv]
-  Buffer<Storage> k_blk;      // [T, nkv d]
-  Buffer<Storage> v_blk;      // [T, nkv d]
-  Buffer<float> attn_lse;     // [T, nh]
-  Buffer<Storage> attn_out;   // [T, nh d]
-  Buffer<float> x_mid;        // [T, H]
-  Buffer<float> post_rstd;    // [T]
-  Buffer<Storage> v;          // [T, H]
-  Buffer<Storage> gate;       // [T, I]
-  Buffer<Storage> up;         // [T, I]
-  Buffer<Storage> act;        // [T, I]
+  Buffer<float> input_rstd;  // [T]
+  Buffer<Storage> u;         // [T, H]
+  Buffer<float> q_proj;      // [T, nh d]
+  Buffer<float> q_rstd;      // [T, nh]
+  Buffer<Storage> q;         // [T, nh d]
+  Buffer<float> k_ctx_proj;  // [S, nkv d]
+  Buffer<float> k_ctx_rstd;  // [S, nkv]
+  Buffer<Storage> k_ctx;     // [S, nkv d]
+  Buffer<Storage> v_ctx;     // [S, nkv d]
+  Buffer<float> k_blk_proj;  // [T, nkv d]
+  Buffer<float> k_blk_rstd;  // [T, nkv]
+  Buffer<Storage> k_blk;     // [T, nkv d]
+  Buffer<Storage> v_blk;     // [T, nkv d]
+  Buffer<float> attn_lse;    // [T, nh]
+  Buffer<Storage> attn_out;  // [T, nh d]
+  Buffer<float> x_mid;       // [T, H]
+  Buffer<float> post_rstd;   // [T]
+  Buffer<Storage> v;         // [T, H]
+  Buffer<Storage> gate;      // [T, I]
+  Buffer<Storage> up;        // [T, I]
+  Buffer<Storage> act;       // [T, I]
 
   TrunkLayerActivations(const Backend& be, const DrafterDims& m, MemoryCategory c)
       : input_rstd(f32(be, c, m.T)),
@@ -159,9 +159,11 @@ struct TrunkLayerActivations {
 
 // X [T, H] fp32 in, X'' [T, H] fp32 out (transient); fills `a`. `sliding`: the layer's type.
 template <class Backend>
-typename Backend::template Buffer<float> trunk_layer_forward(
-    const Backend& be, const TrunkLayerContext<typename Backend::Storage>& ctx, std::int64_t layer, bool sliding,
-    const LayerWeights<typename Backend::Storage>& w, const float* x, TrunkLayerActivations<Backend>& a) {
+typename Backend::template Buffer<float> trunk_layer_forward(const Backend& be,
+                                                             const TrunkLayerContext<typename Backend::Storage>& ctx,
+                                                             std::int64_t layer, bool sliding,
+                                                             const LayerWeights<typename Backend::Storage>& w,
+                                                             const float* x, TrunkLayerActivations<Backend>& a) {
   using namespace trunk_layer_detail;
   using Storage = typename Backend::Storage;
   const DrafterDims& m = ctx.dims;
@@ -169,26 +171,26 @@ typename Backend::template Buffer<float> trunk_layer_forward(
 
   be.rms_norm_forward(x, w.input_layernorm, m.T, m.H, ctx.eps, a.u.data(), a.input_rstd.data());
   be.linear_forward(a.u.data(), w.q_proj, a.q_proj.data(), m.T, m.q_width(), m.H);
-  be.head_norm_rope_forward(a.q_proj.data(), w.q_norm, m.T, m.nh, m.d, ctx.eps, ctx.block_positions,
-                                ctx.rope_theta, a.q.data(), a.q_rstd.data());
+  be.head_norm_rope_forward(a.q_proj.data(), w.q_norm, m.T, m.nh, m.d, ctx.eps, ctx.block_positions, ctx.rope_theta,
+                            a.q.data(), a.q_rstd.data());
   be.linear_forward(ctx.context, w.k_proj, a.k_ctx_proj.data(), m.S, m.kv_width(), m.H);
   be.head_norm_rope_forward(a.k_ctx_proj.data(), w.k_norm, m.S, m.nkv, m.d, ctx.eps, ctx.context_positions,
-                                ctx.rope_theta, a.k_ctx.data(), a.k_ctx_rstd.data());
+                            ctx.rope_theta, a.k_ctx.data(), a.k_ctx_rstd.data());
   be.linear_forward(ctx.context, w.v_proj, a.v_ctx.data(), m.S, m.kv_width(), m.H);
   be.linear_forward(a.u.data(), w.k_proj, a.k_blk_proj.data(), m.T, m.kv_width(), m.H);
   be.head_norm_rope_forward(a.k_blk_proj.data(), w.k_norm, m.T, m.nkv, m.d, ctx.eps, ctx.block_positions,
-                                ctx.rope_theta, a.k_blk.data(), a.k_blk_rstd.data());
+                            ctx.rope_theta, a.k_blk.data(), a.k_blk_rstd.data());
   be.linear_forward(a.u.data(), w.v_proj, a.v_blk.data(), m.T, m.kv_width(), m.H);
 
-  const AttentionOperands<Storage> in{a.q.data(), a.k_ctx.data(), a.v_ctx.data(), a.k_blk.data(), a.v_blk.data(),
-                                       nullptr,    nullptr,         nullptr};
+  const AttentionOperands<Storage> in{a.q.data(),     a.k_ctx.data(), a.v_ctx.data(), a.k_blk.data(),
+                                      a.v_blk.data(), nullptr,        nullptr,        nullptr};
   be.attention_forward(attention_problem(ctx, layer, sliding), in,
-                           AttentionForwardOutputs<Storage>{a.attn_out.data(), a.attn_lse.data()});
+                       AttentionForwardOutputs<Storage>{a.attn_out.data(), a.attn_lse.data()});
   {
     auto attn_proj = f32(count(m.T, m.H));
     be.linear_forward(a.attn_out.data(), w.o_proj, attn_proj.data(), m.T, m.H, m.q_width());
     be.residual_dropout_forward(x, attn_proj.data(), m.T * m.H,
-                                    hidden_dropout(ctx, layer, DropoutSite::attention_residual), a.x_mid.data());
+                                hidden_dropout(ctx, layer, DropoutSite::attention_residual), a.x_mid.data());
   }
 
   be.rms_norm_forward(a.x_mid.data(), w.post_attention_layernorm, m.T, m.H, ctx.eps, a.v.data(), a.post_rstd.data());
@@ -199,7 +201,7 @@ typename Backend::template Buffer<float> trunk_layer_forward(
   be.linear_forward(a.act.data(), w.down_proj, mlp_out.data(), m.T, m.H, m.I);
   auto out = f32(count(m.T, m.H));
   be.residual_dropout_forward(a.x_mid.data(), mlp_out.data(), m.T * m.H,
-                                  hidden_dropout(ctx, layer, DropoutSite::mlp_residual), out.data());
+                              hidden_dropout(ctx, layer, DropoutSite::mlp_residual), out.data());
   return out;
 }
 
@@ -220,7 +222,7 @@ typename Backend::template Buffer<float> trunk_layer_backward(
   {
     auto d_mlp = f32(count(m.T, m.H));
     be.residual_dropout_backward(d_out.data(), m.T * m.H, hidden_dropout(ctx, layer, DropoutSite::mlp_residual),
-                                     d_mlp.data());
+                                 d_mlp.data());
     const auto d_mlp16 = narrowed(be, d_mlp);
     auto d_act = f32(count(m.T, m.I));
     be.linear_input_grad(d_mlp16.data(), w.down_proj, d_act.data(), m.T, m.H, m.I, false);
@@ -235,7 +237,7 @@ typename Backend::template Buffer<float> trunk_layer_backward(
   }
   auto d_x = std::move(d_out);  // the residual path: dL/dX' starts as dL/dX''
   be.rms_norm_backward(a.x_mid.data(), w.post_attention_layernorm, a.post_rstd.data(), d_v.data(), m.T, m.H,
-                           d_x.data());
+                       d_x.data());
   be.rms_norm_weight_grad(a.x_mid.data(), a.post_rstd.data(), d_v.data(), m.T, m.H, g.post_attention_layernorm);
   d_v.release();
 
@@ -245,19 +247,19 @@ typename Backend::template Buffer<float> trunk_layer_backward(
   auto d_k_blk = f32(count(m.T, m.kv_width())), d_v_blk = f32(count(m.T, m.kv_width()));
   {
     auto d_attn_proj = f32(count(m.T, m.H));
-    be.residual_dropout_backward(d_x.data(), m.T * m.H,
-                                     hidden_dropout(ctx, layer, DropoutSite::attention_residual), d_attn_proj.data());
+    be.residual_dropout_backward(d_x.data(), m.T * m.H, hidden_dropout(ctx, layer, DropoutSite::attention_residual),
+                                 d_attn_proj.data());
     const auto d_attn_proj16 = narrowed(be, d_attn_proj);
     auto d_attn_out = f32(count(m.T, m.q_width()));
     be.linear_input_grad(d_attn_proj16.data(), w.o_proj, d_attn_out.data(), m.T, m.H, m.q_width(), false);
     be.linear_weight_grad(d_attn_proj16.data(), a.attn_out.data(), g.o_proj, m.T, m.H, m.q_width());
     const auto d_attn_out16 = narrowed(be, d_attn_out);
     auto delta = f32(count(m.T, m.nh));
-    const AttentionOperands<Storage> in{a.q.data(),     a.k_ctx.data(),     a.v_ctx.data(),  a.k_blk.data(),
-                                         a.v_blk.data(), a.attn_out.data(), d_attn_out16.data(), a.attn_lse.data()};
-    be.attention_backward(attention_problem(ctx, layer, sliding), in,
-                              AttentionGradients{d_q.data(), d_k_ctx.data(), d_v_ctx.data(), d_k_blk.data(),
-                                                 d_v_blk.data(), delta.data()});
+    const AttentionOperands<Storage> in{a.q.data(),     a.k_ctx.data(),    a.v_ctx.data(),      a.k_blk.data(),
+                                        a.v_blk.data(), a.attn_out.data(), d_attn_out16.data(), a.attn_lse.data()};
+    be.attention_backward(
+        attention_problem(ctx, layer, sliding), in,
+        AttentionGradients{d_q.data(), d_k_ctx.data(), d_v_ctx.data(), d_k_blk.data(), d_v_blk.data(), delta.data()});
   }
 
   // q/k norms and RoPE (the gradients are rotated back in place, then read by the weight grads).
@@ -265,19 +267,18 @@ typename Backend::template Buffer<float> trunk_layer_backward(
   auto d_k_ctx_proj = f32(count(m.S, m.kv_width()));
   auto d_k_blk_proj = f32(count(m.T, m.kv_width()));
   be.head_norm_rope_backward(d_q.data(), a.q_proj.data(), w.q_norm, a.q_rstd.data(), m.T, m.nh, m.d,
-                                 ctx.block_positions, ctx.rope_theta, d_q_proj.data());
+                             ctx.block_positions, ctx.rope_theta, d_q_proj.data());
   be.rms_norm_weight_grad(a.q_proj.data(), a.q_rstd.data(), d_q.data(), m.T * m.nh, m.d, g.q_norm);
   be.head_norm_rope_backward(d_k_ctx.data(), a.k_ctx_proj.data(), w.k_norm, a.k_ctx_rstd.data(), m.S, m.nkv, m.d,
-                                 ctx.context_positions, ctx.rope_theta, d_k_ctx_proj.data());
+                             ctx.context_positions, ctx.rope_theta, d_k_ctx_proj.data());
   be.rms_norm_weight_grad(a.k_ctx_proj.data(), a.k_ctx_rstd.data(), d_k_ctx.data(), m.S * m.nkv, m.d, g.k_norm);
   be.head_norm_rope_backward(d_k_blk.data(), a.k_blk_proj.data(), w.k_norm, a.k_blk_rstd.data(), m.T, m.nkv, m.d,
-                                 ctx.block_positions, ctx.rope_theta, d_k_blk_proj.data());
+                             ctx.block_positions, ctx.rope_theta, d_k_blk_proj.data());
   be.rms_norm_weight_grad(a.k_blk_proj.data(), a.k_blk_rstd.data(), d_k_blk.data(), m.T * m.nkv, m.d, g.k_norm);
 
   // The projections: context rows into dL/dC, block rows into dL/du.
-  const auto d_q16 = narrowed(be, d_q_proj), d_kc16 = narrowed(be, d_k_ctx_proj),
-                               d_kb16 = narrowed(be, d_k_blk_proj), d_vc16 = narrowed(be, d_v_ctx),
-                               d_vb16 = narrowed(be, d_v_blk);
+  const auto d_q16 = narrowed(be, d_q_proj), d_kc16 = narrowed(be, d_k_ctx_proj), d_kb16 = narrowed(be, d_k_blk_proj),
+             d_vc16 = narrowed(be, d_v_ctx), d_vb16 = narrowed(be, d_v_blk);
   auto d_u = f32(count(m.T, m.H));
   be.linear_input_grad(d_q16.data(), w.q_proj, d_u.data(), m.T, m.q_width(), m.H, false);
   be.linear_weight_grad(d_q16.data(), a.u.data(), g.q_proj, m.T, m.q_width(), m.H);

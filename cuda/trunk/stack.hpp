@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "cuda/trunk/layer.hpp"
+#include "io/errors.hpp"
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_trunk.hpp"
-#include "io/errors.hpp"
 #include "reference/trunk_policy.hpp"
 
 namespace dflash {
@@ -37,8 +37,8 @@ struct TrunkWeights {
   const Storage* fc = nullptr;            // [H, K H]
   const float* hidden_norm = nullptr;     // [H]
   std::vector<LayerWeights<Storage>> layers;
-  std::vector<bool> sliding;               // per layer: sliding_attention
-  const float* norm = nullptr;             // [H]
+  std::vector<bool> sliding;    // per layer: sliding_attention
+  const float* norm = nullptr;  // [H]
 };
 
 // fp32, accumulated (+=); target_features may be null (dL/dF not wanted).
@@ -208,7 +208,8 @@ class Trunk {
   void recompute_segment(std::int64_t start, std::int64_t end) {
     for (std::int64_t l = start; l < end; ++l) {
       layers_[l].emplace(be_, ctx_.dims, MemoryCategory::saved);
-      Buffer<float> out = trunk_layer_forward(be_, ctx_, l, w_.sliding[l], w_.layers[l], inputs_[l].data(), *layers_[l]);
+      Buffer<float> out =
+          trunk_layer_forward(be_, ctx_, l, w_.sliding[l], w_.layers[l], inputs_[l].data(), *layers_[l]);
       if (l + 1 < end) {
         out.recategorize(MemoryCategory::saved);
         inputs_[l + 1] = std::move(out);
@@ -226,7 +227,7 @@ class Trunk {
   std::int64_t segment_;
   Buffer<float> fc_out_, hidden_rstd_;
   Buffer<Storage> context_;
-  std::vector<Buffer<float>> inputs_;                                // X_l where kept
+  std::vector<Buffer<float>> inputs_;                                  // X_l where kept
   std::vector<std::optional<TrunkLayerActivations<Backend>>> layers_;  // none: all; else the live segment
   Buffer<float> final_input_, final_rstd_;
 };

@@ -11,10 +11,10 @@
 #include <regex>
 #include <sstream>
 
-#include "io/sha256.hpp"
-#include "io/safetensors.hpp"
-#include "reference/drafter_parameters.hpp"
 #include "io/errors.hpp"
+#include "io/safetensors.hpp"
+#include "io/sha256.hpp"
+#include "reference/drafter_parameters.hpp"
 
 namespace dflash {
 
@@ -62,24 +62,29 @@ void add_flat(safetensors::Writer& w, const std::vector<ParameterShape>& shapes,
   std::size_t offset = 0;
   for (const ParameterShape& s : shapes) {
     const auto n = static_cast<std::size_t>(shape_numel(s.shape));
-    if (offset + n > flat.size()) throw std::logic_error(str("checkpoint: flat vector of ", flat.size(), " values is too short"));
+    if (offset + n > flat.size())
+      throw std::logic_error(str("checkpoint: flat vector of ", flat.size(), " values is too short"));
     w.add_floats(prefix + s.name, dtype, s.shape, std::span<const double>(flat.data() + offset, n));
     offset += n;
   }
-  if (offset != flat.size()) throw std::logic_error(str("checkpoint: flat vector has ", flat.size(), " values, the config ", offset));
+  if (offset != flat.size())
+    throw std::logic_error(str("checkpoint: flat vector has ", flat.size(), " values, the config ", offset));
 }
 
-std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<ParameterShape>& shapes, const std::string& prefix) {
+std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<ParameterShape>& shapes,
+                              const std::string& prefix) {
   std::vector<double> flat;
   for (const ParameterShape& s : shapes) {
     const std::string name = prefix + s.name;
     const safetensors::TensorInfo& info = r.info(name);
     if (info.dtype != safetensors::Dtype::F64 && info.dtype != safetensors::Dtype::F32) {
-      throw_input_error(str(r.source(), ": tensor '", name, "'"), str("dtype ", safetensors::dtype_name(info.dtype), " is not F64 or F32"));
+      throw_input_error(str(r.source(), ": tensor '", name, "'"),
+                        str("dtype ", safetensors::dtype_name(info.dtype), " is not F64 or F32"));
     }
     if (info.shape != s.shape) {
       throw_input_error(str(r.source(), ": tensor '", name, "'"),
-                        str("shape ", safetensors::format_shape(info.shape), " is not the config's ", safetensors::format_shape(s.shape)));
+                        str("shape ", safetensors::format_shape(info.shape), " is not the config's ",
+                            safetensors::format_shape(s.shape)));
     }
     const std::vector<double> v = r.doubles(name);
     flat.insert(flat.end(), v.begin(), v.end());
@@ -209,8 +214,8 @@ RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& conf
     }
     const std::string want = hashes.at(file).get<std::string>(), got = sha256_file_hex(path);
     if (got != want) {
-      throw_input_error(path.string(), str("sha256 ", got, " does not match ", want, " recorded in ", kTrainerStateFileName,
-                                           " (the file is damaged or was altered)"));
+      throw_input_error(path.string(), str("sha256 ", got, " does not match ", want, " recorded in ",
+                                           kTrainerStateFileName, " (the file is damaged or was altered)"));
     }
   }
   try {

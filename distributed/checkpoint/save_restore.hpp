@@ -48,12 +48,19 @@ struct RunCheckpoint {
 std::string checkpoint_name(std::int64_t step);
 
 // Where a write has got to; a test observer may stop the process at any of them.
-enum class CheckpointPhase { temporary_directory_made, model_written, optimizer_written, state_written, renamed, latest_written };
+enum class CheckpointPhase {
+  temporary_directory_made,
+  model_written,
+  optimizer_written,
+  state_written,
+  renamed,
+  latest_written
+};
 using CheckpointPhaseObserver = std::function<void(CheckpointPhase)>;
 
 struct CheckpointWriteOptions {
   safetensors::Dtype precision = safetensors::Dtype::F64;  // the backend's master precision
-  std::int64_t keep = 0;                                  // keep the K most recent (0: all)
+  std::int64_t keep = 0;                                   // keep the K most recent (0: all)
   CheckpointPhaseObserver observer;
 };
 

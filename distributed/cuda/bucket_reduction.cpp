@@ -1,7 +1,7 @@
 #include "distributed/cuda/bucket_reduction.hpp"
 
-#include "cuda/runtime/check.hpp"
 #include <stdexcept>
+#include "cuda/runtime/check.hpp"
 
 #include "io/errors.hpp"
 
@@ -9,7 +9,8 @@ namespace dflash {
 
 CudaBucketReduction::CudaBucketReduction(CudaTrainingState& state, std::int64_t bucket_bytes)
     : state_(state),
-      buckets_(gradient_buckets(state.layout().count(), state.layout().parallel_layout(bucket_bytes, 1), sizeof(float))),
+      buckets_(
+          gradient_buckets(state.layout().count(), state.layout().parallel_layout(bucket_bytes, 1), sizeof(float))),
       partials_(state.allocator(), MemoryCategory::transient, std::size_t(kNormMaxBlocks)),
       norms_(state.allocator(), MemoryCategory::transient, state.layout().tensors().size()),
       final_tensors_from_(state.layout().tensors().size()),
@@ -52,8 +53,8 @@ void CudaBucketReduction::gradients_final_from(std::size_t first) {
 
 void CudaBucketReduction::finish() {
   if (next_ >= 0 || final_tensors_from_ != 0) {
-    throw std::logic_error(str("CUDA bucket reduction: the backward ended with bucket ", next_, " and the tensors before ",
-                               final_tensors_from_, " not announced final"));
+    throw std::logic_error(str("CUDA bucket reduction: the backward ended with bucket ", next_,
+                               " and the tensors before ", final_tensors_from_, " not announced final"));
   }
   DFLASH_CUDA_CHECK(cudaEventRecord(sums_ready_, communication_));
   DFLASH_CUDA_CHECK(cudaStreamWaitEvent(state_.allocator().stream(), sums_ready_, 0));

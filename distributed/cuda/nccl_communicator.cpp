@@ -25,18 +25,24 @@ void check_nccl(ncclResult_t code, std::string_view call, ncclComm_t comm = null
 
 ncclDataType_t nccl_type(CommType type) {
   switch (type) {
-    case CommType::f32: return ncclFloat32;
-    case CommType::f64: return ncclFloat64;
-    case CommType::i64: return ncclInt64;
+    case CommType::f32:
+      return ncclFloat32;
+    case CommType::f64:
+      return ncclFloat64;
+    case CommType::i64:
+      return ncclInt64;
   }
   throw CommunicationError("NCCL: unknown element type");
 }
 
 ncclRedOp_t nccl_op(CommOp op) {
   switch (op) {
-    case CommOp::sum: return ncclSum;
-    case CommOp::max: return ncclMax;
-    case CommOp::min: return ncclMin;
+    case CommOp::sum:
+      return ncclSum;
+    case CommOp::max:
+      return ncclMax;
+    case CommOp::min:
+      return ncclMin;
   }
   throw CommunicationError("NCCL: unknown reduction");
 }
@@ -97,9 +103,10 @@ void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t coun
 }
 
 void NcclCommunicator::broadcast(void* buffer, std::size_t count, CommType type, int root) {
-  if (root < 0 || root >= size_) throw CommunicationError(str("ncclBroadcast: root ", root, " is not a rank of ", size_));
-  check_nccl(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, state_->comm, state_->stream),
-             "ncclBroadcast", state_->comm);
+  if (root < 0 || root >= size_)
+    throw CommunicationError(str("ncclBroadcast: root ", root, " is not a rank of ", size_));
+  check_nccl(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, state_->comm, state_->stream), "ncclBroadcast",
+             state_->comm);
   check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclBroadcast");
 }
 

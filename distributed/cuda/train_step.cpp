@@ -100,20 +100,22 @@ StepMetrics cuda_train_step(MemoryTracker& host, CudaTrainingState& state, const
   const FlatLayout& layout = state.layout();
   if (layout.count() != FlatLayout(config, comm.size(), training.zero_stage).count() ||
       layout.zero_stage() != training.zero_stage) {
-    throw_input_error("CUDA training state", str("was made for ", layout.count(), " parameters under ZeRO-",
-                                                 layout.zero_stage(), "; this step's config has ",
-                                                 FlatLayout(config, comm.size(), training.zero_stage).count(),
-                                                 " under ZeRO-", training.zero_stage));
+    throw_input_error("CUDA training state",
+                      str("was made for ", layout.count(), " parameters under ZeRO-", layout.zero_stage(),
+                          "; this step's config has ", FlatLayout(config, comm.size(), training.zero_stage).count(),
+                          " under ZeRO-", training.zero_stage));
   }
   check_rank_sequences(batch_layout, comm.rank(), training, sequences);
   if (options.bucket_bytes < 1) throw_input_error("bucket_bytes", str(options.bucket_bytes, " must be at least 1"));
   if (options.dropout_observer != nullptr) {
-    throw_input_error("dropout_observer", "the CUDA step draws its dropout masks on the device; observe the reference step");
+    throw_input_error("dropout_observer",
+                      "the CUDA step draws its dropout masks on the device; observe the reference step");
   }
   const std::int64_t t = state.step();
   if (t >= (std::int64_t(1) << 32)) throw_input_error("optimizer step", str(t, " exceeds the 32-bit RNG counter word"));
   auto step_options = [&](const RankSequences& s) {
-    return drafter_step_options(config, static_cast<std::uint32_t>(t), static_cast<std::uint32_t>(s.first_global_index));
+    return drafter_step_options(config, static_cast<std::uint32_t>(t),
+                                static_cast<std::uint32_t>(s.first_global_index));
   };
 
   // W over the whole global batch, before any backward (§11).
@@ -142,8 +144,8 @@ StepMetrics cuda_train_step(MemoryTracker& host, CudaTrainingState& state, const
     const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, *s.batch, o);
     drafter_detail::validate_teacher_rows(*s.batch, seqs);
     std::vector<std::vector<std::uint8_t>> seq_hits;
-    const LossHeadStats<double> stats = cuda_drafter_sequences(state.allocator(), host, config, state.weights(), *s.batch,
-                                                               o, loss_options, seqs, W, nullptr, &seq_hits);
+    const LossHeadStats<double> stats = cuda_drafter_sequences(state.allocator(), host, config, state.weights(),
+                                                               *s.batch, o, loss_options, seqs, W, nullptr, &seq_hits);
     for (std::size_t b = 0; b < seqs.size(); ++b) {
       hits.push_back({seqs[b].slots.keep, seqs[b].blocks.valid, std::move(seq_hits[b])});
     }

@@ -26,8 +26,8 @@ CudaTrainingState::CudaTrainingState(DeviceAllocator& allocator, CudaCommunicato
       owned_(owned_range(layout_, rank_)),
       working_(working_layout(layout_)) {
   if (comm.host.size() != comm.device.size() || comm.host.rank() != comm.device.rank()) {
-    throw_input_error("communicators", str("host rank ", comm.host.rank(), " of ", comm.host.size(), " but device rank ",
-                                           comm.device.rank(), " of ", comm.device.size()));
+    throw_input_error("communicators", str("host rank ", comm.host.rank(), " of ", comm.host.size(),
+                                           " but device rank ", comm.device.rank(), " of ", comm.device.size()));
   }
   validate_training_config(training);
   const DeviceOptimizerPart part = device_optimizer_part(layout_, rank_, state);
@@ -39,7 +39,8 @@ CudaTrainingState::CudaTrainingState(DeviceAllocator& allocator, CudaCommunicato
   gradient_.zero();
   matrices_ = DeviceBuffer<Bf16Bits>(allocator, MemoryCategory::parameters, std::size_t(working_.matrix_elements));
   vectors_ = DeviceBuffer<float>(allocator, MemoryCategory::parameters, std::size_t(working_.vector_elements));
-  embed_tokens_ = upload_bf16(allocator, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
+  embed_tokens_ =
+      upload_bf16(allocator, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
   lm_head_ = upload_bf16(allocator, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel());
   const HostDecayTable table = decay_table(layout_);
   decay_ends_ = upload(allocator, MemoryCategory::transient, table.ends);
@@ -104,7 +105,8 @@ std::vector<double> CudaTrainingState::gather_full(Part which) {
   return std::vector<double>(all.begin(), all.end());
 }
 
-DrafterParameters<double> CudaTrainingState::working_parameters(MemoryTracker& tracker, const DrafterConfig& config) const {
+DrafterParameters<double> CudaTrainingState::working_parameters(MemoryTracker& tracker,
+                                                                const DrafterConfig& config) const {
   const std::vector<Bf16Bits> matrices = matrices_.download();
   const std::vector<float> vectors = vectors_.download();
   DrafterParameters<double> p = make_drafter_parameters<double>(tracker, config, MemoryCategory::parameters);

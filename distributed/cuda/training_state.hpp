@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/runtime/device_buffer.hpp"
 #include "cuda/drafter/step.hpp"
 #include "cuda/optimizer/adamw_program.hpp"
+#include "cuda/runtime/device_buffer.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_training_layout.hpp"
 #include "distributed/optimizer_state.hpp"

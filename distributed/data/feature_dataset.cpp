@@ -8,7 +8,8 @@ namespace dflash {
 
 std::vector<std::filesystem::path> FeatureDataset::shard_files(const std::filesystem::path& dir) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) throw_input_error("--data", str("'", dir.string(), "' is not a directory"));
+  if (!std::filesystem::is_directory(dir, ec))
+    throw_input_error("--data", str("'", dir.string(), "' is not a directory"));
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.is_regular_file() && entry.path().extension() == ".safetensors") files.push_back(entry.path());
@@ -20,7 +21,8 @@ std::vector<std::filesystem::path> FeatureDataset::shard_files(const std::filesy
   return files;
 }
 
-FeatureDataset FeatureDataset::open(const std::filesystem::path& dir, const FeatureSetShape& shape, bool read_every_value) {
+FeatureDataset FeatureDataset::open(const std::filesystem::path& dir, const FeatureSetShape& shape,
+                                    bool read_every_value) {
   FeatureDataset d;
   d.source_ = dir.string();
   d.shape_ = shape;

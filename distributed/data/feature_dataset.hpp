@@ -33,7 +33,8 @@ class FeatureDataset {
   static std::vector<std::filesystem::path> shard_files(const std::filesystem::path& dir);
 
   // Opens and validates every shard (feature_shard.hpp; read_every_value as there).
-  static FeatureDataset open(const std::filesystem::path& dir, const FeatureSetShape& shape, bool read_every_value = true);
+  static FeatureDataset open(const std::filesystem::path& dir, const FeatureSetShape& shape,
+                             bool read_every_value = true);
 
   const std::string& source() const { return source_; }
   std::int64_t num_sequences() const { return first_sequence_.back(); }
@@ -54,7 +55,7 @@ class FeatureDataset {
 };
 
 // A one-sequence batch of the reference drafter (SPEC §2 layout, anchors sampled in the step).
-DrafterBatch<double> drafter_batch_of(MemoryTracker& tracker, const FeatureSequence& sequence, std::int64_t feature_width,
-                                      std::int64_t hidden_size);
+DrafterBatch<double> drafter_batch_of(MemoryTracker& tracker, const FeatureSequence& sequence,
+                                      std::int64_t feature_width, std::int64_t hidden_size);
 
 }  // namespace dflash

@@ -34,7 +34,8 @@ std::string metadata_value(const safetensors::Layout& layout, std::string_view f
 std::int64_t metadata_integer(const safetensors::Layout& layout, std::string_view file, const std::string& key) {
   const std::string text = metadata_value(layout, file, key);
   nlohmann::json v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!v.is_number_unsigned()) shard_error(file, str("__metadata__.", key), str("'", text, "' is not a non-negative integer"));
+  if (!v.is_number_unsigned())
+    shard_error(file, str("__metadata__.", key), str("'", text, "' is not a non-negative integer"));
   // Read unsigned: a value above 2^63 - 1 read as int64_t would wrap to a negative size.
   const auto value = v.get<std::uint64_t>();
   if (value > std::uint64_t(std::numeric_limits<std::int64_t>::max())) {
@@ -55,7 +56,8 @@ const safetensors::TensorInfo& required_tensor(const safetensors::Layout& layout
     allowed = allowed || d == t.dtype;
     names += (names.empty() ? "" : " or ") + std::string(safetensors::dtype_name(d));
   }
-  if (!allowed) shard_error(file, str("tensor '", name, "'"), str("dtype ", safetensors::dtype_name(t.dtype), " is not ", names));
+  if (!allowed)
+    shard_error(file, str("tensor '", name, "'"), str("dtype ", safetensors::dtype_name(t.dtype), " is not ", names));
   if (t.shape != shape) {
     shard_error(file, str("tensor '", name, "'"),
                 str("shape ", safetensors::format_shape(t.shape), " is not ", safetensors::format_shape(shape)));
@@ -72,9 +74,11 @@ FeatureSetShape FeatureSetShape::declared_by(const std::filesystem::path& shard)
   shape.hidden_size = metadata_integer(r.layout(), file, "hidden_size");
   const std::string ids_text = metadata_value(r.layout(), file, "target_layer_ids");
   const nlohmann::json ids = nlohmann::json::parse(ids_text, nullptr, false);
-  if (!ids.is_array() || ids.empty()) shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a non-empty list"));
+  if (!ids.is_array() || ids.empty())
+    shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a non-empty list"));
   for (const nlohmann::json& id : ids) {
-    if (!id.is_number_integer()) shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a list of integers"));
+    if (!id.is_number_integer())
+      shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a list of integers"));
     shape.target_layer_ids.push_back(id.get<std::int64_t>());
   }
   // Every row holds K H features: a declared width that does not fit 64 bits is refused here, before
@@ -88,7 +92,8 @@ FeatureSetShape FeatureSetShape::declared_by(const std::filesystem::path& shard)
   return shape;
 }
 
-FeatureShard FeatureShard::open(const std::filesystem::path& path, const FeatureSetShape& shape, bool read_every_value) {
+FeatureShard FeatureShard::open(const std::filesystem::path& path, const FeatureSetShape& shape,
+                                bool read_every_value) {
   FeatureShard s;
   s.source_ = path.string();
   const std::string& file = s.source_;
@@ -110,7 +115,8 @@ FeatureShard FeatureShard::open(const std::filesystem::path& path, const Feature
   }
   const std::int64_t H = metadata_integer(layout, file, "hidden_size");
   if (H != shape.hidden_size) {
-    shard_error(file, "__metadata__.hidden_size", str(H, " does not match the config's hidden_size = ", shape.hidden_size));
+    shard_error(file, "__metadata__.hidden_size",
+                str(H, " does not match the config's hidden_size = ", shape.hidden_size));
   }
   const std::string ids_text = metadata_value(layout, file, "target_layer_ids");
   const nlohmann::json ids = nlohmann::json::parse(ids_text, nullptr, false);
@@ -132,15 +138,17 @@ FeatureShard FeatureShard::open(const std::filesystem::path& path, const Feature
   for (std::int64_t i = 1; i <= n; ++i) {
     if (s.offsets_[std::size_t(i)] <= s.offsets_[std::size_t(i) - 1]) {
       shard_error(file, str("tensor 'offsets'[", i, "]"),
-                  str(s.offsets_[std::size_t(i)], " is not greater than offsets[", i - 1, "] = ",
-                      s.offsets_[std::size_t(i) - 1], " (every sequence has at least one row)"));
+                  str(s.offsets_[std::size_t(i)], " is not greater than offsets[", i - 1,
+                      "] = ", s.offsets_[std::size_t(i) - 1], " (every sequence has at least one row)"));
     }
   }
   const std::int64_t rows = s.offsets_.back(), KH = shape.feature_width();
   const auto& tokens = required_tensor(layout, file, "tokens", {Dtype::I32, Dtype::I64}, {rows});
   const auto& mask = required_tensor(layout, file, "loss_mask", {Dtype::U8, Dtype::BOOL}, {rows});
-  const auto& features = required_tensor(layout, file, "target_features", {Dtype::BF16, Dtype::F16, Dtype::F32}, {rows, KH});
-  const auto& teacher = required_tensor(layout, file, "teacher_hidden", {Dtype::BF16, Dtype::F16, Dtype::F32}, {rows, H});
+  const auto& features =
+      required_tensor(layout, file, "target_features", {Dtype::BF16, Dtype::F16, Dtype::F32}, {rows, KH});
+  const auto& teacher =
+      required_tensor(layout, file, "teacher_hidden", {Dtype::BF16, Dtype::F16, Dtype::F32}, {rows, H});
   s.tokens_ = {tokens.dtype, base + tokens.begin, 1};
   s.loss_mask_ = {mask.dtype, base + mask.begin, 1};
   s.features_ = {features.dtype, base + features.begin, KH};
@@ -154,7 +162,8 @@ void FeatureShard::validate_values(const FeatureSetShape& shape) const {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t t = token(r);
     if (t < 0 || t >= shape.vocab_size) {
-      shard_error(source_, str("tensor 'tokens'[", r, "]"), str(t, " is outside [0, vocab_size = ", shape.vocab_size, ")"));
+      shard_error(source_, str("tensor 'tokens'[", r, "]"),
+                  str(t, " is outside [0, vocab_size = ", shape.vocab_size, ")"));
     }
     const std::int64_t m = safetensors::load_integer_element(loss_mask_.dtype, loss_mask_.data + r);
     if (m != 0 && m != 1) shard_error(source_, str("tensor 'loss_mask'[", r, "]"), str(m, " is not 0 or 1"));
@@ -176,7 +185,8 @@ void FeatureShard::validate_values(const FeatureSetShape& shape) const {
 }
 
 std::int64_t FeatureShard::token(std::int64_t row) const {
-  return safetensors::load_integer_element(tokens_.dtype, tokens_.data + row * std::int64_t(safetensors::dtype_size(tokens_.dtype)));
+  return safetensors::load_integer_element(tokens_.dtype,
+                                           tokens_.data + row * std::int64_t(safetensors::dtype_size(tokens_.dtype)));
 }
 
 std::uint8_t FeatureShard::loss_mask(std::int64_t row) const {

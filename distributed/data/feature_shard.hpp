@@ -50,7 +50,8 @@ class FeatureShard {
   // "invalid <path>: <tensor or key>[index]: <problem>" at the first problem. With
   // read_every_value false only the header, metadata, shapes and offsets are checked (the ranks
   // other than the one that validates the values).
-  static FeatureShard open(const std::filesystem::path& path, const FeatureSetShape& shape, bool read_every_value = true);
+  static FeatureShard open(const std::filesystem::path& path, const FeatureSetShape& shape,
+                           bool read_every_value = true);
 
   const std::string& source() const { return source_; }
   const std::string& target_model() const { return target_model_; }  // empty when not given

@@ -6,8 +6,9 @@
 
 namespace dflash {
 
-void FeatureShardContents::append(const std::vector<std::int64_t>& seq_tokens, const std::vector<std::int64_t>& seq_mask,
-                                  const std::vector<double>& features, const std::vector<double>& teacher) {
+void FeatureShardContents::append(const std::vector<std::int64_t>& seq_tokens,
+                                  const std::vector<std::int64_t>& seq_mask, const std::vector<double>& features,
+                                  const std::vector<double>& teacher) {
   tokens.insert(tokens.end(), seq_tokens.begin(), seq_tokens.end());
   loss_mask.insert(loss_mask.end(), seq_mask.begin(), seq_mask.end());
   target_features.insert(target_features.end(), features.begin(), features.end());

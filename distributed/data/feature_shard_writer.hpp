@@ -15,12 +15,12 @@ namespace dflash {
 struct FeatureShardContents {
   std::int64_t hidden_size = 0;
   std::vector<std::int64_t> target_layer_ids;
-  std::string target_model;                // written when not empty
-  std::vector<std::int64_t> offsets{0};    // [n+1]
-  std::vector<std::int64_t> tokens;        // [rows]
-  std::vector<std::int64_t> loss_mask;     // [rows], 0 or 1
-  std::vector<double> target_features;     // [rows, K H]
-  std::vector<double> teacher_hidden;      // [rows, H]
+  std::string target_model;              // written when not empty
+  std::vector<std::int64_t> offsets{0};  // [n+1]
+  std::vector<std::int64_t> tokens;      // [rows]
+  std::vector<std::int64_t> loss_mask;   // [rows], 0 or 1
+  std::vector<double> target_features;   // [rows, K H]
+  std::vector<double> teacher_hidden;    // [rows, H]
 
   // Appends one sequence of `tokens.size()` rows.
   void append(const std::vector<std::int64_t>& tokens, const std::vector<std::int64_t>& loss_mask,

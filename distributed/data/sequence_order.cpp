@@ -9,7 +9,8 @@
 namespace dflash {
 
 std::uint32_t data_order_key(std::uint64_t seed, std::int64_t sequence, std::int64_t epoch) {
-  const Philox4x32 counter{{static_cast<std::uint32_t>(sequence), 0u, kDataOrderStream, static_cast<std::uint32_t>(epoch)}};
+  const Philox4x32 counter{
+      {static_cast<std::uint32_t>(sequence), 0u, kDataOrderStream, static_cast<std::uint32_t>(epoch)}};
   return philox4x32_10(counter, philox_key_from_seed(seed)).v[0];
 }
 

@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/data/feature_shard_writer.hpp"
+#include "io/errors.hpp"
 #include "io/safetensors.hpp"
 #include "reference/counter_rng.hpp"
 #include "reference/drafter_parameters.hpp"
-#include "io/errors.hpp"
 
 namespace dflash {
 
@@ -105,7 +105,8 @@ void write_synthetic_data(const DrafterConfig& c, const SyntheticDataSpec& spec,
       std::vector<std::int64_t> text(std::size_t(S + 1));
       text[0] = random_text_token(c, rng);
       for (std::int64_t p = 1; p <= S; ++p) {
-        text[std::size_t(p)] = rng.bernoulli(spec.noise) ? random_text_token(c, rng) : synthetic_successor(c, text[std::size_t(p) - 1]);
+        text[std::size_t(p)] =
+            rng.bernoulli(spec.noise) ? random_text_token(c, rng) : synthetic_successor(c, text[std::size_t(p) - 1]);
       }
       const std::int64_t prompt = rng.below(S / 4 + 1);  // unsupervised prompt rows
       const std::vector<std::int64_t> tokens(text.begin(), text.end() - 1);
@@ -115,7 +116,8 @@ void write_synthetic_data(const DrafterConfig& c, const SyntheticDataSpec& spec,
         mask[std::size_t(p)] = p >= prompt ? 1 : 0;
         for (std::int64_t k = 0; k < K; ++k) {
           for (std::int64_t h = 0; h < H; ++h) {
-            features[std::size_t((p * K + k) * H + h)] = code[std::size_t(tokens[std::size_t(p)] * H + h)] + 0.1 * rng.uniform(-1, 1);
+            features[std::size_t((p * K + k) * H + h)] =
+                code[std::size_t(tokens[std::size_t(p)] * H + h)] + 0.1 * rng.uniform(-1, 1);
           }
         }
         teacher_row(text[std::size_t(p) + 1], teacher.data() + p * H);

@@ -27,7 +27,7 @@ struct SyntheticDataSpec {
   std::int64_t shards = 2;
   std::int64_t min_length = 16;  // rows per sequence, uniform in [min_length, max_length]
   std::int64_t max_length = 32;
-  double noise = 0.1;            // probability that a token is not its predecessor's successor
+  double noise = 0.1;  // probability that a token is not its predecessor's successor
   std::uint64_t seed = 1;
   safetensors::Dtype feature_dtype = safetensors::Dtype::BF16;
 };

@@ -36,12 +36,8 @@ void read_record_statistics(const json& from, RecordStatistics& r) {
 }
 
 json step_record_json(const StepRecord& r) {
-  json j = {{"lr", r.lr},
-            {"grad_norm", r.grad_norm},
-            {"clipped", r.clipped},
-            {"tokens_per_s", r.tokens_per_s},
-            {"step_s", r.step_s},
-            {"peak_bytes", r.peak_bytes}};
+  json j = {{"lr", r.lr},         {"grad_norm", r.grad_norm},  {"clipped", r.clipped}, {"tokens_per_s", r.tokens_per_s},
+            {"step_s", r.step_s}, {"peak_bytes", r.peak_bytes}};
   write_record_statistics(j, r);
   return j;
 }
@@ -102,9 +98,8 @@ void print_run_summary(std::ostream& out, const RunSummary& s, const std::string
   }
   out << "dflash train: steps " << s.first_step << ".." << s.last_step << ", loss " << s.first_loss << " -> "
       << s.last_loss << ", accuracy " << s.last_accuracy << ", acceptance length " << s.last_acceptance << ", "
-      << s.tokens << " tokens in " << s.seconds << " s ("
-      << (s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0) << " tok/s), " << s.truncated_sequences
-      << " sequences truncated; last checkpoint " << last_checkpoint << "\n";
+      << s.tokens << " tokens in " << s.seconds << " s (" << (s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0)
+      << " tok/s), " << s.truncated_sequences << " sequences truncated; last checkpoint " << last_checkpoint << "\n";
 }
 
 }  // namespace dflash

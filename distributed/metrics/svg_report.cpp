@@ -38,7 +38,8 @@ void truncate_metrics_file(const std::filesystem::path& path, std::int64_t step)
   std::string kept, line;
   while (std::getline(in, line)) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step") && j.at("step").is_number_integer() && j.at("step").get<std::int64_t>() < step) {
+    if (!j.is_discarded() && j.contains("step") && j.at("step").is_number_integer() &&
+        j.at("step").get<std::int64_t>() < step) {
       kept += line + "\n";
     }
   }
@@ -72,13 +73,14 @@ void panel(std::ostringstream& svg, const std::vector<StepRecord>& records, int 
   svg << "<text x='" << kLeft << "' y='" << top - 8 << "' font-size='14'>" << label << "</text>\n";
   svg << "<rect x='" << kLeft << "' y='" << top << "' width='" << plot_w << "' height='" << kPanelHeight
       << "' fill='none' stroke='#888'/>\n";
-  svg << "<text x='" << kLeft - 6 << "' y='" << top + 10 << "' font-size='11' text-anchor='end'>" << number(hi) << "</text>\n";
-  svg << "<text x='" << kLeft - 6 << "' y='" << top + kPanelHeight << "' font-size='11' text-anchor='end'>" << number(lo)
+  svg << "<text x='" << kLeft - 6 << "' y='" << top + 10 << "' font-size='11' text-anchor='end'>" << number(hi)
       << "</text>\n";
+  svg << "<text x='" << kLeft - 6 << "' y='" << top + kPanelHeight << "' font-size='11' text-anchor='end'>"
+      << number(lo) << "</text>\n";
   svg << "<text x='" << kLeft << "' y='" << top + kPanelHeight + 14 << "' font-size='11'>step " << records.front().step
       << "</text>\n";
-  svg << "<text x='" << kLeft + plot_w << "' y='" << top + kPanelHeight + 14 << "' font-size='11' text-anchor='end'>step "
-      << records.back().step << "</text>\n";
+  svg << "<text x='" << kLeft + plot_w << "' y='" << top + kPanelHeight + 14
+      << "' font-size='11' text-anchor='end'>step " << records.back().step << "</text>\n";
   svg << "<polyline fill='none' stroke='" << colour << "' stroke-width='1.5' points='";
   for (const StepRecord& r : records) {
     const double x = kLeft + plot_w * (double(r.step) - s0) / (s1 - s0);
@@ -91,11 +93,16 @@ void panel(std::ostringstream& svg, const std::vector<StepRecord>& records, int 
 std::string escaped(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '\'') out += "&apos;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '\'')
+      out += "&apos;";
+    else
+      out += c;
   }
   return out;
 }
@@ -122,8 +129,8 @@ std::filesystem::path write_metrics_report(const std::filesystem::path& run_dir,
   const auto tmp = path.string() + ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);
-    f << metrics_svg(records, str("dflash run ", run_dir.string(), ": steps ", records.front().step, "..",
-                                  records.back().step));
+    f << metrics_svg(records,
+                     str("dflash run ", run_dir.string(), ": steps ", records.front().step, "..", records.back().step));
     if (!f.flush()) throw std::runtime_error(str("cannot write ", tmp));
   }
   std::filesystem::rename(tmp, path);

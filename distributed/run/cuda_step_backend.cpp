@@ -2,8 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/runtime/device_probe.hpp"
 #include "cuda/drafter/step.hpp"
+#include "cuda/runtime/device_probe.hpp"
 #include "distributed/cuda/train_step.hpp"
 #include "distributed/mpi_communicator.hpp"
 #include "distributed/single_process_communicator.hpp"
@@ -18,7 +18,8 @@ void require_cuda_training_available(Communicator& comm) {
   if (const auto* mpi = dynamic_cast<const MpiCommunicator*>(&comm)) {
     const int local = mpi->node_local_rank();
     int devices = 0;
-    if (cudaGetDeviceCount(&devices) == cudaSuccess && local < devices) cudaSetDevice(local);  // else the probe says why
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && local < devices)
+      cudaSetDevice(local);  // else the probe says why
   }
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {

@@ -7,8 +7,9 @@ namespace dflash {
 namespace {
 
 [[noreturn]] void refuse() {
-  throw_input_error("--backend", "cuda: this dflash was built without CUDA (no nvcc found at configure time); "
-                                 "use --backend cpu or build with the CUDA toolkit");
+  throw_input_error("--backend",
+                    "cuda: this dflash was built without CUDA (no nvcc found at configure time); "
+                    "use --backend cpu or build with the CUDA toolkit");
 }
 
 }  // namespace

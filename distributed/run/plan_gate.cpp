@@ -5,8 +5,8 @@
 #include <cstdlib>
 
 #include "distributed/global_batch.hpp"
-#include "planner/plan_report.hpp"
 #include "io/errors.hpp"
+#include "planner/plan_report.hpp"
 
 namespace dflash {
 
@@ -16,7 +16,9 @@ TrainingBackend parse_training_backend(const std::string& name) {
   throw_input_error("--backend", str("'", name, "' is not cpu or cuda"));
 }
 
-std::string_view training_backend_name(TrainingBackend backend) { return backend == TrainingBackend::cpu ? "cpu" : "cuda"; }
+std::string_view training_backend_name(TrainingBackend backend) {
+  return backend == TrainingBackend::cpu ? "cpu" : "cuda";
+}
 
 std::int64_t host_memory_bytes_per_rank() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
@@ -27,7 +29,8 @@ std::int64_t host_memory_bytes_per_rank() {
 
 PlanRequest training_plan_request(const DrafterConfig& config, const TrainingConfig& training, int world_size,
                                   TrainingBackend backend) {
-  const GlobalBatchLayout layout = GlobalBatchLayout::of(training, world_size);  // refuses a global batch R U does not divide
+  const GlobalBatchLayout layout =
+      GlobalBatchLayout::of(training, world_size);  // refuses a global batch R U does not divide
   PlanRequest r = PlanRequest::from_config(config);
   r.context = training.max_context;
   r.sequences = layout.per_rank_micro_step();
@@ -46,7 +49,8 @@ PlanRequest training_plan_request(const DrafterConfig& config, const TrainingCon
   return r;
 }
 
-PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size, TrainingBackend backend) {
+PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size,
+                         TrainingBackend backend) {
   const PlanRequest r = training_plan_request(config, training, world_size, backend);
   return PlanVerdict{plan_training_memory(r), policy_verdicts(r)};
 }

@@ -35,7 +35,8 @@ std::int64_t host_memory_bytes_per_rank();
 
 PlanRequest training_plan_request(const DrafterConfig& config, const TrainingConfig& training, int world_size,
                                   TrainingBackend backend);
-PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size, TrainingBackend backend);
+PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size,
+                         TrainingBackend backend);
 
 // Prints the verdict and the table (as `dflash plan` does).
 void print_plan_verdict(std::ostream& out, const PlanVerdict& verdict, const std::string& config_path, int world_size,

@@ -17,7 +17,12 @@ class ReferenceStepBackend final : public StepBackend {
  public:
   ReferenceStepBackend(MemoryTracker& tracker, Communicator& comm, const DrafterConfig& config,
                        const TrainingConfig& training, const FrozenWeights<double>& frozen, TrainingState state)
-      : tracker_(tracker), comm_(comm), config_(config), training_(training), frozen_(frozen), state_(std::move(state)) {}
+      : tracker_(tracker),
+        comm_(comm),
+        config_(config),
+        training_(training),
+        frozen_(frozen),
+        state_(std::move(state)) {}
 
   std::int64_t completed_steps() const override { return state_.optimizer.step; }
   SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,

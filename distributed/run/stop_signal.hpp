@@ -20,7 +20,8 @@ class StopSignal {
   static int signal_number();  // the signal received (0: none)
 
  private:
-  struct sigaction previous_int_ {}, previous_term_ {};
+  struct sigaction previous_int_ {
+  }, previous_term_{};
 };
 
 }  // namespace dflash

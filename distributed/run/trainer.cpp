@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/checkpoint/save_restore.hpp"
-#include "distributed/data/sequence_order.hpp"
 #include "distributed/data/feature_dataset.hpp"
+#include "distributed/data/sequence_order.hpp"
 #include "distributed/flat_parameters.hpp"
 #include "distributed/metrics/block_statistics.hpp"
-#include "distributed/metrics/svg_report.hpp"
 #include "distributed/metrics/step_record.hpp"
+#include "distributed/metrics/svg_report.hpp"
 #include "distributed/optimizer_state.hpp"
 #include "distributed/run/cuda_step_backend.hpp"
 #include "distributed/run/evaluation.hpp"
@@ -45,9 +45,10 @@ json run_config_json(const DrafterConfig& config, const TrainingConfig& training
 void require_same_run_config(const json& stored, const json& current, const fs::path& checkpoint) {
   for (const auto& [key, value] : current.items()) {
     if (!stored.contains(key) || stored.at(key) != value) {
-      throw_input_error(key, str("--config has ", value.dump(), " but the checkpoint ", checkpoint.string(), " was written with ",
-                                 stored.contains(key) ? stored.at(key).dump() : std::string("no value"),
-                                 " (a resumed run continues the same run; start a new --out to change it)"));
+      throw_input_error(
+          key, str("--config has ", value.dump(), " but the checkpoint ", checkpoint.string(), " was written with ",
+                   stored.contains(key) ? stored.at(key).dump() : std::string("no value"),
+                   " (a resumed run continues the same run; start a new --out to change it)"));
     }
   }
 }
@@ -62,9 +63,10 @@ void check_output_directory(const fs::path& out, bool resume) {
   const std::optional<fs::path> latest = fs::exists(out / kLatestFileName, ec) ? latest_checkpoint(out) : std::nullopt;
   const std::vector<fs::path> existing = run_checkpoints(out);
   if (latest || !existing.empty()) {
-    throw_input_error("--out", str("'", out.string(), "' already holds another run's checkpoints (",
-                                   latest ? "latest: " + latest->filename().string() : existing.back().filename().string(),
-                                   "); pass --resume to continue that run, or choose another --out"));
+    throw_input_error("--out",
+                      str("'", out.string(), "' already holds another run's checkpoints (",
+                          latest ? "latest: " + latest->filename().string() : existing.back().filename().string(),
+                          "); pass --resume to continue that run, or choose another --out"));
   }
 }
 
@@ -102,9 +104,10 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const PlanVerdict verdict = plan_verdict(config, training, R, o.backend);
   if (lead) print_plan_verdict(log, verdict, o.config.string(), R, o.backend);
   if (!verdict.fits() && !o.force) {
-    throw_input_error("plan", str("the training step does not fit on ", R, " rank(s) with backend ",
-                                  training_backend_name(o.backend), " (table above); change the config or the ranks, "
-                                  "or pass --force to try anyway"));
+    throw_input_error(
+        "plan", str("the training step does not fit on ", R, " rank(s) with backend ", training_backend_name(o.backend),
+                    " (table above); change the config or the ranks, "
+                    "or pass --force to try anyway"));
   }
   if (o.backend == TrainingBackend::cuda) require_cuda_training_available(comm);
 
@@ -150,11 +153,13 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     DrafterParameters<double> initial = o.init ? import_drafter_for_run(tracker, *o.init, config)
                                                : seeded_drafter_parameters(tracker, config, config.seed);
     state = make_training_state(tracker, config, training, comm, std::move(initial));
-    if (lead && o.resume) log << "dflash train: --resume: no checkpoint in " << o.out.string() << ", starting at step 0\n";
+    if (lead && o.resume)
+      log << "dflash train: --resume: no checkpoint in " << o.out.string() << ", starting at step 0\n";
   }
   const std::unique_ptr<StepBackend> backend =
-      o.backend == TrainingBackend::cuda ? make_cuda_step_backend(comm, config, training, frozen, std::move(state))
-                                         : make_reference_step_backend(tracker, comm, config, training, frozen, std::move(state));
+      o.backend == TrainingBackend::cuda
+          ? make_cuda_step_backend(comm, config, training, frozen, std::move(state))
+          : make_reference_step_backend(tracker, comm, config, training, frozen, std::move(state));
 
   // Everything is valid: from here on the run writes.
   const fs::path metrics_path = o.out / "metrics.jsonl", eval_path = o.out / "eval.jsonl";
@@ -171,8 +176,9 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
 
   auto save = [&](const DataCursor& at) {
     auto [master, exp_avg, exp_avg_sq] = backend->gather_optimizer();
-    RunCheckpoint ck{backend->completed_steps(), at, config.seed, tokens_seen, config_json, R, std::move(master),
-                     std::move(exp_avg), std::move(exp_avg_sq)};
+    RunCheckpoint ck{
+        backend->completed_steps(), at, config.seed, tokens_seen, config_json, R, std::move(master), std::move(exp_avg),
+        std::move(exp_avg_sq)};
     if (lead) write_run_checkpoint(o.out, config, ck, {backend->master_dtype(), o.keep, {}});
     barrier(comm);
     last_good = (o.out / checkpoint_name(backend->completed_steps())).string();
@@ -227,7 +233,8 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     summary.add(r);
     if (lead) {
       metrics << step_record_json(r).dump() << "\n" << std::flush;
-      const double left = summary.seconds / double(summary.last_step - summary.first_step + 1) * double(training.total_steps - t - 1);
+      const double left =
+          summary.seconds / double(summary.last_step - summary.first_step + 1) * double(training.total_steps - t - 1);
       if (terminal) {
         std::cerr << "\r" << progress_line(r, training.total_steps, left) << "\033[K" << std::flush;
       } else if ((t + 1) % std::max<std::int64_t>(1, o.progress_every) == 0 || t + 1 == training.total_steps) {
@@ -253,7 +260,9 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     if (lead) log << "dflash train: the run is already at total_steps = " << training.total_steps << "\n";
   }
   if (lead) {
-    if (stopped) log << "dflash train: stopped by signal " << StopSignal::signal_number() << " after step " << summary.last_step << "\n";
+    if (stopped)
+      log << "dflash train: stopped by signal " << StopSignal::signal_number() << " after step " << summary.last_step
+          << "\n";
     print_run_summary(log, summary, last_good);
   }
   return 0;

@@ -28,10 +28,10 @@ struct TrainingRunOptions {
   std::optional<std::filesystem::path> init;
   TrainingBackend backend = TrainingBackend::cpu;
   bool resume = false;
-  bool force = false;               // train even when the plan says it does not fit
-  std::int64_t save_every = 0;      // also every N steps (0: only at the end and on a signal)
-  std::int64_t keep = 0;            // keep the K most recent checkpoints (0: all)
-  std::int64_t progress_every = 10; // progress lines when stderr is not a terminal
+  bool force = false;                              // train even when the plan says it does not fit
+  std::int64_t save_every = 0;                     // also every N steps (0: only at the end and on a signal)
+  std::int64_t keep = 0;                           // keep the K most recent checkpoints (0: all)
+  std::int64_t progress_every = 10;                // progress lines when stderr is not a terminal
   std::optional<std::filesystem::path> eval_data;  // held-out shards (evaluation.hpp)
   std::int64_t eval_every = 0;                     // evaluate after every N-th step (with eval_data)
   // Called on every rank after step t's metrics are known (tests: raise a signal mid-run).

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <fstream>
 
+#include "io/errors.hpp"
 #include "io/hf_checkpoint.hpp"
 #include "io/safetensors.hpp"
-#include "io/errors.hpp"
 
 namespace dflash {
 
@@ -14,11 +14,10 @@ using nlohmann::json;
 namespace {
 
 // SPEC §1's model fields: what the weights' meaning depends on.
-constexpr const char* kModelFields[] = {"hidden_size",       "intermediate_size", "num_attention_heads",
-                                        "num_key_value_heads", "head_dim",        "num_hidden_layers",
-                                        "rms_norm_eps",      "rope_theta",        "vocab_size",
-                                        "block_size",        "mask_token_id",     "target_layer_ids",
-                                        "layer_types",       "sliding_window"};
+constexpr const char* kModelFields[] = {
+    "hidden_size",       "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "num_hidden_layers", "rms_norm_eps",      "rope_theta",          "vocab_size",          "block_size",
+    "mask_token_id",     "target_layer_ids",  "layer_types",         "sliding_window"};
 
 void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
   const auto tmp = path.string() + ".tmp";
@@ -53,7 +52,8 @@ json exported_drafter_config(const DrafterConfig& c) {
   return j;
 }
 
-void export_drafter(const std::filesystem::path& out, const DrafterConfig& config, const DrafterParameters<double>& params) {
+void export_drafter(const std::filesystem::path& out, const DrafterConfig& config,
+                    const DrafterParameters<double>& params) {
   validate_drafter_config(config);
   std::filesystem::create_directories(out);
   safetensors::Writer w;
@@ -65,7 +65,8 @@ void export_drafter(const std::filesystem::path& out, const DrafterConfig& confi
   write_text_atomically(out / "config.json", exported_drafter_config(config).dump(2) + "\n");
 }
 
-void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& imported, std::string_view imported_source) {
+void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& imported,
+                               std::string_view imported_source) {
   const json a = drafter_config_to_json(run), b = drafter_config_to_json(imported);
   for (const char* field : kModelFields) {
     if (a.at(field) != b.at(field)) {
@@ -77,14 +78,16 @@ void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& im
 
 ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir, const DrafterConfig* run) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) throw_input_error("--init", str("'", dir.string(), "' is not a directory"));
+  if (!std::filesystem::is_directory(dir, ec))
+    throw_input_error("--init", str("'", dir.string(), "' is not a directory"));
   ImportedDrafter d{load_drafter_config(dir / "config.json"), {}};
   // The config first: weights of another shape are explained by the field, not the tensor.
   if (run != nullptr) require_same_model_fields(*run, d.config, (dir / "config.json").string());
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
   d.params = make_drafter_parameters<double>(tracker, d.config, MemoryCategory::parameters);
   d.params.for_each([&](const std::string& name, Tensor<double>& t) {
-    if (!checkpoint.contains(name)) throw_input_error(str("--init ", dir.string()), str("tensor '", name, "' is missing"));
+    if (!checkpoint.contains(name))
+      throw_input_error(str("--init ", dir.string()), str("tensor '", name, "' is missing"));
     const std::string where = str((dir / checkpoint.shard_of(name)).string(), ": tensor '", name, "'");
     const safetensors::TensorInfo& info = checkpoint.info(name);
     if (!safetensors::dtype_is_float(info.dtype)) {
@@ -96,7 +99,8 @@ ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::pa
     }
     const std::vector<double> values = checkpoint.doubles(name);
     for (std::size_t e = 0; e < values.size(); ++e) {
-      if (!std::isfinite(values[e])) throw_input_error(where, str("element ", e, " is ", values[e], "; every value must be finite"));
+      if (!std::isfinite(values[e]))
+        throw_input_error(where, str("element ", e, " is ", values[e], "; every value must be finite"));
       t[std::int64_t(e)] = values[e];
     }
   });

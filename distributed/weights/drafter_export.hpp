@@ -29,11 +29,13 @@ namespace dflash {
 // config.json of an exported drafter.
 nlohmann::json exported_drafter_config(const DrafterConfig& config);
 
-void export_drafter(const std::filesystem::path& out, const DrafterConfig& config, const DrafterParameters<double>& params);
+void export_drafter(const std::filesystem::path& out, const DrafterConfig& config,
+                    const DrafterParameters<double>& params);
 
 // Throws dflash::InputError naming the field and both values when a SPEC §1 model field of
 // `imported` differs from `run` (`imported_source` names the directory's config.json).
-void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& imported, std::string_view imported_source);
+void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& imported,
+                               std::string_view imported_source);
 
 struct ImportedDrafter {
   DrafterConfig config;              // the directory's config.json
@@ -42,7 +44,8 @@ struct ImportedDrafter {
 
 // Reads `dir` (config.json + weights); with `run`, refuses model fields that differ from it before
 // reading any weight. Throws dflash::InputError naming the file, tensor or key.
-ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir, const DrafterConfig* run = nullptr);
+ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir,
+                               const DrafterConfig* run = nullptr);
 
 // import_drafter against the run's config.
 DrafterParameters<double> import_drafter_for_run(MemoryTracker& tracker, const std::filesystem::path& dir,

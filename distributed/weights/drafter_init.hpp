@@ -18,6 +18,7 @@ inline constexpr double kInitStandardDeviation = 0.02;
 // The value above for element e of matrix p.
 double initial_matrix_element(std::uint64_t seed, std::uint32_t matrix, std::uint64_t element);
 
-DrafterParameters<double> seeded_drafter_parameters(MemoryTracker& tracker, const DrafterConfig& config, std::uint64_t seed);
+DrafterParameters<double> seeded_drafter_parameters(MemoryTracker& tracker, const DrafterConfig& config,
+                                                    std::uint64_t seed);
 
 }  // namespace dflash

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/hf_checkpoint.hpp"
 #include "io/errors.hpp"
+#include "io/hf_checkpoint.hpp"
 
 namespace dflash {
 
@@ -18,7 +18,8 @@ bool target_ties_word_embeddings(const std::filesystem::path& target_dir) {
   if (j.is_discarded() || !j.is_object()) throw_input_error(path.string(), "is not a JSON object");
   if (!j.contains("tie_word_embeddings")) return false;
   const nlohmann::json& v = j.at("tie_word_embeddings");
-  if (!v.is_boolean()) throw_input_error(str(path.string(), ": tie_word_embeddings"), str(v.dump(), " is not true or false"));
+  if (!v.is_boolean())
+    throw_input_error(str(path.string(), ": tie_word_embeddings"), str(v.dump(), " is not true or false"));
   return v.get<bool>();
 }
 
@@ -34,12 +35,14 @@ Tensor<double> frozen_tensor(MemoryTracker& tracker, const HfCheckpoint& checkpo
   }
   const safetensors::Shape want{config.vocab_size, config.hidden_size};
   if (info.shape != want) {
-    throw_input_error(where, str("shape ", safetensors::format_shape(info.shape), " is not [vocab_size, hidden_size] = ",
-                                 safetensors::format_shape(want), " of the drafter config"));
+    throw_input_error(
+        where, str("shape ", safetensors::format_shape(info.shape),
+                   " is not [vocab_size, hidden_size] = ", safetensors::format_shape(want), " of the drafter config"));
   }
   Tensor<double> t(tracker, MemoryCategory::frozen, want, checkpoint.doubles(name));
   for (std::int64_t e = 0; e < t.numel(); ++e) {
-    if (!std::isfinite(t[e])) throw_input_error(where, str("element ", e, " is ", t[e], "; every value must be finite"));
+    if (!std::isfinite(t[e]))
+      throw_input_error(where, str("element ", e, " is ", t[e], "; every value must be finite"));
   }
   return t;
 }
@@ -57,9 +60,10 @@ FrozenWeights<double> load_target_weights(MemoryTracker& tracker, const std::fil
   for (const char* name : {kTargetEmbeddingName, kTargetLmHeadName}) {
     if (tied && name == kTargetLmHeadName) continue;
     if (!checkpoint.contains(name)) {
-      throw_input_error(str("--target ", target_dir.string()),
-                        str("tensor '", name, "' is missing",
-                            tied ? "" : " (config.json does not set tie_word_embeddings, so lm_head.weight is required)"));
+      throw_input_error(
+          str("--target ", target_dir.string()),
+          str("tensor '", name, "' is missing",
+              tied ? "" : " (config.json does not set tie_word_embeddings, so lm_head.weight is required)"));
     }
   }
   FrozenWeights<double> f;

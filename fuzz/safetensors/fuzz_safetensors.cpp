@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <span>
 
-#include "io/safetensors.hpp"
 #include "io/errors.hpp"
+#include "io/safetensors.hpp"
 
 namespace {
 

@@ -1,9 +1,9 @@
 #include "golden/cuda/loss_head_check.hpp"
 
+#include "cuda/loss_head/problem.hpp"
 #include "cuda/runtime/check.hpp"
 #include "cuda/runtime/device_probe.hpp"
 #include "golden/bf16_rule.hpp"
-#include "cuda/loss_head/problem.hpp"
 
 namespace dflash {
 

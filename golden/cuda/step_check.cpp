@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
+#include "cuda/drafter/step.hpp"
 #include "cuda/runtime/check.hpp"
 #include "cuda/runtime/device_probe.hpp"
-#include "cuda/drafter/step.hpp"
 #include "golden/compare_rules.hpp"
 
 namespace dflash {
@@ -34,8 +34,8 @@ GoldenOutputs cuda_step_golden_outputs(MemoryTracker& tracker, const Golden& gol
 
   const std::map<std::string, double, std::less<>> bounds = golden_result_bounds(golden, CompareRule::bf16);
   const std::int64_t T = golden.results.at("output/hidden").shape.at(1);
-  const double step = step_result_bound(CompareRule::bf16, golden.config, golden.num_sequences(),
-                                        golden.context_length(), T);
+  const double step =
+      step_result_bound(CompareRule::bf16, golden.config, golden.num_sequences(), golden.context_length(), T);
   for (const auto& [name, t] : out.tensors) {
     const auto bound = bounds.find(name);
     if (bound == bounds.end()) continue;  // no tolerance: the check fails the tensor, saying so

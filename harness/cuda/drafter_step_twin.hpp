@@ -21,17 +21,17 @@
 
 #include "common/storage.hpp"
 #include "common/tolerances.hpp"
-#include "cuda/runtime/bf16_bits.hpp"
-#include "reference/bf16_emulation.hpp"
 #include "cuda/drafter/step.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/trunk/stack.hpp"
 #include "cuda/trunk/step_context.hpp"
+#include "harness/cuda/device_formats.hpp"
+#include "harness/cuda/host_backend.hpp"
+#include "io/errors.hpp"
+#include "reference/bf16_emulation.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
-#include "io/errors.hpp"
-#include "harness/cuda/device_formats.hpp"
-#include "harness/cuda/host_backend.hpp"
 
 namespace dflash {
 
@@ -102,7 +102,8 @@ struct DeviceFormatStepProblem {
     config.loss_chunk_rows = c.chunk_rows;
     params = init_drafter_parameters<double>(tracker, config, 11, 0.2);
     frozen = init_frozen_weights<double>(tracker, config, 12);
-    batch = make_drafter_batch<double>(tracker, config, {.sequences = 2, .context_length = c.context_length, .seed = 5});
+    batch =
+        make_drafter_batch<double>(tracker, config, {.sequences = 2, .context_length = c.context_length, .seed = 5});
     round_step_to_device_formats(params, frozen, batch);
   }
 
@@ -146,14 +147,16 @@ inline StepValues plain_bf16_drafter_step(const DrafterConfig& config, const Dra
       matrices.push_back(be.from_host(MemoryCategory::parameters, narrowed(t.data(), t.numel())));
       values.push_back(matrices.back().data());
     } else {
-      vectors.push_back(be.from_host(MemoryCategory::parameters, std::vector<float>(t.values().begin(), t.values().end())));
+      vectors.push_back(
+          be.from_host(MemoryCategory::parameters, std::vector<float>(t.values().begin(), t.values().end())));
       values.push_back(vectors.back().data());
     }
     grads.push_back(be.from_host(MemoryCategory::gradients, std::vector<float>(t.values().size(), 0.0f)));
   });
   std::vector<float*> grad_of;
   for (auto& g : grads) grad_of.push_back(g.data());
-  const auto embed = be.from_host(MemoryCategory::frozen, narrowed(frozen.embed_tokens.data(), frozen.embed_tokens.numel()));
+  const auto embed =
+      be.from_host(MemoryCategory::frozen, narrowed(frozen.embed_tokens.data(), frozen.embed_tokens.numel()));
   TrunkWeights<Storage> w;
   TrunkGrads g;
   bind_trunk_parameters(config, values, grad_of, embed.data(), w, g);
@@ -169,8 +172,10 @@ inline StepValues plain_bf16_drafter_step(const DrafterConfig& config, const Dra
     const auto keep = be.from_host(MemoryCategory::inputs, s.slots.keep);
     const auto positions = be.from_host(MemoryCategory::inputs, s.blocks.positions);
     const auto tokens = be.from_host(MemoryCategory::inputs, s.blocks.input_tokens);
-    const auto features = be.from_host(MemoryCategory::inputs, narrowed(batch.target_features.data() + b * S * KH, S * KH));
-    auto d_features = be.from_host(MemoryCategory::gradients, std::vector<float>(static_cast<std::size_t>(S * KH), 0.0f));
+    const auto features =
+        be.from_host(MemoryCategory::inputs, narrowed(batch.target_features.data() + b * S * KH, S * KH));
+    auto d_features =
+        be.from_host(MemoryCategory::gradients, std::vector<float>(static_cast<std::size_t>(S * KH), 0.0f));
     g.target_features = d_features.data();
 
     const TrunkLayerContext<Storage> ctx =
@@ -183,15 +188,20 @@ inline StepValues plain_bf16_drafter_step(const DrafterConfig& config, const Dra
     const std::vector<Storage> y = be.to_host(trunk.forward());
     Tensor<double> hidden(host, MemoryCategory::outputs, {dims.T, dims.H});
     for (std::int64_t e = 0; e < hidden.numel(); ++e) hidden[e] = widen(y[static_cast<std::size_t>(e)]);
-    LossHeadProblem<double> exact_inputs{std::move(hidden), gather_teacher_rows(host, batch, b, s.blocks),
-                                         frozen.lm_head.clone(host, MemoryCategory::frozen), s.blocks.labels,
-                                         s.blocks.weights, s.blocks.valid, weight_sum};
+    LossHeadProblem<double> exact_inputs{std::move(hidden),
+                                         gather_teacher_rows(host, batch, b, s.blocks),
+                                         frozen.lm_head.clone(host, MemoryCategory::frozen),
+                                         s.blocks.labels,
+                                         s.blocks.weights,
+                                         s.blocks.valid,
+                                         weight_sum};
     LossHeadProblem<double> problem = round_to_device_formats(host, exact_inputs);
     problem.weight_sum = static_cast<float>(weight_sum);
     const Bf16Emulation e = hybrid_loss_bf16_emulation(host, loss_options, problem);
     stats.merge(e.result.stats);
     const Tensor<double>& dy = e.result.hidden_grad;
-    trunk.backward(be.from_host(MemoryCategory::transient, std::vector<float>(dy.values().begin(), dy.values().end())), g);
+    trunk.backward(be.from_host(MemoryCategory::transient, std::vector<float>(dy.values().begin(), dy.values().end())),
+                   g);
     const std::vector<float> df = be.to_host(d_features);
     out.features_grad.insert(out.features_grad.end(), df.begin(), df.end());
   }
@@ -252,7 +262,8 @@ inline double worst_ratio(const std::vector<RuleLine>& lines) {
 inline std::string describe(const std::vector<RuleLine>& lines) {
   std::string out;
   for (const RuleLine& l : lines) {
-    out += str(l.name, ": error ", l.error, " plain ", l.plain_error, " bound ", l.bound, l.ok() ? "" : "  FAILS", "\n");
+    out +=
+        str(l.name, ": error ", l.error, " plain ", l.plain_error, " bound ", l.bound, l.ok() ? "" : "  FAILS", "\n");
   }
   return out;
 }

@@ -14,13 +14,13 @@ namespace dflash {
 
 // In a test body or SetUp: skips, with the reason, where no GPU is usable (fails instead under
 // DFLASH_REQUIRE_GPU=1).
-#define DFLASH_SKIP_WITHOUT_GPU()                                                          \
-  do {                                                                                     \
-    const ::dflash::CudaDeviceStatus& gpu_status = ::dflash::cuda_device_status();         \
-    if (!gpu_status.available) {                                                           \
+#define DFLASH_SKIP_WITHOUT_GPU()                                                                \
+  do {                                                                                           \
+    const ::dflash::CudaDeviceStatus& gpu_status = ::dflash::cuda_device_status();               \
+    if (!gpu_status.available) {                                                                 \
       if (::dflash::gpu_required()) FAIL() << "DFLASH_REQUIRE_GPU=1, but " << gpu_status.reason; \
-      GTEST_SKIP() << gpu_status.reason;                                                   \
-    }                                                                                      \
+      GTEST_SKIP() << gpu_status.reason;                                                         \
+    }                                                                                            \
   } while (false)
 
 // The fixture of every GPU test: SetUp skips (or fails) without a GPU, else makes an allocator.

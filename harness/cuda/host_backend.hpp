@@ -18,10 +18,10 @@
 #include "cuda/attention/tensor_core_backward_program.hpp"
 #include "cuda/attention/tensor_core_program.hpp"
 #include "cuda/trunk/elementwise_program.hpp"
-#include "reference/memory_tracker.hpp"
-#include "reference/tensor.hpp"
 #include "harness/cuda/host_block_exec.hpp"
 #include "harness/cuda/host_warp_exec.hpp"
+#include "reference/memory_tracker.hpp"
+#include "reference/tensor.hpp"
 
 namespace dflash {
 
@@ -107,8 +107,7 @@ struct HostBackend {
     for (std::int64_t c = 0; c < n; ++c) rms_norm_weight_grad_column(x, rstd, dy, rows, n, c, dw);
   }
   void head_norm_rope_forward(const float* proj, const float* w, std::int64_t rows, std::int64_t heads, std::int64_t d,
-                              float eps, const std::int64_t* positions, double theta, Storage* out,
-                              float* rstd) const {
+                              float eps, const std::int64_t* positions, double theta, Storage* out, float* rstd) const {
     for (std::int64_t rh = 0; rh < rows * heads; ++rh) {
       head_norm_rope_forward_at(rh, proj, w, heads, d, eps, positions, theta, out, rstd);
     }
@@ -159,8 +158,8 @@ struct HostBackend {
       if (attention_backward_kernel == AttentionBackwardKernel::tensor_cores_where_supported &&
           attention_backward_uses_tensor_cores<Storage>(pb.tiling)) {
         const int threads = tc_forward_threads(pb.tiling);
-        run_grid_on_host<HostWarpExec>(pb.tiling.query_tiles(), attention_dq_tc_shared_bytes(pb.tiling), threads,
-                                       false, [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+        run_grid_on_host<HostWarpExec>(pb.tiling.query_tiles(), attention_dq_tc_shared_bytes(pb.tiling), threads, false,
+                                       [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
                                          attention_dq_tc_block(exec, pb, in, grads, shared, b);
                                        });
         run_grid_on_host<HostWarpExec>(pb.tiling.context_tiles() * pb.tiling.nkv,

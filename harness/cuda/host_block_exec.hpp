@@ -13,7 +13,9 @@ namespace dflash {
 struct DropoutDrawRecord {
   std::uint64_t element;
   bool kept;
-  bool operator<(const DropoutDrawRecord& o) const { return element != o.element ? element < o.element : kept < o.kept; }
+  bool operator<(const DropoutDrawRecord& o) const {
+    return element != o.element ? element < o.element : kept < o.kept;
+  }
   bool operator==(const DropoutDrawRecord& o) const = default;
 };
 

@@ -13,9 +13,9 @@
 // row statistics) is plain float.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <map>
 #include <vector>
 

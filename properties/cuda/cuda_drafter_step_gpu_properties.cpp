@@ -14,10 +14,10 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
-#include "reference/drafter_problem.hpp"
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
+#include "reference/drafter_problem.hpp"
 
 namespace dflash {
 namespace {
@@ -39,9 +39,9 @@ void showValue(const StepCase& c, std::ostream& os) {
   os << " window=" << k.sliding_window.value_or(0) << " B=" << k.block_size << " N=" << k.max_anchors
      << " V=" << k.vocab_size << " K=" << k.target_layer_ids.size() << " S=" << c.batch.context_length
      << " seqs=" << c.batch.sequences << " dropout=" << k.attention_dropout << "/" << k.hidden_dropout
-     << " chunk=" << k.loss_chunk_rows << " trunk=" << trunk_policy_name(c.trunk) << "(k=" << c.every
-     << ") vs " << trunk_policy_name(c.other_trunk) << " loss=" << loss_policy_name(c.loss)
-     << " seeds=" << c.param_seed << "," << c.batch.seed;
+     << " chunk=" << k.loss_chunk_rows << " trunk=" << trunk_policy_name(c.trunk) << "(k=" << c.every << ") vs "
+     << trunk_policy_name(c.other_trunk) << " loss=" << loss_policy_name(c.loss) << " seeds=" << c.param_seed << ","
+     << c.batch.seed;
 }
 
 rc::Gen<StepCase> gen_case() {
@@ -130,11 +130,11 @@ TEST_F(CudaDrafterStepProperties, TrunkPoliciesAndChunkedLossPoliciesAgreeBitwis
     const StepCase c = *gen_case();
     CaseProblem p(c);
     const bool chunked = c.loss != LossPolicy::materialize;
-    const LossPolicy other_loss = !chunked ? c.loss
+    const LossPolicy other_loss = !chunked                                ? c.loss
                                   : c.loss == LossPolicy::chunk_recompute ? LossPolicy::chunk_grad_in_forward
                                                                           : LossPolicy::chunk_recompute;
-    const std::vector<double> a = flattened(step_values(cuda_drafter_step(
-        device, p.tracker, c.config, p.params, p.frozen, p.batch, options_of(c, c.trunk, c.loss))));
+    const std::vector<double> a = flattened(step_values(
+        cuda_drafter_step(device, p.tracker, c.config, p.params, p.frozen, p.batch, options_of(c, c.trunk, c.loss))));
     const std::vector<double> b = flattened(step_values(cuda_drafter_step(
         device, p.tracker, c.config, p.params, p.frozen, p.batch, options_of(c, c.other_trunk, other_loss))));
     RC_ASSERT(a.size() == b.size());

@@ -10,10 +10,10 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
-#include "reference/bf16_tolerance.hpp"
 #include "cuda/loss_head/problem.hpp"
-#include "reference/loss_head_compare.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
+#include "reference/bf16_tolerance.hpp"
+#include "reference/loss_head_compare.hpp"
 
 namespace dflash {
 namespace {

@@ -11,15 +11,15 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <rapidcheck/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/tolerances.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "distributed/train_step.hpp"
+#include "harness/mpi_world.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
-#include "harness/mpi_world.hpp"
 
 namespace dflash::testing {
 namespace {
@@ -98,8 +98,8 @@ std::vector<std::vector<double>> one_step(Communicator& comm, const Case& c) {
     batches.reserve(gs.size());
     std::vector<RankSequences> mine;
     for (std::int64_t g : gs) {
-      const DrafterBatchSpec spec{.sequences = 1, .context_length = c.context[std::size_t(g)],
-                                  .seed = c.seed + std::uint64_t(100 * t + g)};
+      const DrafterBatchSpec spec{
+          .sequences = 1, .context_length = c.context[std::size_t(g)], .seed = c.seed + std::uint64_t(100 * t + g)};
       batches.push_back(make_drafter_batch<double>(tracker, c.config, spec));
       mine.push_back({g, &batches.back()});
     }
@@ -108,7 +108,8 @@ std::vector<std::vector<double>> one_step(Communicator& comm, const Case& c) {
   const FlatLayout flat(c.config, comm.size(), c.training.zero_stage);
   std::vector<double> params(static_cast<std::size_t>(flat.count()));
   read_flat(flat, state.params, 0, params);
-  return {params, gather_full(comm, flat, state.optimizer.exp_avg), gather_full(comm, flat, state.optimizer.exp_avg_sq)};
+  return {params, gather_full(comm, flat, state.optimizer.exp_avg),
+          gather_full(comm, flat, state.optimizer.exp_avg_sq)};
 }
 
 RC_GTEST_PROP(DistributedStep, EqualsTheSingleRankStep, ()) {
@@ -118,7 +119,8 @@ RC_GTEST_PROP(DistributedStep, EqualsTheSingleRankStep, ()) {
   SingleProcessCommunicator single;
   TrainingConfig one_rank = c.training;
   one_rank.micro_steps = 1;
-  const std::vector<std::vector<double>> want = one_step(single, {c.config, one_rank, 1, c.bucket_bytes, c.context, c.seed});
+  const std::vector<std::vector<double>> want =
+      one_step(single, {c.config, one_rank, 1, c.bucket_bytes, c.context, c.seed});
 
   const auto sub = MpiCommunicator::split(world().rank() < c.ranks ? 0 : 1);
   std::int64_t failed = 0;

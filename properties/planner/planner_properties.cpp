@@ -14,8 +14,8 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <rapidcheck/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "planner/loss_head_memory.hpp"
 #include "planner/plan_vs_measured.hpp"
@@ -45,8 +45,10 @@ void require_exact(const CategoryBytes& plan, const MemoryTracker& tracker, cons
 // ---- the loss head alone (run_loss_head): exact per category --------------------------------
 
 RC_GTEST_PROP(PlanAgainstReference, LossHeadEveryPolicyExactPerCategory, ()) {
-  const LossHeadProblemSpec spec{.rows = *rc::gen::inRange(1, 24), .hidden = *rc::gen::inRange(1, 7),
-                                 .vocab = *rc::gen::inRange(1, 30), .seed = *rc::gen::arbitrary<std::uint32_t>()};
+  const LossHeadProblemSpec spec{.rows = *rc::gen::inRange(1, 24),
+                                 .hidden = *rc::gen::inRange(1, 7),
+                                 .vocab = *rc::gen::inRange(1, 30),
+                                 .seed = *rc::gen::arbitrary<std::uint32_t>()};
   const LossPolicy policy = *rc::gen::elementOf(kAllLossPolicies);
   LossHeadOptions o;
   o.policy = policy;
@@ -56,8 +58,13 @@ RC_GTEST_PROP(PlanAgainstReference, LossHeadEveryPolicyExactPerCategory, ()) {
   const LossHeadProblem<double> p = make_loss_head_problem<double>(tracker, spec);
   const LossHeadResult<double> r = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
 
-  const LossHeadShape shape{.rows = spec.rows, .hidden = spec.hidden, .vocab = spec.vocab, .chunk_rows = o.chunk_rows,
-                            .element_bytes = 8, .statistic_bytes = 8, .lm_head_grad = o.lm_head_grad};
+  const LossHeadShape shape{.rows = spec.rows,
+                            .hidden = spec.hidden,
+                            .vocab = spec.vocab,
+                            .chunk_rows = o.chunk_rows,
+                            .element_bytes = 8,
+                            .statistic_bytes = 8,
+                            .lm_head_grad = o.lm_head_grad};
   CategoryBytes plan = loss_head_memory(shape, policy);
   plan[PlanCategory::inputs] = 2 * spec.rows * spec.hidden * 8;  // Y and the teacher rows
   plan[PlanCategory::frozen] = spec.vocab * spec.hidden * 8;     // lm_head

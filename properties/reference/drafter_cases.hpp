@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <ostream>
 
-#include <nlohmann/json.hpp>
 #include <rapidcheck.h>
+#include <nlohmann/json.hpp>
 
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"

@@ -42,8 +42,8 @@ RC_GTEST_PROP(DrafterDropout, KeptFractionIsOneMinusPWithinFourSigma, ()) {
   const DropoutCoordinates at = gen_coordinates();
   const double p = *rc::gen::inRange(1, 100) / 100.0;
   const auto layer = *rc::gen::inRange<std::uint32_t>(0, 255);
-  const auto site = *rc::gen::element(DropoutSite::attention_probs, DropoutSite::attention_residual,
-                                      DropoutSite::mlp_residual);
+  const auto site =
+      *rc::gen::element(DropoutSite::attention_probs, DropoutSite::attention_residual, DropoutSite::mlp_residual);
   const std::uint64_t first = *rc::gen::arbitrary<std::uint32_t>() * std::uint64_t(64);
   const std::size_t n = 20000;
   const std::vector<bool> bits = mask_bits(at, layer, site, p, first, n);

@@ -21,7 +21,8 @@ bool block_rows_identical(const DrafterOutputs<double>& x, const DrafterOutputs<
   };
   const std::int64_t row = b * T + n * B;
   return same(x.hidden.data() + row * H, y.hidden.data() + row * H, B * H) &&
-         same(x.lse.data() + row, y.lse.data() + row, B) && same(x.token_loss.data() + row, y.token_loss.data() + row, B) &&
+         same(x.lse.data() + row, y.lse.data() + row, B) &&
+         same(x.token_loss.data() + row, y.token_loss.data() + row, B) &&
          same(x.weights.data() + row, y.weights.data() + row, B);
 }
 
@@ -41,7 +42,8 @@ void showValue(const MaskCase& m, std::ostream& os) {
 rc::Gen<MaskCase> gen_mask_case(bool all_sliding) {
   return rc::gen::exec([all_sliding] {
     MaskCase m;
-    m.c = *gen_drafter_case({.max_hidden = 6, .max_intermediate = 6, .max_layers = 3, .max_context = 14, .max_anchors = 4});
+    m.c = *gen_drafter_case(
+        {.max_hidden = 6, .max_intermediate = 6, .max_layers = 3, .max_context = 14, .max_anchors = 4});
     m.c.batch.explicit_anchors = true;
     if (all_sliding) {
       for (LayerType& t : m.c.config.layer_types) t = LayerType::sliding_attention;
@@ -94,10 +96,16 @@ RC_GTEST_PROP(DrafterMask, BlockIsBlindToLaterFeaturesAndToOtherBlocks, ()) {
     // Its anchor: anywhere between the neighbouring kept anchors (any position if not kept).
     std::int64_t low = 0, high = S - 1;
     for (std::int64_t q = other - 1; q >= 0 && keep.row(b)[other] == 1; --q) {
-      if (keep.row(b)[q] == 1) { low = anchors.row(b)[q] + 1; break; }
+      if (keep.row(b)[q] == 1) {
+        low = anchors.row(b)[q] + 1;
+        break;
+      }
     }
     for (std::int64_t q = other + 1; q < N && keep.row(b)[other] == 1; ++q) {
-      if (keep.row(b)[q] == 1) { high = anchors.row(b)[q] - 1; break; }
+      if (keep.row(b)[q] == 1) {
+        high = anchors.row(b)[q] - 1;
+        break;
+      }
     }
     a_other = low + rng.below(high - low + 1);
   }

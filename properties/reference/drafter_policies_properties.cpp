@@ -31,7 +31,7 @@ RC_GTEST_PROP(DrafterPolicies, EveryTrunkAndLossPolicyGivesBitwiseTheSameStep, (
 }
 
 using DrawKey = std::tuple<std::uint32_t, std::uint32_t, DropoutSite>;  // (sequence, layer, site)
-using Mask = std::map<std::uint64_t, bool>;                            // element -> kept
+using Mask = std::map<std::uint64_t, bool>;                             // element -> kept
 
 // With dropout on, the masks a checkpointed layer regenerates (recompute pass) and the masks the
 // backward regenerates are bitwise the masks of the first forward; and the recomputing policy's

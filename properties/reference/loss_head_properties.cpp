@@ -49,8 +49,10 @@ rc::Gen<Case> gen_case(int max_rows, int max_hidden, int max_vocab) {
     c.options.soft_weight = *rc::gen::inRange(0, 101) / 100.0;
     c.options.lm_head_grad = *rc::gen::arbitrary<bool>();
     const auto T = c.spec.rows;
-    auto chunk = [&] { return *rc::gen::oneOf(rc::gen::just(std::int64_t{1}), rc::gen::inRange<std::int64_t>(1, T + 1),
-                                              rc::gen::just(std::int64_t{T}), rc::gen::inRange<std::int64_t>(T + 1, T + 6)); };
+    auto chunk = [&] {
+      return *rc::gen::oneOf(rc::gen::just(std::int64_t{1}), rc::gen::inRange<std::int64_t>(1, T + 1),
+                             rc::gen::just(std::int64_t{T}), rc::gen::inRange<std::int64_t>(T + 1, T + 6));
+    };
     c.options.chunk_rows = chunk();
     c.other_chunk = chunk();
     return c;
@@ -197,9 +199,17 @@ RC_GTEST_PROP(LossHeadProperties, PeakBytesFollowTheClosedFormOfEachPolicy, ()) 
     std::size_t saved = 0, transient = 0;
     switch (policy) {
       case LossPolicy::materialize:
-      case LossPolicy::chunk_retain: saved = 2 * T * V * b + 3 * T * b + (dw ? T * H * b : 0); break;
-      case LossPolicy::chunk_recompute: saved = T * H * b + 3 * T * b; transient = 2 * chunk * V * b; break;
-      case LossPolicy::chunk_grad_in_forward: saved = T * H * b; transient = 2 * chunk * V * b + 3 * T * b; break;
+      case LossPolicy::chunk_retain:
+        saved = 2 * T * V * b + 3 * T * b + (dw ? T * H * b : 0);
+        break;
+      case LossPolicy::chunk_recompute:
+        saved = T * H * b + 3 * T * b;
+        transient = 2 * chunk * V * b;
+        break;
+      case LossPolicy::chunk_grad_in_forward:
+        saved = T * H * b;
+        transient = 2 * chunk * V * b + 3 * T * b;
+        break;
     }
     RC_ASSERT(t.peak(MemoryCategory::loss_saved) == saved);
     RC_ASSERT(t.peak(MemoryCategory::transient) == transient);

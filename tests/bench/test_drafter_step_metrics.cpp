@@ -82,9 +82,9 @@ double products_flops(const DrafterDims& m) {
   const double q = double(m.nh * m.d), kv = double(m.nkv * m.d), T = double(m.T), S = double(m.S), H = double(m.H);
   double total = 0;
   for (std::int64_t l = 0; l < m.L; ++l) {
-    for (const double rows_in_out : {gemm(T, H, q), gemm(T, H, kv), gemm(T, H, kv), gemm(S, H, kv), gemm(S, H, kv),
-                                     gemm(T, q, H), gemm(T, H, double(m.I)), gemm(T, H, double(m.I)),
-                                     gemm(T, double(m.I), H)}) {
+    for (const double rows_in_out :
+         {gemm(T, H, q), gemm(T, H, kv), gemm(T, H, kv), gemm(S, H, kv), gemm(S, H, kv), gemm(T, q, H),
+          gemm(T, H, double(m.I)), gemm(T, H, double(m.I)), gemm(T, double(m.I), H)}) {
       total += 3 * rows_in_out;
     }
   }
@@ -123,7 +123,8 @@ TEST(DrafterStepFlops, RecomputationIsExecutedNotModel) {
   const DrafterDims m = full_scale();
   const std::vector<std::int64_t> pairs = {10, 20, 30, 40, 50};
   const StepFlops none = drafter_step_flops(m, pairs, false, TrunkPolicy::none, LossPolicy::chunk_grad_in_forward);
-  const StepFlops layer = drafter_step_flops(m, pairs, false, TrunkPolicy::per_layer, LossPolicy::chunk_grad_in_forward);
+  const StepFlops layer =
+      drafter_step_flops(m, pairs, false, TrunkPolicy::per_layer, LossPolicy::chunk_grad_in_forward);
   const StepFlops both = drafter_step_flops(m, pairs, false, TrunkPolicy::per_layer, LossPolicy::chunk_recompute);
   EXPECT_EQ(none.model(), layer.model());
   EXPECT_EQ(layer.model(), both.model());

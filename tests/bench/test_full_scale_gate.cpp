@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include "bench/cuda/full_scale_gate.hpp"
 #include "common/tolerances.hpp"
 #include "reference/bf16_emulation.hpp"
-#include "bench/cuda/full_scale_gate.hpp"
 #include "reference/compare.hpp"
 #include "reference/hybrid_loss.hpp"
 #include "reference/linalg.hpp"
@@ -29,8 +29,8 @@ TEST(FullScaleGate, SamplesChunkEdgesTheInt32OverflowRowAndTheLastRowAmongTheVal
   EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
   EXPECT_EQ(std::adjacent_find(rows.begin(), rows.end()), rows.end());
   const auto global_row = [](std::int64_t p) { return p / 15 * 16 + p % 15 + 1; };
-  for (std::int64_t want : {std::int64_t(0), std::int64_t(32752), global_row(30719), global_row(8648),
-                            global_row(2047), global_row(2048), global_row(511), global_row(512)}) {
+  for (std::int64_t want : {std::int64_t(0), std::int64_t(32752), global_row(30719), global_row(8648), global_row(2047),
+                            global_row(2048), global_row(511), global_row(512)}) {
     EXPECT_NE(std::find(rows.begin(), rows.end(), want), rows.end()) << want;
   }
   EXPECT_EQ(global_row(30719), 32767);
@@ -52,8 +52,10 @@ class FullScaleGateSmall : public ::testing::Test {
     // The first unlabelled row, the first two labelled ones and the last two labelled ones.
     std::vector<std::int64_t> labelled;
     for (std::int64_t i = 0; i < p_->hidden.dim(0); ++i) {
-      if (p_->valid[i]) labelled.push_back(i);
-      else if (unlabelled_ < 0) unlabelled_ = i;
+      if (p_->valid[i])
+        labelled.push_back(i);
+      else if (unlabelled_ < 0)
+        unlabelled_ = i;
     }
     ASSERT_GE(unlabelled_, 0);
     ASSERT_GE(labelled.size(), 4u);
@@ -78,7 +80,8 @@ class FullScaleGateSmall : public ::testing::Test {
   std::vector<double> times_head(const std::vector<double>& dz) const {
     const std::int64_t V = p_->lm_head.dim(0), H = p_->hidden.dim(1);
     std::vector<double> out(rows_.size() * H, 0.0);
-    for (std::size_t j = 0; j < rows_.size(); ++j) matmul_ab_accumulate(&dz[j * V], p_->lm_head.data(), &out[j * H], 1, H, V);
+    for (std::size_t j = 0; j < rows_.size(); ++j)
+      matmul_ab_accumulate(&dz[j * V], p_->lm_head.data(), &out[j * H], 1, H, V);
     return out;
   }
 
@@ -89,7 +92,8 @@ class FullScaleGateSmall : public ::testing::Test {
     for (std::int64_t i : rows_) {
       o.lse.push_back(static_cast<float>(reference_->lse[i]));
       o.token_loss.push_back(static_cast<float>(reference_->token_loss[i]));
-      for (std::int64_t k = 0; k < H; ++k) o.hidden_grad.push_back(static_cast<float>(reference_->hidden_grad.row(i)[k]));
+      for (std::int64_t k = 0; k < H; ++k)
+        o.hidden_grad.push_back(static_cast<float>(reference_->hidden_grad.row(i)[k]));
     }
     return o;
   }

@@ -19,9 +19,9 @@ TEST(DropoutRng, ElementSelectsCounterBlockAndWord) {
   const std::uint32_t stream = rng_stream(7, 2, 3), step = 42;
   for (std::uint64_t e : {0ULL, 1ULL, 2ULL, 3ULL, 4ULL, 1001ULL, (1ULL << 34) + 6}) {
     const std::uint64_t block = e / 4;
-    const Philox4x32 words = philox4x32_10(
-        {{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), stream, step}},
-        philox_key_from_seed(seed));
+    const Philox4x32 words =
+        philox4x32_10({{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), stream, step}},
+                      philox_key_from_seed(seed));
     EXPECT_EQ(rng_word(seed, stream, step, e), words.v[e % 4]) << "element " << e;
   }
 }
@@ -35,7 +35,8 @@ TEST(DropoutRng, ThresholdIsFloorOfPTimesTwoToThe32) {
 }
 
 TEST(DropoutRng, ZeroProbabilityKeepsEverything) {
-  for (std::uint64_t e = 0; e < 1000; ++e) EXPECT_TRUE(dropout_keeps(1, rng_stream(0, 0, 2), 0, e, dropout_threshold(0)));
+  for (std::uint64_t e = 0; e < 1000; ++e)
+    EXPECT_TRUE(dropout_keeps(1, rng_stream(0, 0, 2), 0, e, dropout_threshold(0)));
 }
 
 // The keep decision at its boundary (SPEC §6: dropped iff word < threshold). For real Philox words w at

@@ -122,7 +122,8 @@ TEST(HybridRowStats, GradientSumsToZeroAndMatchesDefinition) {
   const HybridRowResult<double> row = finish_row(stream(r, 0, 23, tau), tau);
   double total = 0;
   for (int v = 0; v < 23; ++v) {
-    const double g = hybrid_logit_grad(r.z[v], teacher_log_prob(r.t[v], row, tau), v == r.label, row, tau, h, soft, scale);
+    const double g =
+        hybrid_logit_grad(r.z[v], teacher_log_prob(r.t[v], row, tau), v == r.label, row, tau, h, soft, scale);
     const double p = std::exp(r.z[v] - row.lse_z), pt = std::exp(r.z[v] / tau - row.lse_zt);
     const double q = std::exp(r.t[v] / tau - row.lse_tt);
     EXPECT_NEAR(g, scale * (h * (p - (v == r.label)) + soft * tau * (pt - q)), 1e-15);

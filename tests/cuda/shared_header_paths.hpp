@@ -17,12 +17,12 @@ struct SharedHeaderInputs {
 };
 
 struct SharedHeaderOutputs {
-  std::vector<float> stats;            // every HybridRowStats field: streamed, and merged from two halves
-  std::vector<std::int64_t> indices;   // argmax and count, both ways
-  std::vector<float> row;              // finish_row results
-  std::vector<float> grads;            // hybrid_logit_grad for every column
-  std::vector<std::uint32_t> words;    // Philox words and dropout decisions
-  std::vector<std::uint16_t> bf16;     // rounding results
+  std::vector<float> stats;           // every HybridRowStats field: streamed, and merged from two halves
+  std::vector<std::int64_t> indices;  // argmax and count, both ways
+  std::vector<float> row;             // finish_row results
+  std::vector<float> grads;           // hybrid_logit_grad for every column
+  std::vector<std::uint32_t> words;   // Philox words and dropout decisions
+  std::vector<std::uint16_t> bf16;    // rounding results
 };
 
 SharedHeaderOutputs shared_headers_via_nvcc(const SharedHeaderInputs& in);

@@ -17,8 +17,8 @@ SharedHeaderOutputs DFLASH_SHARED_HEADER_PATH(const SharedHeaderInputs& in) {
   SharedHeaderOutputs out;
   const HybridRowStats<float>* both[] = {&streamed, &merged};
   for (const HybridRowStats<float>* s : both) {
-    out.stats.insert(out.stats.end(), {s->max_z, s->sum_z, s->max_zt, s->sum_zt, s->max_tt, s->sum_tt, s->q_diff,
-                                       s->z_label});
+    out.stats.insert(out.stats.end(),
+                     {s->max_z, s->sum_z, s->max_zt, s->sum_zt, s->max_tt, s->sum_tt, s->q_diff, s->z_label});
     out.indices.insert(out.indices.end(), {s->argmax, s->count});
   }
   const HybridRowResult<float> row = finish_row(streamed, in.tau);

@@ -9,9 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include "cuda/loss_head/head.hpp"
 #include "cuda/runtime/check.hpp"
 #include "cuda/runtime/device_probe.hpp"
-#include "cuda/loss_head/head.hpp"
 #include "reference/counter_rng.hpp"
 #include "tests/cuda/shared_header_paths.hpp"
 
@@ -33,7 +33,14 @@ SharedHeaderInputs random_inputs(std::uint64_t seed, std::size_t columns, float 
   in.z[columns / 3] = in.z[columns / 5];  // a tie for the argmax rule
   in.label = rng.below(static_cast<std::int64_t>(columns));
   in.tau = tau;
-  in.to_round = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.005859375f, 3.4e38f, -1e-40f, std::numeric_limits<float>::infinity(),
+  in.to_round = {0.0f,
+                 -0.0f,
+                 1.0f,
+                 1.00390625f,
+                 1.005859375f,
+                 3.4e38f,
+                 -1e-40f,
+                 std::numeric_limits<float>::infinity(),
                  std::numeric_limits<float>::quiet_NaN()};
   for (int k = 0; k < 32; ++k) in.to_round.push_back(static_cast<float>(rng.uniform(-1e4, 1e4)));
   in.seed = seed * 0x9E3779B97F4A7C15ull;
@@ -60,8 +67,8 @@ TEST(CudaSharedHeaders, NvccHostPassComputesTheSameBitsAsTheHostCompiler) {
 TEST(CudaSharedHeaders, MergeOfTwoHalvesMatchesStreamingInFloat) {
   const SharedHeaderOutputs out = shared_headers_via_nvcc(random_inputs(9, 301, 0.5f, 20.0));
   ASSERT_EQ(out.stats.size(), 16u);
-  EXPECT_EQ(out.indices[0], out.indices[2]);  // argmax
-  EXPECT_EQ(out.indices[1], out.indices[3]);  // count
+  EXPECT_EQ(out.indices[0], out.indices[2]);                                              // argmax
+  EXPECT_EQ(out.indices[1], out.indices[3]);                                              // count
   for (int k : {0, 2, 4, 7}) EXPECT_EQ(out.stats[k], out.stats[8 + k]) << "field " << k;  // maxima, z[y]
   // Sums of at most 301 terms in float differ by at most 301 ulps of the sum of their magnitudes:
   // the sums of exponentials are positive; q_diff's terms are e (t - z), |t - z| <= 2 x 20.
@@ -87,9 +94,10 @@ void expect_contains_all(const std::string& message, std::initializer_list<const
 }
 
 TEST(CudaCheck, CudaErrorNamesTheStatusTheCallAndThePlace) {
-  expect_contains_all(
-      cuda_error_message([] { check_cuda(cudaErrorInvalidValue, "cudaMemcpy(dst, src, n, kind)", "some/file.cu", 42); }),
-      {"cudaErrorInvalidValue", "cudaMemcpy(dst, src, n, kind)", "some/file.cu:42"});
+  expect_contains_all(cuda_error_message([] {
+                        check_cuda(cudaErrorInvalidValue, "cudaMemcpy(dst, src, n, kind)", "some/file.cu", 42);
+                      }),
+                      {"cudaErrorInvalidValue", "cudaMemcpy(dst, src, n, kind)", "some/file.cu:42"});
   EXPECT_NO_THROW(check_cuda(cudaSuccess, "cudaFree(p)", "f", 1));
 }
 
@@ -212,7 +220,9 @@ TEST(CudaLossHeadValidation, RejectsSoftWeightBeyondFloat) {
   expect_input_error(o, kShape, 1.0, "soft_weight", str(o.soft_weight));
 }
 
-TEST(CudaLossHeadValidation, RejectsWeightSumBeyondFloat) { expect_input_error({}, kShape, 1e39, "weight_sum", str(1e39)); }
+TEST(CudaLossHeadValidation, RejectsWeightSumBeyondFloat) {
+  expect_input_error({}, kShape, 1e39, "weight_sum", str(1e39));
+}
 
 TEST(CudaLossHeadValidation, AcceptsTheSmallestNormalFloatTemperature) {
   LossHeadOptions o;

@@ -32,7 +32,9 @@ struct RawShard {
     using safetensors::Dtype;
     const auto rows = std::int64_t(s.tokens.size()), H = s.hidden_size;
     const auto KH = std::int64_t(s.target_layer_ids.size()) * H;
-    metadata = {{"format", "dflash-features"}, {"version", "1"}, {"hidden_size", std::to_string(H)},
+    metadata = {{"format", "dflash-features"},
+                {"version", "1"},
+                {"hidden_size", std::to_string(H)},
                 {"target_layer_ids", nlohmann::json(s.target_layer_ids).dump()},
                 {"num_sequences", std::to_string(s.offsets.size() - 1)}};
     tensors["offsets"] = {Dtype::I64, {std::int64_t(s.offsets.size())}, {s.offsets.begin(), s.offsets.end()}};
@@ -71,46 +73,74 @@ inline std::vector<MalformedShardCase> malformed_shard_cases() {
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   std::vector<MalformedShardCase> cases;
   for (const char* t : {"offsets", "tokens", "loss_mask", "target_features", "teacher_hidden"}) {
-    cases.push_back({std::string("missing_") + t, [t](RawShard& s) { s.tensors.erase(t); }, {std::string("'") + t + "'", "missing"}});
+    cases.push_back({std::string("missing_") + t,
+                     [t](RawShard& s) { s.tensors.erase(t); },
+                     {std::string("'") + t + "'", "missing"}});
   }
-  cases.push_back({"tokens_dtype_f32", [](RawShard& s) { s.tensors.at("tokens").dtype = Dtype::F32; }, {"'tokens'", "dtype F32"}});
-  cases.push_back({"features_dtype_f64", [](RawShard& s) { s.tensors.at("target_features").dtype = Dtype::F64; },
+  cases.push_back(
+      {"tokens_dtype_f32", [](RawShard& s) { s.tensors.at("tokens").dtype = Dtype::F32; }, {"'tokens'", "dtype F32"}});
+  cases.push_back({"features_dtype_f64",
+                   [](RawShard& s) { s.tensors.at("target_features").dtype = Dtype::F64; },
                    {"'target_features'", "dtype F64"}});
-  cases.push_back({"loss_mask_dtype_i32", [](RawShard& s) { s.tensors.at("loss_mask").dtype = Dtype::I32; }, {"'loss_mask'", "dtype I32"}});
-  cases.push_back({"tokens_shape", [](RawShard& s) {
+  cases.push_back({"loss_mask_dtype_i32",
+                   [](RawShard& s) { s.tensors.at("loss_mask").dtype = Dtype::I32; },
+                   {"'loss_mask'", "dtype I32"}});
+  cases.push_back({"tokens_shape",
+                   [](RawShard& s) {
                      auto& t = s.tensors.at("tokens");
                      t.shape = {t.shape[0] - 1};
                      t.values.pop_back();
                    },
                    {"'tokens'", "shape [17]"}});
-  cases.push_back({"num_sequences_disagrees", [](RawShard& s) { s.metadata["num_sequences"] = "5"; }, {"'offsets'", "shape [5]", "[6]"}});
-  cases.push_back({"offsets_not_from_zero", [](RawShard& s) { s.tensors.at("offsets").values[0] = 1; }, {"'offsets'[0]", "is not 0"}});
-  cases.push_back({"offsets_not_increasing", [](RawShard& s) { s.tensors.at("offsets").values[2] = s.tensors.at("offsets").values[1]; },
+  cases.push_back({"num_sequences_disagrees",
+                   [](RawShard& s) { s.metadata["num_sequences"] = "5"; },
+                   {"'offsets'", "shape [5]", "[6]"}});
+  cases.push_back({"offsets_not_from_zero",
+                   [](RawShard& s) { s.tensors.at("offsets").values[0] = 1; },
+                   {"'offsets'[0]", "is not 0"}});
+  cases.push_back({"offsets_not_increasing",
+                   [](RawShard& s) { s.tensors.at("offsets").values[2] = s.tensors.at("offsets").values[1]; },
                    {"'offsets'[2]", "not greater"}});
-  cases.push_back({"token_at_vocab", [](RawShard& s) { s.tensors.at("tokens").values[5] = 64; }, {"'tokens'[5]", "64", "vocab_size = 64"}});
-  cases.push_back({"token_negative", [](RawShard& s) { s.tensors.at("tokens").values[7] = -1; }, {"'tokens'[7]", "-1"}});
-  cases.push_back({"loss_mask_two", [](RawShard& s) { s.tensors.at("loss_mask").values[3] = 2; }, {"'loss_mask'[3]", "not 0 or 1"}});
-  cases.push_back({"feature_width_not_KH", [](RawShard& s) {
+  cases.push_back({"token_at_vocab",
+                   [](RawShard& s) { s.tensors.at("tokens").values[5] = 64; },
+                   {"'tokens'[5]", "64", "vocab_size = 64"}});
+  cases.push_back(
+      {"token_negative", [](RawShard& s) { s.tensors.at("tokens").values[7] = -1; }, {"'tokens'[7]", "-1"}});
+  cases.push_back({"loss_mask_two",
+                   [](RawShard& s) { s.tensors.at("loss_mask").values[3] = 2; },
+                   {"'loss_mask'[3]", "not 0 or 1"}});
+  cases.push_back({"feature_width_not_KH",
+                   [](RawShard& s) {
                      auto& t = s.tensors.at("target_features");
                      t.shape[1] += 16;
                      t.values.resize(std::size_t(t.shape[0] * t.shape[1]), 0.0);
                    },
                    {"'target_features'", "shape [18, 48]", "[18, 32]"}});
-  cases.push_back({"teacher_width_not_H", [](RawShard& s) {
+  cases.push_back({"teacher_width_not_H",
+                   [](RawShard& s) {
                      auto& t = s.tensors.at("teacher_hidden");
                      t.shape[1] = 8;
                      t.values.resize(std::size_t(t.shape[0] * 8));
                    },
                    {"'teacher_hidden'", "shape [18, 8]", "[18, 16]"}});
-  cases.push_back({"metadata_hidden_size", [](RawShard& s) { s.metadata["hidden_size"] = "32"; }, {"__metadata__.hidden_size", "32"}});
-  cases.push_back({"metadata_target_layer_ids", [](RawShard& s) { s.metadata["target_layer_ids"] = "[1, 2]"; },
+  cases.push_back({"metadata_hidden_size",
+                   [](RawShard& s) { s.metadata["hidden_size"] = "32"; },
+                   {"__metadata__.hidden_size", "32"}});
+  cases.push_back({"metadata_target_layer_ids",
+                   [](RawShard& s) { s.metadata["target_layer_ids"] = "[1, 2]"; },
                    {"__metadata__.target_layer_ids", "[1, 2]", "[1,3]"}});
-  cases.push_back({"metadata_format", [](RawShard& s) { s.metadata["format"] = "pt"; }, {"__metadata__.format", "'pt'"}});
-  cases.push_back({"metadata_version", [](RawShard& s) { s.metadata["version"] = "2"; }, {"__metadata__.version", "'2'"}});
-  cases.push_back({"metadata_missing", [](RawShard& s) { s.metadata.erase("num_sequences"); }, {"__metadata__.num_sequences", "missing"}});
-  cases.push_back({"feature_nan", [nan](RawShard& s) { s.tensors.at("target_features").values[4 * 32 + 3] = nan; },
+  cases.push_back(
+      {"metadata_format", [](RawShard& s) { s.metadata["format"] = "pt"; }, {"__metadata__.format", "'pt'"}});
+  cases.push_back(
+      {"metadata_version", [](RawShard& s) { s.metadata["version"] = "2"; }, {"__metadata__.version", "'2'"}});
+  cases.push_back({"metadata_missing",
+                   [](RawShard& s) { s.metadata.erase("num_sequences"); },
+                   {"__metadata__.num_sequences", "missing"}});
+  cases.push_back({"feature_nan",
+                   [nan](RawShard& s) { s.tensors.at("target_features").values[4 * 32 + 3] = nan; },
                    {"'target_features'[4][3]", "not finite"}});
-  cases.push_back({"teacher_inf", [inf](RawShard& s) { s.tensors.at("teacher_hidden").values[9 * 16 + 15] = -inf; },
+  cases.push_back({"teacher_inf",
+                   [inf](RawShard& s) { s.tensors.at("teacher_hidden").values[9 * 16 + 15] = -inf; },
                    {"'teacher_hidden'[9][15]", "not finite"}});
   return cases;
 }

@@ -68,7 +68,7 @@ TEST(DeviceTrainingLayout, DecayTableDecaysMatricesAndNeverNormWeights) {
     }
     ++(decays_by_name(t.name) ? decayed : plain);
   }
-  EXPECT_EQ(decayed, 1 + 2 * 7);  // fc, and per layer q, k, v, o, gate, up, down
+  EXPECT_EQ(decayed, 1 + 2 * 7);    // fc, and per layer q, k, v, o, gate, up, down
   EXPECT_EQ(plain, 1 + 2 * 4 + 1);  // hidden_norm, per layer 4 norms, norm
   EXPECT_FALSE(decays_at(table, layout.count())) << "the padding";
 }
@@ -87,15 +87,20 @@ TEST(DeviceTrainingLayout, WorkingCopyRunsRefreshExactlyTheRangeIntoEachTensorsS
   }
   // Ranges that start and end inside tensors, span several, and reach into the padding.
   const std::int64_t P = layout.count();
-  for (const auto& [begin, n] : {std::pair<std::int64_t, std::int64_t>{0, P}, {5, 300}, {700, 400}, {P - 3, 200},
+  for (const auto& [begin, n] : {std::pair<std::int64_t, std::int64_t>{0, P},
+                                 {5, 300},
+                                 {700, 400},
+                                 {P - 3, 200},
                                  {layout.padded() - 128, 128}}) {
     SCOPED_TRACE("range [" + std::to_string(begin) + ", +" + std::to_string(n) + ")");
     std::vector<double> values(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) values[std::size_t(i)] = begin + i < P ? double(begin + i) : std::nan("");
-    std::vector<double> matrices(std::size_t(working.matrix_elements), -1), vectors(std::size_t(working.vector_elements), -1);
+    std::vector<double> matrices(std::size_t(working.matrix_elements), -1),
+        vectors(std::size_t(working.vector_elements), -1);
     for (const WorkingCopyRun& r : working_copy_runs(layout, working, begin, n)) {
       std::vector<double>& to = r.matrix ? matrices : vectors;
-      for (std::int64_t i = 0; i < r.length; ++i) to.at(std::size_t(r.target + i)) = values.at(std::size_t(r.source + i));
+      for (std::int64_t i = 0; i < r.length; ++i)
+        to.at(std::size_t(r.target + i)) = values.at(std::size_t(r.source + i));
     }
     for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
       const FlatTensor& ft = layout.tensors()[t];

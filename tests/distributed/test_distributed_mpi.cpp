@@ -17,15 +17,15 @@
 #include "common/tolerances.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "golden/training.hpp"
+#include "harness/mpi_world.hpp"
 #include "planner/plan_vs_measured.hpp"
 #include "planner/training_plan.hpp"
-#include "harness/mpi_world.hpp"
 #include "tests/distributed/training_run.hpp"
 
 namespace dflash::testing {
 namespace {
 
-constexpr std::int64_t kGlobal = 24;      // divisible by R U for R = 1..4, U = 1, 2
+constexpr std::int64_t kGlobal = 24;  // divisible by R U for R = 1..4, U = 1, 2
 constexpr std::int64_t kSteps = 3;
 constexpr std::int64_t kSmallBucket = 512;  // 64 doubles: many buckets, the last one partial
 
@@ -154,10 +154,12 @@ TEST(DistributedTraining, MismatchedConfigsAreRefusedOnEveryRank) {
 TEST(DistributedTraining, SequencesThatAreNotTheRanksShareAreRefused) {
   const TrainingConfig training = tiny_training_config(8, 1, 0);
   TinyTrainer tiny(world(), training);
-  const std::vector<SequenceData> data = load_sequences(tiny.tracker, tiny.config, 0, {0, 1}, all_labelled);  // rank 0's share
+  const std::vector<SequenceData> data =
+      load_sequences(tiny.tracker, tiny.config, 0, {0, 1}, all_labelled);  // rank 0's share
   if (world().rank() == 0) return;  // the others pass rank 0's: refused before any collective
-  EXPECT_THROW(train_step(tiny.tracker, world(), tiny.config, training, tiny.frozen, tiny.state, as_rank_sequences(data)),
-               InputError);
+  EXPECT_THROW(
+      train_step(tiny.tracker, world(), tiny.config, training, tiny.frozen, tiny.state, as_rank_sequences(data)),
+      InputError);
 }
 
 // The tracker's peak per category against `dflash plan`'s numbers for the same step (SPEC §8):
@@ -349,8 +351,7 @@ void expect_buckets_issued_during_backward(int zero) {
   ASSERT_LT(layer1, layer0);
 
   const FlatLayout flat(config, R, zero);
-  const GradientBuckets buckets =
-      gradient_buckets(flat.count(), flat.parallel_layout(kSmallBucket, 1), sizeof(double));
+  const GradientBuckets buckets = gradient_buckets(flat.count(), flat.parallel_layout(kSmallBucket, 1), sizeof(double));
   const std::int64_t layer1_offset = flat.tensors().at(first_layer_parameter(1)).offset;
   const std::string sum = zero == 0 ? "all_reduce" : "reduce_scatter";
   std::vector<std::int64_t> before_layer0, want_before_layer0, after_layer0, want_after_layer0;

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "common/tolerances.hpp"
 #include "common/adamw.hpp"
+#include "common/tolerances.hpp"
 
 namespace dflash {
 namespace {
@@ -25,10 +25,10 @@ TEST(OptimizerMath, ScheduleWarmsUpThenFollowsTheCosineThenStaysAtTheFloor) {
 
 TEST(OptimizerMath, ClippingIsClipGradNormsCoefficient) {
   EXPECT_EQ(clip_coefficient(2.0, 1.0), 1.0 / (2.0 + 1e-6));
-  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);          // c > 1: not clipped
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);                 // c > 1: not clipped
   EXPECT_EQ(clip_coefficient(1.0, 1.0), 1.0 / (1.0 + 1e-6));  // n = max: clipped, barely (torch's 1e-6)
-  EXPECT_EQ(clip_coefficient(1e9, 0.0), 1.0);          // max_grad_norm 0 disables
-  EXPECT_EQ(clip_coefficient(0.0, 1.0), 1.0);          // W = 0: zero gradient
+  EXPECT_EQ(clip_coefficient(1e9, 0.0), 1.0);                 // max_grad_norm 0 disables
+  EXPECT_EQ(clip_coefficient(0.0, 1.0), 1.0);                 // W = 0: zero gradient
 }
 
 TEST(OptimizerMath, ThreeAdamWStepsOfOneElementMatchTheHandValues) {

@@ -23,15 +23,19 @@ void hand_step(const DrafterConfig& config, const TrainingConfig& tc, const Froz
   MemoryTracker tracker;
   DrafterParameters<double> params = make_drafter_parameters<double>(tracker, config, MemoryCategory::parameters);
   std::size_t k = 0;
-  params.for_each([&](const std::string&, Tensor<double>& x) { std::copy(s.theta[k].begin(), s.theta[k].end(), x.data()); ++k; });
+  params.for_each([&](const std::string&, Tensor<double>& x) {
+    std::copy(s.theta[k].begin(), s.theta[k].end(), x.data());
+    ++k;
+  });
   double W = 0;
-  for (const SequenceData& d : data) W += drafter_weight_sum(config, d.batch, drafter_step_options(config, std::uint32_t(t), std::uint32_t(d.g)));
+  for (const SequenceData& d : data)
+    W += drafter_weight_sum(config, d.batch, drafter_step_options(config, std::uint32_t(t), std::uint32_t(d.g)));
   std::vector<std::vector<double>> g(s.theta.size());
   for (std::size_t i = 0; i < g.size(); ++i) g[i].assign(s.theta[i].size(), 0.0);
   for (const SequenceData& d : data) {
     const DrafterStepResult<double> r =
-        drafter_step(tracker, config, params, frozen, d.batch, drafter_step_options(config, std::uint32_t(t), std::uint32_t(d.g)),
-                     std::optional<double>(W));
+        drafter_step(tracker, config, params, frozen, d.batch,
+                     drafter_step_options(config, std::uint32_t(t), std::uint32_t(d.g)), std::optional<double>(W));
     std::size_t i = 0;
     r.grads.for_each([&](const std::string&, const Tensor<double>& x) {
       for (std::int64_t e = 0; e < x.numel(); ++e) g[i][std::size_t(e)] += x[e];
@@ -39,14 +43,18 @@ void hand_step(const DrafterConfig& config, const TrainingConfig& tc, const Froz
     });
   }
   double sq = 0;
-  for (const auto& x : g) for (double y : x) sq += y * y;
+  for (const auto& x : g)
+    for (double y : x) sq += y * y;
   const double n = std::sqrt(sq), c = tc.max_grad_norm / (n + 1e-6);
   norm_out = n;
   const double pi = std::acos(-1.0);
   const double lr = t < tc.warmup_steps ? tc.learning_rate * double(t + 1) / double(tc.warmup_steps)
-                    : t >= tc.total_steps ? tc.min_learning_rate
-                    : tc.min_learning_rate + 0.5 * (tc.learning_rate - tc.min_learning_rate) *
-                          (1 + std::cos(pi * double(t - tc.warmup_steps) / double(std::max<std::int64_t>(1, tc.total_steps - tc.warmup_steps))));
+                    : t >= tc.total_steps
+                        ? tc.min_learning_rate
+                        : tc.min_learning_rate +
+                              0.5 * (tc.learning_rate - tc.min_learning_rate) *
+                                  (1 + std::cos(pi * double(t - tc.warmup_steps) /
+                                                double(std::max<std::int64_t>(1, tc.total_steps - tc.warmup_steps))));
   const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
   for (std::size_t i = 0; i < g.size(); ++i) {
     const bool matrix = shapes[i].shape.size() == 2;
@@ -122,7 +130,8 @@ TEST(TrainStepSingleRank, ABucketBelowOneByteIsRefused) {
   TinyTrainer tiny(comm, tc);
   const std::vector<SequenceData> data = load_sequences(tiny.tracker, tiny.config, 0, {0, 1}, all_labelled);
   try {
-    train_step(tiny.tracker, comm, tiny.config, tc, tiny.frozen, tiny.state, as_rank_sequences(data), {.bucket_bytes = 0});
+    train_step(tiny.tracker, comm, tiny.config, tc, tiny.frozen, tiny.state, as_rank_sequences(data),
+               {.bucket_bytes = 0});
     FAIL() << "accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("bucket_bytes: 0 must be at least 1"), std::string::npos) << e.what();
@@ -132,7 +141,7 @@ TEST(TrainStepSingleRank, ABucketBelowOneByteIsRefused) {
 
 TEST(TrainStepSingleRank, AnOptimizerStateOfAnotherLayoutIsRefused) {
   SingleProcessCommunicator comm;
-  TinyTrainer tiny(comm, tiny_training_config(2, 1, 0));  // ZeRO-0: P elements
+  TinyTrainer tiny(comm, tiny_training_config(2, 1, 0));       // ZeRO-0: P elements
   const TrainingConfig zero1 = tiny_training_config(2, 1, 1);  // ZeRO-1: P padded
   const std::vector<SequenceData> data = load_sequences(tiny.tracker, tiny.config, 0, {0, 1}, all_labelled);
   EXPECT_THROW(train_step(tiny.tracker, comm, tiny.config, zero1, tiny.frozen, tiny.state, as_rank_sequences(data)),
@@ -153,8 +162,8 @@ TEST(TrainStepSingleRank, ExplicitAnchorsAndOverlongSequencesAreRefused) {
   SingleProcessCommunicator comm;
   const TrainingConfig tc = tiny_training_config(1, 1, 0);
   TinyTrainer tiny(comm, tc);
-  const DrafterBatch<double> anchored =
-      make_drafter_batch<double>(tiny.tracker, tiny.config, {.sequences = 1, .context_length = 10, .explicit_anchors = true});
+  const DrafterBatch<double> anchored = make_drafter_batch<double>(
+      tiny.tracker, tiny.config, {.sequences = 1, .context_length = 10, .explicit_anchors = true});
   const DrafterBatch<double> too_long =
       make_drafter_batch<double>(tiny.tracker, tiny.config, {.sequences = 1, .context_length = tc.max_context + 1});
   for (const DrafterBatch<double>* b : {&anchored, &too_long}) {

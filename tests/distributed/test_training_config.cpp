@@ -33,9 +33,17 @@ TEST(TrainingConfig, DefaultsAreTrainingSection12s) {
 
 TEST(TrainingConfig, RoundTripsThroughJsonAndIgnoresModelFields) {
   nlohmann::json j = minimal();
-  j.update({{"learning_rate", 1e-3}, {"min_learning_rate", 1e-5}, {"warmup_steps", 10}, {"adam_beta1", 0.8},
-            {"adam_beta2", 0.99}, {"adam_epsilon", 1e-6}, {"weight_decay", 0.1}, {"max_grad_norm", 0.0},
-            {"micro_steps", 4}, {"zero_stage", 0}, {"hidden_size", 5120}});
+  j.update({{"learning_rate", 1e-3},
+            {"min_learning_rate", 1e-5},
+            {"warmup_steps", 10},
+            {"adam_beta1", 0.8},
+            {"adam_beta2", 0.99},
+            {"adam_epsilon", 1e-6},
+            {"weight_decay", 0.1},
+            {"max_grad_norm", 0.0},
+            {"micro_steps", 4},
+            {"zero_stage", 0},
+            {"hidden_size", 5120}});
   const TrainingConfig c = training_config_from_json(j);
   const TrainingConfig back = training_config_from_json(training_config_to_json(c));
   EXPECT_EQ(training_config_to_json(back), training_config_to_json(c));

@@ -15,9 +15,9 @@
 namespace dflash::train_testing {
 
 using safetensors::testing::input_error_message;
+using safetensors::testing::read_whole_file;
 using safetensors::testing::ScratchDirectory;
 using safetensors::testing::write_whole_file;
-using safetensors::testing::read_whole_file;
 
 // configs/tiny-train.json: the tiny drafter with the TRAINING §12 fields (6 sequences a step).
 inline std::filesystem::path tiny_train_config_path() {
@@ -34,7 +34,8 @@ inline FeatureShardContents valid_shard(const DrafterConfig& c, std::int64_t seq
   for (std::int64_t q = 0; q < sequences; ++q) {
     const std::int64_t S = 3 + q;
     std::vector<std::int64_t> tokens(static_cast<std::size_t>(S)), mask(static_cast<std::size_t>(S));
-    std::vector<double> f(static_cast<std::size_t>(S * c.feature_width())), g(static_cast<std::size_t>(S * c.hidden_size));
+    std::vector<double> f(static_cast<std::size_t>(S * c.feature_width())),
+        g(static_cast<std::size_t>(S * c.hidden_size));
     for (auto& t : tokens) t = rng.below(c.vocab_size);
     for (auto& m : mask) m = rng.bernoulli(0.2) ? 0 : 1;
     for (auto& v : f) v = rng.uniform(-1, 1);

@@ -51,7 +51,7 @@ inline TrainingRun run_training(Communicator& comm, const TrainingConfig& traini
 // Tensor by tensor (norm-wise relative error, SPEC §10), and every metric.
 inline void expect_same_run(const TrainingRun& want, const TrainingRun& got, const std::string& context) {
   const FlatLayout flat(tiny_drafter_config(), 1, 0);
-  const std::pair<const char*, const std::vector<double>TrainingRun::*> fields[] = {
+  const std::pair<const char*, const std::vector<double> TrainingRun::*> fields[] = {
       {"parameters", &TrainingRun::params},
       {"master", &TrainingRun::master},
       {"exp_avg", &TrainingRun::exp_avg},
@@ -62,7 +62,8 @@ inline void expect_same_run(const TrainingRun& want, const TrainingRun& got, con
     ASSERT_EQ(a.size(), b.size()) << context << " " << what;
     for (const FlatTensor& t : flat.tensors()) {
       const auto at = static_cast<std::size_t>(t.offset), n = static_cast<std::size_t>(t.numel);
-      const double err = relative_error(std::span<const double>(a).subspan(at, n), std::span<const double>(b).subspan(at, n));
+      const double err =
+          relative_error(std::span<const double>(a).subspan(at, n), std::span<const double>(b).subspan(at, n));
       EXPECT_LE(err, kReferenceTolerance) << context << ": " << what << " of " << t.name;
     }
   }

@@ -6,11 +6,11 @@
 
 #include <gtest/gtest.h>
 
-#include "reference/bf16_emulation.hpp"
-#include "reference/bf16_tolerance.hpp"
 #include "golden/bf16_rule.hpp"
 #include "golden/cases.hpp"
 #include "golden/loss_head.hpp"
+#include "reference/bf16_emulation.hpp"
+#include "reference/bf16_tolerance.hpp"
 
 namespace dflash {
 namespace {

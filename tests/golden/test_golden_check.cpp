@@ -45,7 +45,8 @@ TEST(GoldenCheck, EveryCommittedGoldenPassesTheReferenceOnEveryOutputAndGradient
   for (const GoldenCase& c : golden_cases()) {
     const Golden golden = read_golden(committed_golden(c.name));
     const std::vector<GoldenCheckRow> rows = check_golden(golden, reference);
-    for (const GoldenCheckRow* r : failures(rows)) ADD_FAILURE() << c.name << " " << r->tensor << ": " << r->error << " " << r->note;
+    for (const GoldenCheckRow* r : failures(rows))
+      ADD_FAILURE() << c.name << " " << r->tensor << ": " << r->error << " " << r->note;
     std::set<std::string> expected;
     for (const auto& [name, t] : golden.results) expected.insert(name);
     EXPECT_EQ(names_of(rows), expected) << c.name << ": the reference must check every output/ and grad/ tensor";
@@ -78,7 +79,8 @@ std::vector<GoldenCheckRow> check_perturbed(const std::string& case_name, const 
 
 TEST(GoldenCheck, GradientPerturbedBy1e9FailsNamingThatTensorOnly) {
   const std::string tensor = "grad/layers.1.self_attn.k_proj.weight";
-  const std::vector<GoldenCheckRow> rows = check_perturbed("gqa-sliding", tensor, 5, 1e-9, reference_golden_implementation());
+  const std::vector<GoldenCheckRow> rows =
+      check_perturbed("gqa-sliding", tensor, 5, 1e-9, reference_golden_implementation());
   const auto failed = failures(rows);
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_EQ(failed[0]->tensor, tensor);
@@ -88,8 +90,8 @@ TEST(GoldenCheck, GradientPerturbedBy1e9FailsNamingThatTensorOnly) {
   EXPECT_EQ(print_golden_check_table(table, rows), 1);
   EXPECT_THAT(table.str(), HasSubstr("tampered.safetensors"));
   EXPECT_THAT(table.str(), ::testing::ContainsRegex(tensor + " +1\\.000e-09 +1e-12 +FAIL"));
-  EXPECT_THAT(table.str(), HasSubstr(std::to_string(rows.size()) + " tensors in 1 files: " +
-                                     std::to_string(rows.size() - 1) + " PASS, 1 FAIL"));
+  EXPECT_THAT(table.str(), HasSubstr(std::to_string(rows.size()) +
+                                     " tensors in 1 files: " + std::to_string(rows.size() - 1) + " PASS, 1 FAIL"));
 }
 
 TEST(GoldenCheck, HiddenPerturbedBy1e9FailsTheFullStep) {
@@ -157,18 +159,19 @@ TEST(GoldenCheck, MagnitudeIsTheStepsOwn) {
 // ---- what an implementation produces --------------------------------------------------------
 
 GoldenImplementation fake(std::function<GoldenResults(MemoryTracker&, const Golden&)> compute) {
-  return {"fake", "a test double",
-          [compute](MemoryTracker& tracker, const Golden& g) { return with_tolerance(compute(tracker, g), kReferenceTolerance); }};
+  return {"fake", "a test double", [compute](MemoryTracker& tracker, const Golden& g) {
+            return with_tolerance(compute(tracker, g), kReferenceTolerance);
+          }};
 }
 
 TEST(GoldenCheck, UnknownTensorFromAnImplementationFails) {
   const Golden golden = read_golden(committed_golden("tiny-full"));
   const auto rows = check_golden(golden, fake([](MemoryTracker&, const Golden& g) {
-    GoldenResults r;
-    r["output/loss"] = g.results.at("output/loss");
-    r["output/dY"] = GoldenTensor{{1}, {0.0}};
-    return r;
-  }));
+                                   GoldenResults r;
+                                   r["output/loss"] = g.results.at("output/loss");
+                                   r["output/dY"] = GoldenTensor{{1}, {0.0}};
+                                   return r;
+                                 }));
   ASSERT_EQ(failures(rows).size(), 1u);
   EXPECT_EQ(failures(rows)[0]->tensor, "output/dY");
   EXPECT_THAT(failures(rows)[0]->note, HasSubstr("not an output/ or grad/ tensor of the golden"));
@@ -177,12 +180,12 @@ TEST(GoldenCheck, UnknownTensorFromAnImplementationFails) {
 TEST(GoldenCheck, WrongShapeFromAnImplementationFails) {
   const Golden golden = read_golden(committed_golden("tiny-full"));
   const auto rows = check_golden(golden, fake([](MemoryTracker&, const Golden& g) {
-    GoldenResults r;
-    GoldenTensor lse = g.results.at("output/lse");
-    lse.shape = {lse.shape[0] * lse.shape[1]};
-    r["output/lse"] = lse;
-    return r;
-  }));
+                                   GoldenResults r;
+                                   GoldenTensor lse = g.results.at("output/lse");
+                                   lse.shape = {lse.shape[0] * lse.shape[1]};
+                                   r["output/lse"] = lse;
+                                   return r;
+                                 }));
   ASSERT_EQ(failures(rows).size(), 1u);
   EXPECT_TRUE(std::isinf(failures(rows)[0]->error));
   EXPECT_THAT(failures(rows)[0]->note, HasSubstr("shape [24] (24 values), the golden has [2, 12]"));
@@ -212,9 +215,8 @@ TEST(GoldenCheck, ImplementationThatProducesNothingFails) {
 
 TEST(GoldenCheck, ImplementationThatThrowsFailsWithItsMessage) {
   const Golden golden = read_golden(committed_golden("tiny-full"));
-  const auto rows = check_golden(golden, fake([](MemoryTracker&, const Golden&) -> GoldenResults {
-    throw std::runtime_error("device lost");
-  }));
+  const auto rows = check_golden(
+      golden, fake([](MemoryTracker&, const Golden&) -> GoldenResults { throw std::runtime_error("device lost"); }));
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_FALSE(rows[0].passed());
   EXPECT_EQ(rows[0].note, "fake threw: device lost");

@@ -106,7 +106,8 @@ TEST(GoldenCli, VerifyHasOnePassingRowPerGoldenCase) {
   const CliRun r = dflash("verify --group golden");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   for (const GoldenCase& c : golden_cases()) {
-    EXPECT_THAT(r.out, ::testing::ContainsRegex("golden +" + c.name + " +reference vs committed +[0-9.e+-]+ +1e-12 .*PASS"));
+    EXPECT_THAT(r.out,
+                ::testing::ContainsRegex("golden +" + c.name + " +reference vs committed +[0-9.e+-]+ +1e-12 .*PASS"));
   }
   EXPECT_THAT(r.out, HasSubstr("6 rows: 6 PASS, 0 FAIL"));
 }

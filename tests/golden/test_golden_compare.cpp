@@ -9,9 +9,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "reference/bf16_tolerance.hpp"
 #include "golden/check.hpp"
 #include "golden/compare.hpp"
+#include "reference/bf16_tolerance.hpp"
 #include "tests/golden/golden_test_support.hpp"
 
 namespace dflash {
@@ -77,8 +77,7 @@ void expect_only_failure(const CompareReport& report, const std::string& name, c
 }
 
 TEST(GoldenCompare, TheGoldenFileItselfPassesExactWithItsInputsIgnored) {
-  const CompareReport report =
-      compare_results(golden(), read_result_file(committed_golden(kCase)), CompareRule::exact);
+  const CompareReport report = compare_results(golden(), read_result_file(committed_golden(kCase)), CompareRule::exact);
   EXPECT_TRUE(report.passed()) << ::testing::PrintToString(failing(report));
   EXPECT_EQ(report.rows.size(), golden().results.size());
   EXPECT_TRUE(report.missing.empty());
@@ -162,19 +161,22 @@ TEST(GoldenCompare, ATensorOfTheWrongShapeFailsNamingBothShapes) {
 TEST(GoldenCompare, ATensorOfANonFloatDtypeFailsNamingTheDtype) {
   ResultFile r = results_stored_as(Dtype::F64);
   tensor(r, "grad/fc.weight").dtype = Dtype::I64;
-  expect_only_failure(compare_results(golden(), r, CompareRule::bf16), "grad/fc.weight", "dtype I64 is not a result dtype (F64, F32 or BF16)");
+  expect_only_failure(compare_results(golden(), r, CompareRule::bf16), "grad/fc.weight",
+                      "dtype I64 is not a result dtype (F64, F32 or BF16)");
 }
 
 TEST(GoldenCompare, Bf16StorageUnderTheFp32RuleFailsSayingSo) {
   ResultFile r = results_stored_as(Dtype::F32);
   tensor(r, "output/hidden").dtype = Dtype::BF16;
-  expect_only_failure(compare_results(golden(), r, CompareRule::fp32), "output/hidden", "coarser than the fp32 rule's F32");
+  expect_only_failure(compare_results(golden(), r, CompareRule::fp32), "output/hidden",
+                      "coarser than the fp32 rule's F32");
 }
 
 TEST(GoldenCompare, ANameNotInTheGoldenFailsNamingIt) {
   ResultFile r = results_stored_as(Dtype::F64);
   r.tensors.push_back({"grad/target_features", Dtype::F32, {1}, {0.0}});
-  expect_only_failure(compare_results(golden(), r, CompareRule::exact), "grad/target_features", "not an output/ or grad/ tensor of the golden");
+  expect_only_failure(compare_results(golden(), r, CompareRule::exact), "grad/target_features",
+                      "not an output/ or grad/ tensor of the golden");
 }
 
 TEST(GoldenCompare, ANonFiniteValueFailsNamingTheElement) {
@@ -261,8 +263,8 @@ TEST(GoldenCompareBounds, LossHeadBoundsAreTwiceAPlainComputationPlusTheFloor) {
     EXPECT_GT(bf16.at(name), fp32.at(name)) << name;
   }
   const std::int64_t T = golden().results.at("output/hidden").shape.at(1);
-  EXPECT_EQ(bf16.at("grad/fc.weight"),
-            step_result_bound(CompareRule::bf16, golden().config, golden().num_sequences(), golden().context_length(), T));
+  EXPECT_EQ(bf16.at("grad/fc.weight"), step_result_bound(CompareRule::bf16, golden().config, golden().num_sequences(),
+                                                         golden().context_length(), T));
   for (const auto& [name, bound] : golden_result_bounds(golden(), CompareRule::exact)) {
     EXPECT_EQ(bound, kReferenceTolerance) << name;
   }

@@ -31,14 +31,22 @@ std::vector<std::string> case_names() {
 
 // SPEC §9's list, spelled out here rather than taken from golden_tensor_specs.
 std::set<std::string> spec_tensor_names(const DrafterConfig& config) {
-  std::set<std::string> names{"input/tokens",       "input/loss_mask",
-                              "input/target_features", "input/teacher_hidden",
-                              "input/anchors",      "input/keep",
-                              "frozen/embed_tokens.weight", "frozen/lm_head.weight",
-                              "output/loss",        "output/ce",
-                              "output/kl",          "output/accuracy",
-                              "output/weight_sum",  "output/hidden",
-                              "output/lse",         "output/token_loss",
+  std::set<std::string> names{"input/tokens",
+                              "input/loss_mask",
+                              "input/target_features",
+                              "input/teacher_hidden",
+                              "input/anchors",
+                              "input/keep",
+                              "frozen/embed_tokens.weight",
+                              "frozen/lm_head.weight",
+                              "output/loss",
+                              "output/ce",
+                              "output/kl",
+                              "output/accuracy",
+                              "output/weight_sum",
+                              "output/hidden",
+                              "output/lse",
+                              "output/token_loss",
                               "output/weights"};
   for (const ParameterShape& p : drafter_parameter_shapes(config)) {
     names.insert("param/" + p.name);
@@ -58,8 +66,8 @@ TEST_P(GoldenFileOfCase, HoldsExactlyTheSpecTensorsWithTheirDtypesAndShapes) {
   const std::int64_t nseq = c.batch.sequences, S = c.batch.context_length, N = c.config.max_anchors;
   const std::int64_t T = N * c.config.block_size, H = c.config.hidden_size, V = c.config.vocab_size;
   for (const std::string& name : names) {
-    const bool integer = name == "input/tokens" || name == "input/loss_mask" || name == "input/anchors" ||
-                         name == "input/keep";
+    const bool integer =
+        name == "input/tokens" || name == "input/loss_mask" || name == "input/anchors" || name == "input/keep";
     EXPECT_EQ(reader.info(name).dtype, integer ? Dtype::I64 : Dtype::F64) << name;
   }
   EXPECT_EQ(reader.info("input/tokens").shape, (safetensors::Shape{nseq, S}));
@@ -100,9 +108,9 @@ TEST_P(GoldenFileOfCase, ConfigRoundTripsThroughTheMetadataWithItsTrainingFields
   const DrafterConfig back = drafter_config_from_json(stored, "metadata");
   EXPECT_EQ(drafter_config_to_json(back), drafter_config_to_json(c.config));
   // The training fields a recomputation needs are there, not left to defaults.
-  for (const char* field : {"max_anchors", "loss_decay_gamma", "hard_weight", "soft_weight", "temperature",
-                            "attention_dropout", "hidden_dropout", "seed", "loss_chunk_rows", "loss_policy",
-                            "trunk_policy", "checkpoint_every"}) {
+  for (const char* field :
+       {"max_anchors", "loss_decay_gamma", "hard_weight", "soft_weight", "temperature", "attention_dropout",
+        "hidden_dropout", "seed", "loss_chunk_rows", "loss_policy", "trunk_policy", "checkpoint_every"}) {
     EXPECT_TRUE(stored.contains(field)) << field;
   }
   EXPECT_EQ(back.seed, c.config.seed);
@@ -142,12 +150,11 @@ TEST_P(GoldenFileOfCase, SameCaseGivesTheSameBytes) {
   EXPECT_EQ(safetensors::testing::read_whole_file(dir / "g.safetensors"), generated_bytes(c.name));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GoldenFileOfCase, ::testing::ValuesIn(case_names()),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenFileOfCase, ::testing::ValuesIn(case_names()), [](const auto& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+});
 
 TEST(GoldenCases, UnknownCaseIsNamedWithTheKnownOnes) {
   const std::string message = safetensors::testing::input_error_message([] { golden_case("no-such-case"); });

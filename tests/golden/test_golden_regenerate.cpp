@@ -97,13 +97,13 @@ TEST(GoldenRegenerate, EveryTrunkAndLossPolicyReproducesEveryGolden) {
 // ---- each case exercises what golden/README.md says it does -----------------------------------
 
 struct BlockFacts {
-  bool invalid_block = false;           // a slot with kappa = 0
-  bool all_invalid_sequence = false;    // a sequence with every slot kappa = 0
-  bool partly_invalid_sequence = false; // kept and invalid slots in one sequence
-  bool hole_inside_block = false;       // a kept block row k >= 1 inside S with m = 0
-  bool runs_past_end = false;           // a kept block with rows at a_n + k >= S
-  bool window_cuts_context = false;     // a kept anchor beyond the sliding window
-  bool decayed_weight = false;          // a weight strictly between 0 and 1
+  bool invalid_block = false;            // a slot with kappa = 0
+  bool all_invalid_sequence = false;     // a sequence with every slot kappa = 0
+  bool partly_invalid_sequence = false;  // kept and invalid slots in one sequence
+  bool hole_inside_block = false;        // a kept block row k >= 1 inside S with m = 0
+  bool runs_past_end = false;            // a kept block with rows at a_n + k >= S
+  bool window_cuts_context = false;      // a kept anchor beyond the sliding window
+  bool decayed_weight = false;           // a weight strictly between 0 and 1
 };
 
 BlockFacts block_facts(const Golden& g) {
@@ -121,7 +121,8 @@ BlockFacts block_facts(const Golden& g) {
       if (keep[n] == 0) continue;
       f.runs_past_end = f.runs_past_end || a[n] + B - 1 >= S;
       f.window_cuts_context = f.window_cuts_context || (g.config.sliding_window && a[n] >= *g.config.sliding_window);
-      for (std::int64_t k = 1; k < B && a[n] + k < S; ++k) f.hole_inside_block = f.hole_inside_block || m[a[n] + k] == 0;
+      for (std::int64_t k = 1; k < B && a[n] + k < S; ++k)
+        f.hole_inside_block = f.hole_inside_block || m[a[n] + k] == 0;
     }
   }
   for (double w : g.results.at("output/weights").values) f.decayed_weight = f.decayed_weight || (w > 0 && w < 1);

@@ -135,8 +135,8 @@ TEST(GoldenRequest, AMidShapeGoldenRoundTripsIsDeterministicAndPassesTheReferenc
 
 TEST(GoldenRequest, GenerateOverTheBudgetIsRefusedNamingIt) {
   ScratchDirectory dir;
-  const CliRun r = dflash("golden generate --config '" + (std::filesystem::path(DFLASH_SOURCE_DIR) /
-                                                          "configs/qwen3.6-27b.json").string() +
+  const CliRun r = dflash("golden generate --config '" +
+                          (std::filesystem::path(DFLASH_SOURCE_DIR) / "configs/qwen3.6-27b.json").string() +
                           "' --sequences 1 --out '" + (dir / "big.safetensors").string() + "'");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("is over the budget of 600 s"));
@@ -173,13 +173,14 @@ TEST(GoldenCompareCli, TheGoldenAgainstItselfPassesWithExitZero) {
 
 TEST(GoldenCompareCli, ATamperedResultExitsOneNamingTheTensorAndJsonSaysTheSame) {
   ScratchDirectory dir;
-  golden_testing::RawFile raw = golden_testing::RawFile::of(safetensors::testing::read_whole_file(committed_golden("dropout")));
+  golden_testing::RawFile raw =
+      golden_testing::RawFile::of(safetensors::testing::read_whole_file(committed_golden("dropout")));
   for (std::size_t i = 0; i < raw.tensors.at("grad/norm.weight").bytes.size() / 8; ++i) {
     raw.set_float("grad/norm.weight", i, raw.float_at("grad/norm.weight", i) * 1.1);
   }
   const std::string result = golden_testing::write_raw(dir, "result.safetensors", raw).string();
-  const std::string args = "golden compare --golden '" + committed_golden("dropout").string() + "' --result '" + result +
-                           "' --rule bf16";
+  const std::string args =
+      "golden compare --golden '" + committed_golden("dropout").string() + "' --result '" + result + "' --rule bf16";
   const CliRun r = dflash(args);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.out, ::testing::ContainsRegex("grad/norm.weight +F64 +[0-9.e+-]+ +[0-9.e+-]+ +FAIL"));

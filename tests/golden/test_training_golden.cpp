@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "common/tolerances.hpp"
+#include "golden/training.hpp"
 #include "io/safetensors_reader.hpp"
 #include "io/safetensors_writer.hpp"
-#include "golden/training.hpp"
 #include "reference/compare.hpp"
 
 namespace dflash {
@@ -24,8 +24,10 @@ std::filesystem::path scratch(const std::string& name) {
 }
 
 TEST(TrainingGolden, TheReferenceRecomputesTheCommittedGolden) {
-  const std::vector<GoldenCheckRow> rows = check_training_golden_file(committed(), reference_training_golden_implementation());
-  const std::int64_t tensors = static_cast<std::int64_t>(training_golden_case("tiny-3-steps").config.num_hidden_layers) * 11 + 3;
+  const std::vector<GoldenCheckRow> rows =
+      check_training_golden_file(committed(), reference_training_golden_implementation());
+  const std::int64_t tensors =
+      static_cast<std::int64_t>(training_golden_case("tiny-3-steps").config.num_hidden_layers) * 11 + 3;
   EXPECT_EQ(static_cast<std::int64_t>(rows.size()), 3 * tensors + 9);  // final param, m, v per tensor; 9 metrics
   for (const GoldenCheckRow& r : rows) EXPECT_TRUE(r.passed()) << r.tensor << ": " << r.error << " " << r.note;
 }
@@ -37,7 +39,8 @@ TEST(TrainingGolden, RegeneratingGivesTheCommittedTensors) {
   for (const auto& [name, t] : stored.results) {
     const GoldenTensor& f = fresh.results.at(name);
     EXPECT_EQ(f.shape, t.shape) << name;
-    EXPECT_LE(relative_error(std::span<const double>(f.values), std::span<const double>(t.values)), kGoldenRegenerateTolerance)
+    EXPECT_LE(relative_error(std::span<const double>(f.values), std::span<const double>(t.values)),
+              kGoldenRegenerateTolerance)
         << name;
   }
   ASSERT_EQ(fresh.batches.size(), stored.batches.size());

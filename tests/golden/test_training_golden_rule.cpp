@@ -79,7 +79,8 @@ class CommittedGoldenRule : public ::testing::Test {
   }
   static void TearDownTestSuite() { golden_.reset(); }
   static double error(const GoldenResults& r, const std::string& name) {
-    return relative_error(std::span<const double>(r.at(name).values), std::span<const double>(golden_->results.at(name).values));
+    return relative_error(std::span<const double>(r.at(name).values),
+                          std::span<const double>(golden_->results.at(name).values));
   }
   static std::unique_ptr<TrainingGolden> golden_;
   static std::map<std::string, double, std::less<>> tolerance_;
@@ -110,8 +111,9 @@ TEST_F(CommittedGoldenRule, EveryTensorHasABound) {
 TEST_F(CommittedGoldenRule, ThePlainComputationMeetsTheDriftBound) {
   MemoryTracker tracker;
   const DrafterBatch<double>& first = golden_->batches.at(0);
-  const double step = step_result_bound(CompareRule::bf16, golden_->config, first.num_sequences(), first.context_length(),
-                                        golden_->config.max_anchors * golden_->config.block_size);
+  const double step =
+      step_result_bound(CompareRule::bf16, golden_->config, first.num_sequences(), first.context_length(),
+                        golden_->config.max_anchors * golden_->config.block_size);
   const PlainTraining plain = plain_bf16_training(tracker, *golden_, step / 2);
   double closest = 0;
   for (const auto& [name, t] : plain.results) {
@@ -127,8 +129,9 @@ TEST_F(CommittedGoldenRule, ThePlainComputationMeetsTheDriftBound) {
 TEST_F(CommittedGoldenRule, AStepFourTimesWorseThanAllowedFails) {
   MemoryTracker tracker;
   const DrafterBatch<double>& first = golden_->batches.at(0);
-  const double step = step_result_bound(CompareRule::bf16, golden_->config, first.num_sequences(), first.context_length(),
-                                        golden_->config.max_anchors * golden_->config.block_size);
+  const double step =
+      step_result_bound(CompareRule::bf16, golden_->config, first.num_sequences(), first.context_length(),
+                        golden_->config.max_anchors * golden_->config.block_size);
   const PlainTraining worse = plain_bf16_training(tracker, *golden_, 2 * step);
   int failed = 0;
   for (const auto& [name, t] : worse.results) {

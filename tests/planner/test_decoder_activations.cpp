@@ -19,8 +19,13 @@ std::filesystem::path source_dir() {
 // SPEC §8: H 5120, q projection 12288 (24 heads of 256, doubled by the output gate), k and v 1024,
 // attention output 6144, FFN 17408, 64 layers.
 DecoderConfig spec_example() {
-  return {.hidden_size = 5120, .intermediate_size = 17408, .num_attention_heads = 24, .num_key_value_heads = 4,
-          .head_dim = 256, .num_hidden_layers = 64, .attn_output_gate = true};
+  return {.hidden_size = 5120,
+          .intermediate_size = 17408,
+          .num_attention_heads = 24,
+          .num_key_value_heads = 4,
+          .head_dim = 256,
+          .num_hidden_layers = 64,
+          .attn_output_gate = true};
 }
 
 void expect_spec_example_2(const DecoderConfig& config) {
@@ -54,7 +59,8 @@ TEST(DecoderActivations, TheOutputGateOnlyWidensTheQueryProjection) {
   DecoderConfig gated = spec_example(), plain = spec_example();
   plain.attn_output_gate = false;
   const auto q = plain.num_attention_heads * plain.head_dim;
-  EXPECT_EQ(values_per_token(decoder_layer_saved_tensors(gated)) - values_per_token(decoder_layer_saved_tensors(plain)), q);
+  EXPECT_EQ(values_per_token(decoder_layer_saved_tensors(gated)) - values_per_token(decoder_layer_saved_tensors(plain)),
+            q);
   EXPECT_EQ(values_per_token(decoder_layer_saved_tensors(plain), kMlpBlock),
             values_per_token(decoder_layer_saved_tensors(gated), kMlpBlock));
 }
@@ -83,10 +89,13 @@ TEST(DecoderActivations, HeadDimAndKeyValueHeadsDefaultAsInHuggingFace) {
 }
 
 TEST(DecoderActivations, ReadsANestedTextConfig) {
-  const DecoderConfig c = decoder_config_from_json(
-      {{"text_config", {{"hidden_size", 64}, {"intermediate_size", 128}, {"num_attention_heads", 8},
-                        {"num_hidden_layers", 2}, {"attn_output_gate", true}}}},
-      "test");
+  const DecoderConfig c = decoder_config_from_json({{"text_config",
+                                                     {{"hidden_size", 64},
+                                                      {"intermediate_size", 128},
+                                                      {"num_attention_heads", 8},
+                                                      {"num_hidden_layers", 2},
+                                                      {"attn_output_gate", true}}}},
+                                                   "test");
   EXPECT_EQ(c.hidden_size, 64);
   EXPECT_TRUE(c.attn_output_gate);
 }

@@ -60,7 +60,7 @@ TEST(TrunkFlops, TinyConfigByHand) {
   EXPECT_DOUBLE_EQ(f.layers[0].forward, 36864 + 6144 + 4352);
   EXPECT_DOUBLE_EQ(f.layers[1].forward, 36864 + 6144 + 5120);
   EXPECT_DOUBLE_EQ(f.layers[1].backward, 2 * (36864 + 6144 + 5120));
-  EXPECT_DOUBLE_EQ(f.context.forward, 2 * 12 * 32 * 16);  // F [12, 32] W_fc^T [32, 16]
+  EXPECT_DOUBLE_EQ(f.context.forward, 2 * 12 * 32 * 16);   // F [12, 32] W_fc^T [32, 16]
   EXPECT_DOUBLE_EQ(f.context.backward, 2 * 12 * 32 * 16);  // dW_fc only
   EXPECT_DOUBLE_EQ(f.backward(), 2 * (47360 + 48128) + 12288);
 }
@@ -120,9 +120,9 @@ TEST(GradientOverlap, FullScaleNumbers) {
     EXPECT_GT(o.inter_node.exposed_seconds, o.nvlink.exposed_seconds);
     std::cout << "full scale, 8 GPUs, ZeRO-" << zero << ": window " << o.window_flops << " FLOP = " << o.window_seconds
               << " s; " << o.buckets << " buckets; NVLink " << o.nvlink.gradient_seconds << " s, exposed "
-              << o.nvlink.exposed_seconds << " s (+ all-gather " << o.nvlink.after_backward_seconds << " s); inter-node "
-              << o.inter_node.gradient_seconds << " s, exposed " << o.inter_node.exposed_seconds << " s (+ all-gather "
-              << o.inter_node.after_backward_seconds << " s)\n";
+              << o.nvlink.exposed_seconds << " s (+ all-gather " << o.nvlink.after_backward_seconds
+              << " s); inter-node " << o.inter_node.gradient_seconds << " s, exposed " << o.inter_node.exposed_seconds
+              << " s (+ all-gather " << o.inter_node.after_backward_seconds << " s)\n";
   }
 }
 

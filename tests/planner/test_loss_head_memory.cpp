@@ -38,7 +38,8 @@ TEST(LossHeadMemory, FullBytesAddTheRowStatisticsToTheHeadline) {
   const LossHeadShape s = spec_example();
   const LossHeadHeadline h = loss_head_headline(s);
   const std::int64_t stats = 3 * s.rows * s.statistic_bytes;
-  EXPECT_EQ(loss_head_memory(s, LossPolicy::chunk_retain)[PlanCategory::loss_saved], h.saved(LossPolicy::chunk_retain) + stats);
+  EXPECT_EQ(loss_head_memory(s, LossPolicy::chunk_retain)[PlanCategory::loss_saved],
+            h.saved(LossPolicy::chunk_retain) + stats);
   EXPECT_EQ(loss_head_memory(s, LossPolicy::chunk_recompute)[PlanCategory::loss_saved],
             h.saved(LossPolicy::chunk_recompute) + stats);
   EXPECT_EQ(loss_head_memory(s, LossPolicy::chunk_recompute)[PlanCategory::transient], 2 * h.chunk_logits_bytes);
@@ -122,8 +123,12 @@ TEST_P(LossHeadAgainstReference, EveryCategoryMatchesTheTrackerExactly) {
     o.lm_head_grad = lm_head_grad;
     const LossHeadResult<double> r = run_loss_head(tracker, o, p.hidden, p.targets(), p.weight_sum);
 
-    const LossHeadShape shape{.rows = c.spec.rows, .hidden = c.spec.hidden, .vocab = c.spec.vocab,
-                              .chunk_rows = c.chunk_rows, .element_bytes = 8, .statistic_bytes = 8,
+    const LossHeadShape shape{.rows = c.spec.rows,
+                              .hidden = c.spec.hidden,
+                              .vocab = c.spec.vocab,
+                              .chunk_rows = c.chunk_rows,
+                              .element_bytes = 8,
+                              .statistic_bytes = 8,
                               .lm_head_grad = lm_head_grad};
     CategoryBytes plan = loss_head_memory(shape, policy);
     plan[PlanCategory::inputs] = 2 * c.spec.rows * c.spec.hidden * 8;  // Y and the teacher rows
@@ -131,14 +136,14 @@ TEST_P(LossHeadAgainstReference, EveryCategoryMatchesTheTrackerExactly) {
     const auto comparisons = compare_plan_with_tracker(plan, tracker);
     for (const CategoryComparison& k : comparisons) {
       EXPECT_EQ(k.planned, k.measured) << category_name(k.category) << " T=" << c.spec.rows << " c=" << c.chunk_rows
-                                       << "\n" << comparison_report(comparisons);
+                                       << "\n"
+                                       << comparison_report(comparisons);
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, LossHeadAgainstReference,
-                         testing::Combine(testing::ValuesIn(kAllLossPolicies), testing::Bool()),
-                         [](const auto& info) {
+                         testing::Combine(testing::ValuesIn(kAllLossPolicies), testing::Bool()), [](const auto& info) {
                            return std::string(loss_policy_name(std::get<0>(info.param))) +
                                   (std::get<1>(info.param) ? "_with_lm_head_grad" : "");
                          });

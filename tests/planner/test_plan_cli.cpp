@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/plan_report.hpp"
-#include "tests/support/cli_run.hpp"
 #include "planner/policy_verdicts.hpp"
+#include "tests/support/cli_run.hpp"
 
 namespace dflash {
 namespace {
@@ -68,11 +68,13 @@ TEST(PlanCli, JsonHasTheDocumentedSchema) {
   for (const char* key : {"full_logits_bytes", "chunk_logits_bytes", "saved_bytes", "saved_input_bytes"}) {
     EXPECT_TRUE(j.at("loss_head").contains(key)) << key;
   }
-  for (const char* key : {"values_per_token_per_layer", "all_layers_bytes", "residual_only_bytes", "checkpointed_bytes"}) {
+  for (const char* key :
+       {"values_per_token_per_layer", "all_layers_bytes", "residual_only_bytes", "checkpointed_bytes"}) {
     EXPECT_TRUE(j.at("activations").at(key).is_number_integer()) << key;
   }
   std::int64_t sum = 0;
-  for (PlanCategory c : kAllPlanCategories) sum += j.at("categories").at(std::string(plan_category_name(c))).get<std::int64_t>();
+  for (PlanCategory c : kAllPlanCategories)
+    sum += j.at("categories").at(std::string(plan_category_name(c))).get<std::int64_t>();
   EXPECT_EQ(j.at("total_bytes").get<std::int64_t>(), sum);
   EXPECT_EQ(j.at("device_bytes").get<std::int64_t>(), 95'000'000'000);
   EXPECT_TRUE(j.at("fits").is_boolean());
@@ -99,9 +101,10 @@ TEST(PlanCli, JsonHasTheDocumentedSchema) {
 }
 
 TEST(PlanCli, JsonIsTheLibrarysPlan) {
-  const std::string args = "--config configs/qwen3.6-27b.json --tokens 16384 --context 2048 --loss-chunk-rows 1000 "
-                           "--loss-policy chunk_grad_in_forward --trunk-policy every_k --checkpoint-every 2 --gpus 4 "
-                           "--zero 0 --gpu-memory 80GiB";
+  const std::string args =
+      "--config configs/qwen3.6-27b.json --tokens 16384 --context 2048 --loss-chunk-rows 1000 "
+      "--loss-policy chunk_grad_in_forward --trunk-policy every_k --checkpoint-every 2 --gpus 4 "
+      "--zero 0 --gpu-memory 80GiB";
   json cli = plan_json_of(args);
   PlanRequest r = PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json"));
   r.tokens = 16384;
@@ -154,11 +157,17 @@ TEST(PlanCli, ZeroTokens) { expect_flag_error(kConfig + "--tokens 0", "--tokens"
 TEST(PlanCli, NegativeTokens) { expect_flag_error(kConfig + "--tokens -32", "--tokens", "at least 1"); }
 TEST(PlanCli, TokensNotWholeBlocks) { expect_flag_error(kConfig + "--tokens 100", "--tokens", "block_size"); }
 TEST(PlanCli, ZeroContext) { expect_flag_error(kConfig + "--context 0", "--context", "at least 1"); }
-TEST(PlanCli, NegativeChunkRows) { expect_flag_error(kConfig + "--loss-chunk-rows -1", "--loss-chunk-rows", "at least 1"); }
-TEST(PlanCli, ZeroCheckpointInterval) { expect_flag_error(kConfig + "--checkpoint-every 0", "--checkpoint-every", "at least 1"); }
+TEST(PlanCli, NegativeChunkRows) {
+  expect_flag_error(kConfig + "--loss-chunk-rows -1", "--loss-chunk-rows", "at least 1");
+}
+TEST(PlanCli, ZeroCheckpointInterval) {
+  expect_flag_error(kConfig + "--checkpoint-every 0", "--checkpoint-every", "at least 1");
+}
 TEST(PlanCli, ZeroGpus) { expect_flag_error(kConfig + "--gpus 0", "--gpus", "at least 1"); }
 TEST(PlanCli, ZeroStageTwo) { expect_flag_error(kConfig + "--zero 2", "--zero", "not 0 or 1"); }
-TEST(PlanCli, MemoryWithUnknownUnit) { expect_flag_error(kConfig + "--gpu-memory 95XB", "--gpu-memory", "'95XB' is not a size"); }
+TEST(PlanCli, MemoryWithUnknownUnit) {
+  expect_flag_error(kConfig + "--gpu-memory 95XB", "--gpu-memory", "'95XB' is not a size");
+}
 TEST(PlanCli, ZeroMemory) { expect_flag_error(kConfig + "--gpu-memory 0", "--gpu-memory", "zero"); }
 TEST(PlanCli, NegativeMemory) { expect_flag_error(kConfig + "--gpu-memory=-95GB", "--gpu-memory", "negative"); }
 TEST(PlanCli, TokensThatAreNotANumber) { expect_flag_error(kConfig + "--tokens many", "--tokens", "many"); }

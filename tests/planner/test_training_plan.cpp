@@ -20,7 +20,9 @@ std::filesystem::path source_dir() {
   return dir ? dir : DFLASH_SOURCE_DIR_DEFAULT;
 }
 
-PlanRequest full_scale() { return PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json")); }
+PlanRequest full_scale() {
+  return PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json"));
+}
 
 TEST(TrainingPlan, DefaultsAreTheSpecTrainingStep) {
   const PlanRequest r = full_scale();
@@ -55,10 +57,10 @@ TEST(TrainingPlan, ParameterCategoriesFollowThePrecisionRecipe) {
   const std::int64_t norms = plan.parameters.norm_weights;
   EXPECT_EQ(norms, 2 * H + r.config.num_hidden_layers * (2 * H + 2 * r.config.head_dim));  // 2 per layer + q/k norms
   EXPECT_EQ(c[PlanCategory::parameters], 2 * (P - norms) + 4 * norms);  // bf16 matrices, fp32 norm weights (CUDA step)
-  EXPECT_EQ(c[PlanCategory::frozen], 2 * 2 * V * H);   // bf16 embedding + lm_head
-  EXPECT_EQ(c[PlanCategory::master_weights], 4 * P);   // fp32
-  EXPECT_EQ(c[PlanCategory::optimizer_state], 8 * P);  // fp32 m and v
-  EXPECT_EQ(c[PlanCategory::communication], 0);        // one GPU: nothing to reduce
+  EXPECT_EQ(c[PlanCategory::frozen], 2 * 2 * V * H);                    // bf16 embedding + lm_head
+  EXPECT_EQ(c[PlanCategory::master_weights], 4 * P);                    // fp32
+  EXPECT_EQ(c[PlanCategory::optimizer_state], 8 * P);                   // fp32 m and v
+  EXPECT_EQ(c[PlanCategory::communication], 0);                         // one GPU: nothing to reduce
 }
 
 TEST(TrainingPlan, ZeroOneShardsMasterWeightsAndMomentsOnly) {
@@ -157,8 +159,7 @@ TEST(TrainingPlan, ProductionPlansTheCudaStep) {
             8 * m.S + 9 * m.N + 29 * m.T + 2 * m.S * m.K * m.H + 2 * m.T * m.H);  // one sequence's upload
   r.precision.trunk = TrunkMemoryModel::reference;
   const MemoryPlan reference = plan_training_memory(r);
-  EXPECT_EQ(reference.trunk.saved_tensors.peak_elements,
-            trunk_saved_plan(m, TrunkPolicy::per_layer, 1).peak_elements);
+  EXPECT_EQ(reference.trunk.saved_tensors.peak_elements, trunk_saved_plan(m, TrunkPolicy::per_layer, 1).peak_elements);
   EXPECT_LT(reference.categories[PlanCategory::saved], c[PlanCategory::saved]);  // bf16 residual, fewer tensors
 }
 
@@ -268,10 +269,10 @@ TEST(CommunicationTime, FullScaleCollectivesPerStep) {
   const std::vector<CollectiveTime> zero1 = step_communication(P, p, {.gpus = 8, .zero_stage = 1});
   ASSERT_EQ(zero1.size(), 2u);
   EXPECT_EQ(zero1[0].collective, "reduce_scatter gradients");
-  EXPECT_EQ(zero1[0].bytes, 4 * padded);      // fp32 gradients
+  EXPECT_EQ(zero1[0].bytes, 4 * padded);  // fp32 gradients
   EXPECT_EQ(zero1[0].bus_bytes, 4 * padded / 8 * 7);
   EXPECT_EQ(zero1[1].collective, "all_gather parameters");
-  EXPECT_EQ(zero1[1].bytes, 2 * padded);      // bf16 working copy
+  EXPECT_EQ(zero1[1].bytes, 2 * padded);  // bf16 working copy
   EXPECT_EQ(zero1[1].bus_bytes, 2 * padded / 8 * 7);
   EXPECT_DOUBLE_EQ(zero1[0].nvlink_seconds, double(4 * padded / 8 * 7) / 360e9);
   EXPECT_DOUBLE_EQ(zero1[0].inter_node_seconds, double(4 * padded / 8 * 7) / 50e9);

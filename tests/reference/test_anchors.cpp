@@ -8,9 +8,9 @@
 
 #include "common/dropout_rng.hpp"
 #include "common/philox.hpp"
+#include "io/errors.hpp"
 #include "reference/anchors.hpp"
 #include "reference/counter_rng.hpp"
-#include "io/errors.hpp"
 
 namespace dflash {
 namespace {
@@ -80,8 +80,7 @@ TEST(SampleAnchors, DeterministicAndDependsOnSeedStepAndSequence) {
 TEST(SampleAnchors, RejectsBadArguments) {
   const std::vector<std::uint8_t> m(8, 1);
   EXPECT_THAT([&] { sample_anchors(m, 0, 1, 0, 0); }, ThrowsMessage<InputError>(HasSubstr("max_anchors")));
-  EXPECT_THAT([&] { sample_anchors(m, 2, 1, 0, kMaxSequenceIndex); },
-              ThrowsMessage<InputError>(HasSubstr("1048576")));
+  EXPECT_THAT([&] { sample_anchors(m, 2, 1, 0, kMaxSequenceIndex); }, ThrowsMessage<InputError>(HasSubstr("1048576")));
 }
 
 // S = 9, B = 3, gamma = 2. Tokens x[p] = 10 + p; m has a hole at 3.
@@ -95,7 +94,7 @@ TEST(SequenceBlocks, LabelsWeightsAndTeacherRowsFollowTheSpec) {
 
   // Block 0 (a = 1): rows at positions 1, 2, 3; position 3 is a loss-mask hole.
   // Block 1 (a = 4): positions 4, 5, 6.  Block 2: kappa = 0.  Block 3 (a = 7): positions 7, 8, 9 (9 = S).
-  const std::vector<std::int64_t> tokens = {11, mask_id, mask_id, 14, mask_id, mask_id,
+  const std::vector<std::int64_t> tokens = {11,      mask_id, mask_id, 14, mask_id, mask_id,
                                             mask_id, mask_id, mask_id, 17, mask_id, mask_id};
   const std::vector<std::int64_t> positions = {1, 2, 3, 4, 5, 6, 0, 1, 2, 7, 8, 9};
   const std::vector<std::uint8_t> valid = {0, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0};

@@ -30,7 +30,10 @@ struct OneRowProblem {
   LossHeadProblem<double> p{Tensor<double>(tracker, MemoryCategory::inputs, {1, 1}, {1 + 0x1p-7}),
                             Tensor<double>(tracker, MemoryCategory::inputs, {1, 1}, {1 + 0x1p-7}),
                             Tensor<double>(tracker, MemoryCategory::frozen, {2, 1}, {1 + 0x1p-7, 0.0}),
-                            {0}, {1.0}, {1}, 1.0};
+                            {0},
+                            {1.0},
+                            {1},
+                            1.0};
 };
 
 TEST(Bf16Emulation, DeviceFormatsAreExactlyBf16AndFp32) {
@@ -95,8 +98,9 @@ TEST(Bf16Emulation, MatchesTheReferenceWhereLogitsAreExactInBf16) {
     g[e] = grid[(e * 5 + 1) % 6];
   }
   for (std::int64_t e = 0; e < V * H; ++e) w[e] = grid[(e * 7 + 3) % 6];
-  LossHeadProblem<double> p{std::move(y), std::move(g), std::move(w), {0, 3, 10, 4, 7, 1},
-                            {0.5, 1.0, 0.25, 0.0, 1.0, 0.75}, {1, 1, 1, 1, 1, 1}, 3.5};
+  LossHeadProblem<double> p{
+      std::move(y),       std::move(g), std::move(w), {0, 3, 10, 4, 7, 1}, {0.5, 1.0, 0.25, 0.0, 1.0, 0.75},
+      {1, 1, 1, 1, 1, 1}, 3.5};
   const LossHeadOptions o = options_with(0.5);
   const Bf16Emulation e = hybrid_loss_bf16_emulation(tracker, o, p);
   const LossHeadResult<double> ref = hybrid_loss_unchunked(tracker, o, p.hidden, p.targets(), p.weight_sum);
@@ -115,7 +119,10 @@ TEST(Bf16Emulation, CountsRowsWhoseArgmaxBf16MayFlip) {
   LossHeadProblem<double> p{Tensor<double>(tracker, MemoryCategory::inputs, {2, 2}, {1.0, 0x1p-9, 0.0, 1.0}),
                             Tensor<double>(tracker, MemoryCategory::inputs, {2, 2}, {1.0, 0x1p-9, 0.0, 1.0}),
                             Tensor<double>(tracker, MemoryCategory::frozen, {2, 2}, {1.0, 0.0, 1.0, 0x1p-4}),
-                            {0, 0}, {1.0, 1.0}, {1, 1}, 2.0};
+                            {0, 0},
+                            {1.0, 1.0},
+                            {1, 1},
+                            2.0};
   const Bf16Emulation e = hybrid_loss_bf16_emulation(tracker, options_with(1.0), p);
   EXPECT_EQ(e.ambiguous_argmax_rows, 1);
 }

@@ -120,11 +120,11 @@ TEST(DrafterAttention, SlidingWindowIsNeitherWiderNorNarrower) {
       const DrafterOutputs<double> changed = p.forward();
       std::copy(saved.begin(), saved.end(), f);
       if (j == last_outside) {
-        EXPECT_EQ(p.hidden_row(changed, k), p.hidden_row(base, k)) << "k = " << k << ": context row " << j
-                                                                     << " lies outside the window";
+        EXPECT_EQ(p.hidden_row(changed, k), p.hidden_row(base, k))
+            << "k = " << k << ": context row " << j << " lies outside the window";
       } else {
-        EXPECT_NE(p.hidden_row(changed, k), p.hidden_row(base, k)) << "k = " << k << ": context row " << j
-                                                                     << " lies inside the window";
+        EXPECT_NE(p.hidden_row(changed, k), p.hidden_row(base, k))
+            << "k = " << k << ": context row " << j << " lies inside the window";
       }
     }
   }
@@ -173,11 +173,10 @@ TEST(DrafterAttention, QueryHeadsReadTheirGroupsKvHead) {
 TEST(DrafterAttention, AttentionDropoutDrawsExactlyTheVisibleElements) {
   DrafterConfig config = load_drafter_config(kTiny);
   config.attention_dropout = 0.3;
-  Problem p(config, DrafterBatchSpec{.sequences = 2,
-                                     .context_length = 13,
-                                     .seed = 25,
-                                     .explicit_anchors = true,
-                                     .invalid_block_fraction = 0.3});
+  Problem p(
+      config,
+      DrafterBatchSpec{
+          .sequences = 2, .context_length = 13, .seed = 25, .explicit_anchors = true, .invalid_block_fraction = 0.3});
   using Draw = std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>;  // sequence, layer, element
   std::vector<Draw> drawn;
   const DropoutObserver observer = [&](const DropoutDraw& draw) {
@@ -201,9 +200,7 @@ TEST(DrafterAttention, AttentionDropoutDrawsExactlyTheVisibleElements) {
           const std::int64_t a = p.batch.anchors->row(b)[n];
           for (std::int64_t k = 0; k < B; ++k) {
             const std::int64_t i = n * B + k;
-            auto add = [&](std::int64_t j) {
-              expected.emplace_back(b, l, std::uint64_t((h * T + i) * (S + T) + j));
-            };
+            auto add = [&](std::int64_t j) { expected.emplace_back(b, l, std::uint64_t((h * T + i) * (S + T) + j)); };
             for (std::int64_t j = 0; j < a; ++j) {
               if (!sliding || j >= a + k - (window - 1)) add(j);
             }

@@ -42,8 +42,8 @@ TEST(DrafterConfig, TinyConfigIsSmallAndHasBothLayerTypes) {
   EXPECT_NE(c.layer_types.front(), c.layer_types.back());
   // "A few thousand parameters": the count by hand from the shapes of SPEC §3.
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, d = c.head_dim;
-  const std::int64_t per_layer = H + c.query_width() * H + 2 * c.kv_width() * H + H * c.query_width() + 2 * d + H +
-                                 3 * I * H;
+  const std::int64_t per_layer =
+      H + c.query_width() * H + 2 * c.kv_width() * H + H * c.query_width() + 2 * d + H + 3 * I * H;
   const std::int64_t expected = H * c.feature_width() + H + c.num_hidden_layers * per_layer + H;
   EXPECT_EQ(drafter_parameter_count(c), expected);
   EXPECT_GE(expected, 1000);

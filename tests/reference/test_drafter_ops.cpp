@@ -157,8 +157,9 @@ TEST(Dropout, ObserverSeesEveryDrawWithItsCoordinates) {
 
 TEST(TrunkPolicy, NamesParseAndSegments) {
   for (TrunkPolicy p : kAllTrunkPolicies) EXPECT_EQ(parse_trunk_policy(trunk_policy_name(p)), p);
-  EXPECT_THAT([] { parse_trunk_policy("all"); },
-              ThrowsMessage<InputError>(HasSubstr("'all' is not a trunk policy (expected one of: none, per_layer, every_k)")));
+  EXPECT_THAT(
+      [] { parse_trunk_policy("all"); },
+      ThrowsMessage<InputError>(HasSubstr("'all' is not a trunk policy (expected one of: none, per_layer, every_k)")));
   EXPECT_EQ(trunk_segment_length(TrunkPolicy::none, 2, 5), 5);
   EXPECT_EQ(trunk_segment_length(TrunkPolicy::per_layer, 2, 5), 1);
   EXPECT_EQ(trunk_segment_length(TrunkPolicy::every_k, 2, 5), 2);

@@ -60,7 +60,8 @@ TEST(DrafterStepRejects, UnsortedAnchors) {
     p.batch.anchors->row(1)[n] = 8 - 2 * n;
     p.batch.keep->row(1)[n] = 1;
   }
-  EXPECT_THAT(p.error(), HasSubstr("invalid anchors of sequence 1, anchor[1]: 6 is not greater than the previous kept anchor 8"));
+  EXPECT_THAT(p.error(),
+              HasSubstr("invalid anchors of sequence 1, anchor[1]: 6 is not greater than the previous kept anchor 8"));
 }
 
 TEST(DrafterStepRejects, AnchorOutOfRange) {
@@ -115,7 +116,8 @@ TEST(DrafterStepRejects, NonFiniteTeacherRowThatCarriesALabel) {
   // Block row 1 of the first kept block has label x[a + 1] and teacher row G[a].
   std::int64_t a = -1;
   for (std::int64_t n = 0; n < r.outputs.anchors.dim(1) && a < 0; ++n) {
-    if (r.outputs.keep.row(0)[n] && r.outputs.weights.row(0)[n * p.config.block_size + 1] > 0) a = r.outputs.anchors.row(0)[n];
+    if (r.outputs.keep.row(0)[n] && r.outputs.weights.row(0)[n * p.config.block_size + 1] > 0)
+      a = r.outputs.anchors.row(0)[n];
   }
   ASSERT_GE(a, 0);
   p.batch.teacher_hidden[a * 16 + 3] = std::numeric_limits<double>::quiet_NaN();
@@ -125,7 +127,8 @@ TEST(DrafterStepRejects, NonFiniteTeacherRowThatCarriesALabel) {
 TEST(DrafterStepRejects, ParameterShape) {
   TinyProblem p;
   p.params.layers[1].k_proj = Tensor<double>(p.tracker, MemoryCategory::parameters, {8, 15});
-  EXPECT_THAT(p.error(), HasSubstr("invalid layers.1.self_attn.k_proj.weight: shape [8, 15] does not match the config's [8, 16]"));
+  EXPECT_THAT(p.error(),
+              HasSubstr("invalid layers.1.self_attn.k_proj.weight: shape [8, 15] does not match the config's [8, 16]"));
 }
 
 TEST(DrafterStepRejects, SequenceOffsetBeyondTheStreamLayout) {
@@ -205,11 +208,17 @@ TEST(DrafterStep, SequencesAddUpUnderTheGlobalWeightSum) {
   std::vector<std::vector<double>> grads;
   for (std::int64_t b = 0; b < 2; ++b) {
     MemoryTracker t;
-    DrafterBatch<double> one{Tensor<std::int64_t>(t, MemoryCategory::inputs, {1, 11}, std::vector<std::int64_t>(p.batch.tokens.row(b), p.batch.tokens.row(b) + 11)),
-                             Tensor<std::uint8_t>(t, MemoryCategory::inputs, {1, 11}, std::vector<std::uint8_t>(p.batch.loss_mask.row(b), p.batch.loss_mask.row(b) + 11)),
-                             Tensor<double>(t, MemoryCategory::inputs, {1, 11, 32}, std::vector<double>(p.batch.target_features.row(b), p.batch.target_features.row(b) + 11 * 32)),
-                             Tensor<double>(t, MemoryCategory::inputs, {1, 11, 16}, std::vector<double>(p.batch.teacher_hidden.row(b), p.batch.teacher_hidden.row(b) + 11 * 16)),
-                             std::nullopt, std::nullopt};
+    DrafterBatch<double> one{
+        Tensor<std::int64_t>(t, MemoryCategory::inputs, {1, 11},
+                             std::vector<std::int64_t>(p.batch.tokens.row(b), p.batch.tokens.row(b) + 11)),
+        Tensor<std::uint8_t>(t, MemoryCategory::inputs, {1, 11},
+                             std::vector<std::uint8_t>(p.batch.loss_mask.row(b), p.batch.loss_mask.row(b) + 11)),
+        Tensor<double>(t, MemoryCategory::inputs, {1, 11, 32},
+                       std::vector<double>(p.batch.target_features.row(b), p.batch.target_features.row(b) + 11 * 32)),
+        Tensor<double>(t, MemoryCategory::inputs, {1, 11, 16},
+                       std::vector<double>(p.batch.teacher_hidden.row(b), p.batch.teacher_hidden.row(b) + 11 * 16)),
+        std::nullopt,
+        std::nullopt};
     DrafterStepOptions o = p.options;
     o.sequence_offset = static_cast<std::uint32_t>(b);
     const DrafterStepResult<double> r = drafter_step(t, p.config, p.params, p.frozen, one, o, std::optional<double>(W));

@@ -34,8 +34,8 @@ TEST(LossHead, SameInputsGiveBitwiseSameResultsOnEveryRun) {
 
 TEST(LossHead, ZeroTotalWeightGivesExactlyZeroLossAndGradients) {
   MemoryTracker data, t;
-  const auto p = make_loss_head_problem<double>(data, {.rows = 7, .hidden = 5, .vocab = 13, .seed = 8,
-                                                       .all_weights_zero = true});
+  const auto p =
+      make_loss_head_problem<double>(data, {.rows = 7, .hidden = 5, .vocab = 13, .seed = 8, .all_weights_zero = true});
   ASSERT_EQ(p.weight_sum, 0.0);
   for (LossPolicy policy : kAllLossPolicies) {
     const auto r = run_loss_head(t, options_for(policy, 3), p.hidden, p.targets(), p.weight_sum);
@@ -113,7 +113,7 @@ TEST(GradientFloors, HiddenFloorDoesNotGrowWithTheVocabulary) {
   };
   const double small = floor_over_gradient(256), large = floor_over_gradient(4096);
   EXPECT_LT(large, 50.0);
-  EXPECT_GT(large, 1.0);        // still above the gradient's scale: saturated rows stay covered
+  EXPECT_GT(large, 1.0);          // still above the gradient's scale: saturated rows stay covered
   EXPECT_LT(large / small, 2.0);  // 16 times the vocabulary; a sum over v would grow ~16 times
 }
 

@@ -19,9 +19,8 @@ using testing::HasSubstr;
 class LossHeadInputs : public testing::Test {
  protected:
   MemoryTracker data;
-  LossHeadProblem<double> p = make_loss_head_problem<double>(data, {.rows = 6, .hidden = 4, .vocab = 9, .seed = 3,
-                                                                     .invalid_fraction = 0.0,
-                                                                     .zero_weight_fraction = 0.0});
+  LossHeadProblem<double> p = make_loss_head_problem<double>(
+      data, {.rows = 6, .hidden = 4, .vocab = 9, .seed = 3, .invalid_fraction = 0.0, .zero_weight_fraction = 0.0});
   LossHeadOptions options;
 
   // Runs the loss head and returns the error message (or "" if it did not throw).
@@ -42,7 +41,8 @@ TEST_F(LossHeadInputs, ValidProblemIsAccepted) { EXPECT_EQ(error_of(), ""); }
 
 TEST_F(LossHeadInputs, HiddenWidthMismatchWithLmHead) {
   Tensor<double> wide(data, MemoryCategory::inputs, {6, 5});
-  EXPECT_THAT(error_of(wide, p.targets(), p.weight_sum), AllOf(HasSubstr("lm_head"), HasSubstr("[9, 4]"), HasSubstr("[9, 5]")));
+  EXPECT_THAT(error_of(wide, p.targets(), p.weight_sum),
+              AllOf(HasSubstr("lm_head"), HasSubstr("[9, 4]"), HasSubstr("[9, 5]")));
 }
 
 TEST_F(LossHeadInputs, TeacherHiddenShapeMismatch) {

@@ -68,7 +68,8 @@ TEST(StoragePool, SmallBlocksAreLeftToMalloc) {
 
 TEST(StoragePool, AFreshBlockEvictsTheOldestToStayWithinTheHighWaterMark) {
   // Larger than every live total so far, so that it sets the high-water mark.
-  const std::size_t n = std::max<std::size_t>(storage_pool_state().high_water_bytes / sizeof(double), kPooledDoubles) + 1;
+  const std::size_t n =
+      std::max<std::size_t>(storage_pool_state().high_water_bytes / sizeof(double), kPooledDoubles) + 1;
   std::vector<double> a = zeroed_storage(n);
   recycle_storage(a);
   StoragePoolState s = storage_pool_state();

@@ -52,9 +52,9 @@ TEST(VerifyRow, ThrownRowFailsAndSaysWhatItThrew) {
 
 TEST(VerifyTable, CountsFailuresButNotSkips) {
   std::ostringstream out;
-  const int failed = print_verify_table(out, {tolerance_row(name("a"), {.error = 0, .tolerance = 1e-12}),
-                                              exact_row(name("b"), {.mismatch = 1}), skipped_row(name("c"), "why"),
-                                              threw_row(name("d"), "what")});
+  const int failed = print_verify_table(
+      out, {tolerance_row(name("a"), {.error = 0, .tolerance = 1e-12}), exact_row(name("b"), {.mismatch = 1}),
+            skipped_row(name("c"), "why"), threw_row(name("d"), "what")});
   EXPECT_EQ(failed, 2);
   EXPECT_NE(out.str().find("4 rows: 1 PASS, 2 FAIL, 1 SKIPPED"), std::string::npos) << out.str();
 }

@@ -15,10 +15,10 @@
 
 #include "common/attention_tiles.hpp"
 #include "cuda/attention/simt_program.hpp"
+#include "harness/cuda/host_block_exec.hpp"
 #include "reference/attention.hpp"
 #include "reference/compare.hpp"
 #include "reference/counter_rng.hpp"
-#include "harness/cuda/host_block_exec.hpp"
 
 namespace dflash {
 
@@ -87,9 +87,9 @@ inline constexpr std::uint64_t kCaseSeed = 0x5EED0A77E17ull;
 inline constexpr std::uint32_t kCaseStep = 7, kCaseSequence = 3, kCaseLayer = 2;
 
 inline AttentionProblem attention_problem(const AttentionCase& c) {
-  return AttentionProblem{c.tiling(), c.mask_view(),
-                          dropout_site_view(kCaseSeed, kCaseStep, kCaseSequence, kCaseLayer, DropoutSite::attention_probs,
-                                            c.dropout)};
+  return AttentionProblem{
+      c.tiling(), c.mask_view(),
+      dropout_site_view(kCaseSeed, kCaseStep, kCaseSequence, kCaseLayer, DropoutSite::attention_probs, c.dropout)};
 }
 
 struct AttentionData {
@@ -188,8 +188,8 @@ AttentionResults<float> program_attention(const AttentionCase& c, const Attentio
 
   AttentionOperands<Storage> in{q.data(), kc.data(), vc.data(), kb.data(), vb.data(), nullptr, nullptr, nullptr};
   const AttentionForwardOutputs<Storage> fwd{out.data(), r.lse.data()};
-  HostGridRun forward = run_grid_on_host(tl.query_tiles(), attention_forward_shared_bytes<Storage>(tl), threads, reverse,
-                                         [&](HostBlockExec& exec, unsigned char* shared, std::int64_t b) {
+  HostGridRun forward = run_grid_on_host(tl.query_tiles(), attention_forward_shared_bytes<Storage>(tl), threads,
+                                         reverse, [&](HostBlockExec& exec, unsigned char* shared, std::int64_t b) {
                                            attention_forward_block(exec, pb, in, fwd, shared, b);
                                          });
   in.out = out.data();

@@ -8,8 +8,8 @@
 
 #include "cuda/attention/tensor_core_backward_program.hpp"
 #include "cuda/attention/tensor_core_program.hpp"
-#include "tests/cuda/attention/simt_support.hpp"
 #include "harness/cuda/host_warp_exec.hpp"
+#include "tests/cuda/attention/simt_support.hpp"
 
 namespace dflash {
 
@@ -52,11 +52,11 @@ inline AttentionResults<float> tensor_core_forward(const AttentionCase& c, const
   r.lse.assign(static_cast<std::size_t>(c.T() * c.nh), -1.0f);
   const AttentionOperands<Bf16Bits> in{q.data(), kc.data(), vc.data(), kb.data(), vb.data(), nullptr, nullptr, nullptr};
   const AttentionForwardOutputs<Bf16Bits> fwd{out.data(), r.lse.data()};
-  HostGridRun grid = run_grid_on_host<HostWarpExec>(
-      tl.query_tiles(), attention_forward_tc_shared_bytes(tl), tc_forward_threads(tl), reverse,
-      [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
-        attention_forward_tc_block(exec, pb, in, fwd, shared, b);
-      });
+  HostGridRun grid =
+      run_grid_on_host<HostWarpExec>(tl.query_tiles(), attention_forward_tc_shared_bytes(tl), tc_forward_threads(tl),
+                                     reverse, [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+                                       attention_forward_tc_block(exec, pb, in, fwd, shared, b);
+                                     });
   for (const Bf16Bits& o : out) r.out.push_back(widen(o));
   r.forward_draws = grid.draws;
   if (run != nullptr) *run = std::move(grid);
@@ -82,15 +82,15 @@ inline AttentionResults<float> tensor_core_backward(const AttentionCase& c, cons
   r.dk_blk.assign(kb.size(), -1.0f);
   r.dv_blk.assign(kb.size(), -1.0f);
   r.delta.assign(r.lse.size(), -1.0f);
-  const AttentionOperands<Bf16Bits> in{q.data(),  kc.data(),   vc.data(),   kb.data(),
+  const AttentionOperands<Bf16Bits> in{q.data(),  kc.data(),  vc.data(),   kb.data(),
                                        vb.data(), out.data(), dout.data(), r.lse.data()};
   const AttentionGradients grads{r.dq.data(),     r.dk_ctx.data(), r.dv_ctx.data(),
                                  r.dk_blk.data(), r.dv_blk.data(), r.delta.data()};
-  HostGridRun dq = run_grid_on_host<HostWarpExec>(tl.query_tiles(), attention_dq_tc_shared_bytes(tl),
-                                                  tc_forward_threads(tl), reverse,
-                                                  [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
-                                                    attention_dq_tc_block(exec, pb, in, grads, shared, b);
-                                                  });
+  HostGridRun dq =
+      run_grid_on_host<HostWarpExec>(tl.query_tiles(), attention_dq_tc_shared_bytes(tl), tc_forward_threads(tl),
+                                     reverse, [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+                                       attention_dq_tc_block(exec, pb, in, grads, shared, b);
+                                     });
   HostGridRun dkv = run_grid_on_host<HostWarpExec>(tl.context_tiles() * tl.nkv, attention_dkv_tc_shared_bytes(tl),
                                                    tc_forward_threads(tl), reverse,
                                                    [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {

@@ -16,10 +16,10 @@
 #include "cuda/attention/kernels.hpp"
 #include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/runtime/device_buffer.hpp"
+#include "harness/cuda/gpu_test_support.hpp"
 #include "reference/compare.hpp"
 #include "tests/cuda/attention/simt_support.hpp"
 #include "tests/cuda/attention/tensor_core_support.hpp"
-#include "harness/cuda/gpu_test_support.hpp"
 
 namespace dflash {
 namespace {
@@ -74,16 +74,15 @@ struct DeviceAttention {
     pb.mask.keep = d.keep.data();
     AttentionOperands<Storage> in{d.q.data(),     d.k_ctx.data(), d.v_ctx.data(), d.k_blk.data(),
                                   d.v_blk.data(), nullptr,        nullptr,        nullptr};
-    launch_attention_forward<Storage>(pb, in, AttentionForwardOutputs<Storage>{d.out.data(), d.lse.data()},
-                                      a.stream(), forward);
+    launch_attention_forward<Storage>(pb, in, AttentionForwardOutputs<Storage>{d.out.data(), d.lse.data()}, a.stream(),
+                                      forward);
     in.out = d.out.data();
     in.d_out = d.d_out.data();
     in.lse = d.lse.data();
-    launch_attention_backward<Storage>(
-        pb, in,
-        AttentionGradients{d.dq.data(), d.dk_ctx.data(), d.dv_ctx.data(), d.dk_blk.data(), d.dv_blk.data(),
-                           d.delta.data()},
-        a.stream(), backward);
+    launch_attention_backward<Storage>(pb, in,
+                                       AttentionGradients{d.dq.data(), d.dk_ctx.data(), d.dv_ctx.data(),
+                                                          d.dk_blk.data(), d.dv_blk.data(), d.delta.data()},
+                                       a.stream(), backward);
     AttentionResults<float> r;
     for (const Storage& o : d.out.download()) r.out.push_back(widen(o));
     r.lse = d.lse.download();
@@ -162,8 +161,8 @@ TEST_F(AttentionGpu, TensorCoreForwardWithinRuleOfHostEmulationAndCudaCores) {
     const AttentionData data = bf16_rounded(AttentionData(c));
     const AttentionResults<double> exact = reference_attention<double>(c, data);
     const AttentionResults<float> host = tensor_core_forward(c, data, false);
-    const AttentionResults<float> got = DeviceAttention<Bf16Bits>::run(
-        allocator(), c, data, AttentionForwardKernel::tensor_cores_where_supported);
+    const AttentionResults<float> got =
+        DeviceAttention<Bf16Bits>::run(allocator(), c, data, AttentionForwardKernel::tensor_cores_where_supported);
     const AttentionResults<float> cuda_cores = DeviceAttention<Bf16Bits>::run(allocator(), c, data);
     expect_within_rule("out", got.out, host.out, exact.out, kAttentionFp32Floor);
     expect_within_rule("lse", got.lse, host.lse, exact.lse, kAttentionFp32Floor);
@@ -207,8 +206,8 @@ TEST_F(AttentionGpu, TensorCoreBackwardWithinRuleOfHostEmulationAndCudaCores) {
         c, data, program_attention<Bf16Bits>(c, data, kAttentionThreads, false, nullptr, true), false);
     const AttentionResults<float> got = DeviceAttention<Bf16Bits>::run(
         allocator(), c, data, cuda_cores, AttentionBackwardKernel::tensor_cores_where_supported);
-    const AttentionResults<float> plain = DeviceAttention<Bf16Bits>::run(allocator(), c, data, cuda_cores,
-                                                                         AttentionBackwardKernel::cuda_cores, true);
+    const AttentionResults<float> plain =
+        DeviceAttention<Bf16Bits>::run(allocator(), c, data, cuda_cores, AttentionBackwardKernel::cuda_cores, true);
     expect_gradients_within_rule(got, host, exact, kAttentionFp32Floor);
     expect_gradients_within_rule(got, plain, exact, kAttentionFp32Floor);
     EXPECT_TRUE(bitwise_equal(got.delta, plain.delta));  // the same code on the same O

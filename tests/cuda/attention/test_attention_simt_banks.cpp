@@ -27,8 +27,8 @@ std::vector<SharedAccess> one_step(std::size_t first_word, std::size_t lane_stri
 }
 
 TEST(SharedBankWays, CountsDistinctWordsPerBank) {
-  EXPECT_EQ(bank_ways(one_step(3, 1)).ways, 1);   // consecutive words: every bank once
-  EXPECT_EQ(bank_ways(one_step(3, 0)).ways, 1);   // one word: a broadcast
+  EXPECT_EQ(bank_ways(one_step(3, 1)).ways, 1);    // consecutive words: every bank once
+  EXPECT_EQ(bank_ways(one_step(3, 0)).ways, 1);    // one word: a broadcast
   EXPECT_EQ(bank_ways(one_step(0, 64)).ways, 32);  // bf16 rows of d = 128
   EXPECT_EQ(bank_ways(one_step(0, 65)).ways, 1);   // the padded rows
   EXPECT_EQ(bank_ways(one_step(0, 2)).ways, 2);
@@ -120,19 +120,22 @@ void expect_design_ways(const BankCase& bc, const char* storage) {
   std::vector<float> dq(q.size()), dk_ctx(kc.size()), dv_ctx(kc.size()), dk_blk(kb.size()), dv_blk(kb.size());
   AttentionOperands<Storage> in{q.data(), kc.data(), vc.data(), kb.data(), vb.data(), nullptr, nullptr, nullptr};
   const AttentionForwardOutputs<Storage> fwd{out.data(), lse.data()};
-  const ProgramBanks forward = trace_program(
-      tl.query_tiles(), attention_forward_shared_bytes<Storage>(tl),
-      [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) { attention_forward_block(exec, pb, in, fwd, shared, b); });
+  const ProgramBanks forward = trace_program(tl.query_tiles(), attention_forward_shared_bytes<Storage>(tl),
+                                             [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) {
+                                               attention_forward_block(exec, pb, in, fwd, shared, b);
+                                             });
   in.out = out.data();
   in.d_out = dout.data();
   in.lse = lse.data();
   const AttentionGradients grads{dq.data(), dk_ctx.data(), dv_ctx.data(), dk_blk.data(), dv_blk.data(), delta.data()};
-  const ProgramBanks dq_banks = trace_program(
-      tl.query_tiles(), attention_dq_shared_bytes<Storage>(tl),
-      [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) { attention_dq_block(exec, pb, in, grads, shared, b); });
-  const ProgramBanks dkv_banks = trace_program(
-      tl.context_tiles() * tl.nkv, attention_dkv_shared_bytes<Storage>(tl),
-      [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) { attention_dkv_block(exec, pb, in, grads, shared, b); });
+  const ProgramBanks dq_banks = trace_program(tl.query_tiles(), attention_dq_shared_bytes<Storage>(tl),
+                                              [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) {
+                                                attention_dq_block(exec, pb, in, grads, shared, b);
+                                              });
+  const ProgramBanks dkv_banks = trace_program(tl.context_tiles() * tl.nkv, attention_dkv_shared_bytes<Storage>(tl),
+                                               [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) {
+                                                 attention_dkv_block(exec, pb, in, grads, shared, b);
+                                               });
   const struct {
     const char* name;
     const ProgramBanks& banks;
@@ -143,8 +146,9 @@ void expect_design_ways(const BankCase& bc, const char* storage) {
                 static_cast<long long>(p.banks.worst.step));
     EXPECT_GT(p.banks.accesses, 0) << p.name << ": the trace saw no shared access";
     EXPECT_LE(p.banks.worst.ways, bc.design_ways)
-        << storage << " " << p.name << ": " << p.banks.worst.ways << "-way bank conflict in phase " << p.banks.worst.phase
-        << ", warp " << p.banks.worst.warp << ", step " << p.banks.worst.step << " (design: " << bc.design_ways << ")";
+        << storage << " " << p.name << ": " << p.banks.worst.ways << "-way bank conflict in phase "
+        << p.banks.worst.phase << ", warp " << p.banks.worst.warp << ", step " << p.banks.worst.step
+        << " (design: " << bc.design_ways << ")";
   }
 }
 

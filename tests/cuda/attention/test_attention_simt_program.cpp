@@ -25,8 +25,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionProgram, ::testing::ValuesIn(attention_
                          [](const auto& info) { return info.param.name; });
 
 bool reference_sees(const VisibleKeys& v, std::int64_t S, std::int64_t key) {
-  return key < S ? v.context_begin <= key && key < v.context_end
-                 : v.block_begin <= key - S && key - S < v.block_end;
+  return key < S ? v.context_begin <= key && key < v.context_end : v.block_begin <= key - S && key - S < v.block_end;
 }
 
 TEST_P(AttentionProgram, MaskMatchesReferenceOnEveryQueryKeyPair) {
@@ -53,13 +52,41 @@ void expect_problem(AttentionTiling t, const char* field) {
   ASSERT_NE(problem, nullptr);
   EXPECT_EQ(std::string(problem).rfind(field, 0), 0u) << problem;
 }
-TEST(AttentionTiling, NegativeContextRefused) { auto t = good_tiling(); t.S = -1; expect_problem(t, "S "); }
-TEST(AttentionTiling, NoBlocksRefused) { auto t = good_tiling(); t.N = 0; expect_problem(t, "N "); }
-TEST(AttentionTiling, EmptyBlockRefused) { auto t = good_tiling(); t.B = 0; expect_problem(t, "B "); }
-TEST(AttentionTiling, NoKvHeadsRefused) { auto t = good_tiling(); t.nkv = 0; expect_problem(t, "nkv "); }
-TEST(AttentionTiling, HeadsNotAMultipleOfKvHeadsRefused) { auto t = good_tiling(); t.nh = 3; expect_problem(t, "nh "); }
-TEST(AttentionTiling, ZeroHeadDimRefused) { auto t = good_tiling(); t.d = 0; expect_problem(t, "d "); }
-TEST(AttentionTiling, ZeroKeyTileRefused) { auto t = good_tiling(); t.key_tile = 0; expect_problem(t, "key_tile "); }
+TEST(AttentionTiling, NegativeContextRefused) {
+  auto t = good_tiling();
+  t.S = -1;
+  expect_problem(t, "S ");
+}
+TEST(AttentionTiling, NoBlocksRefused) {
+  auto t = good_tiling();
+  t.N = 0;
+  expect_problem(t, "N ");
+}
+TEST(AttentionTiling, EmptyBlockRefused) {
+  auto t = good_tiling();
+  t.B = 0;
+  expect_problem(t, "B ");
+}
+TEST(AttentionTiling, NoKvHeadsRefused) {
+  auto t = good_tiling();
+  t.nkv = 0;
+  expect_problem(t, "nkv ");
+}
+TEST(AttentionTiling, HeadsNotAMultipleOfKvHeadsRefused) {
+  auto t = good_tiling();
+  t.nh = 3;
+  expect_problem(t, "nh ");
+}
+TEST(AttentionTiling, ZeroHeadDimRefused) {
+  auto t = good_tiling();
+  t.d = 0;
+  expect_problem(t, "d ");
+}
+TEST(AttentionTiling, ZeroKeyTileRefused) {
+  auto t = good_tiling();
+  t.key_tile = 0;
+  expect_problem(t, "key_tile ");
+}
 
 TEST(AttentionDropoutElement, IsTheSpecIndex) {
   // SPEC §6 site 1: (h T + i)(S + T) + j. h = 2, i = 3, j = 5, S = 7, T = 11: (22 + 3) 18 + 5.
@@ -171,12 +198,13 @@ TEST_P(AttentionProgram, BitsIndependentOfThreadPartitionAndOrder) {
   const AttentionCase& c = GetParam();
   const AttentionData data(c);
   const AttentionResults<float> base = program_attention<float>(c, data, kAttentionThreads, false);
-  for (const auto& [threads, reverse] : {std::pair{kAttentionThreads, true}, std::pair{1, false}, std::pair{37, true}}) {
+  for (const auto& [threads, reverse] :
+       {std::pair{kAttentionThreads, true}, std::pair{1, false}, std::pair{37, true}}) {
     const AttentionResults<float> other = program_attention<float>(c, data, threads, reverse);
-    for (const auto& [a, b] : {std::pair{&base.out, &other.out}, std::pair{&base.lse, &other.lse},
-                               std::pair{&base.dq, &other.dq}, std::pair{&base.dk_ctx, &other.dk_ctx},
-                               std::pair{&base.dv_ctx, &other.dv_ctx}, std::pair{&base.dk_blk, &other.dk_blk},
-                               std::pair{&base.dv_blk, &other.dv_blk}}) {
+    for (const auto& [a, b] :
+         {std::pair{&base.out, &other.out}, std::pair{&base.lse, &other.lse}, std::pair{&base.dq, &other.dq},
+          std::pair{&base.dk_ctx, &other.dk_ctx}, std::pair{&base.dv_ctx, &other.dv_ctx},
+          std::pair{&base.dk_blk, &other.dk_blk}, std::pair{&base.dv_blk, &other.dv_blk}}) {
       ASSERT_EQ(a->size(), b->size());
       for (std::size_t e = 0; e < a->size(); ++e) {
         ASSERT_TRUE(same_bits((*a)[e], (*b)[e])) << threads << " threads, reverse " << reverse << ", element " << e;

@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "cuda/loss_head/problem.hpp"
-#include "planner/loss_head_memory.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
+#include "planner/loss_head_memory.hpp"
 
 namespace dflash {
 namespace {
@@ -52,8 +52,14 @@ class CudaLossHeadMemory : public GpuTest {
 };
 
 CategoryBytes plan(const LossHeadProblemSpec& spec, LossPolicy policy, std::int64_t chunk) {
-  const LossHeadShape s{.rows = spec.rows, .hidden = spec.hidden, .vocab = spec.vocab, .chunk_rows = chunk,
-                        .element_bytes = 2, .statistic_bytes = 4, .lm_head_grad = false, .gradient_bytes = 4};
+  const LossHeadShape s{.rows = spec.rows,
+                        .hidden = spec.hidden,
+                        .vocab = spec.vocab,
+                        .chunk_rows = chunk,
+                        .element_bytes = 2,
+                        .statistic_bytes = 4,
+                        .lm_head_grad = false,
+                        .gradient_bytes = 4};
   return cuda_loss_head_memory(s, policy);
 }
 

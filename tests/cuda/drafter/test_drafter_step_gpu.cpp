@@ -5,24 +5,24 @@
 // same, two runs bitwise equal, its device peaks per category as `dflash plan` plans them, and
 // bad input refused with the reference's message before anything is put on the device. Skipped,
 // with the reason, without a GPU.
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <vector>
 
 #include "common/tolerances.hpp"
-#include "cuda/trunk/device_backend.hpp"
-#include "cuda/gemm/cublas.hpp"
 #include "cuda/drafter/step.hpp"
+#include "cuda/gemm/cublas.hpp"
 #include "cuda/gemm/linear.hpp"
-#include "planner/training_plan.hpp"
-#include "reference/compare.hpp"
-#include "reference/drafter_problem.hpp"
+#include "cuda/trunk/device_backend.hpp"
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
 #include "harness/cuda/host_backend.hpp"
+#include "planner/training_plan.hpp"
+#include "reference/compare.hpp"
+#include "reference/drafter_problem.hpp"
 #include "tests/cuda/trunk/twin_support.hpp"
 
 namespace dflash {
@@ -37,8 +37,7 @@ struct StepProblem {
   FrozenWeights<double> frozen;
   DrafterBatch<double> batch;
 
-  StepProblem(const char* name, std::int64_t context_length)
-      : config(load_drafter_config(test_config_file(name))) {
+  StepProblem(const char* name, std::int64_t context_length) : config(load_drafter_config(test_config_file(name))) {
     config.attention_dropout = 0.1;
     config.hidden_dropout = 0.1;
     params = init_drafter_parameters<double>(tracker, config, 11, 0.2);
@@ -50,7 +49,9 @@ struct StepProblem {
 // The statistics and every gradient, flattened (loss, ce, kl, correct, valid rows first).
 std::vector<double> flatten(const CudaDrafterStepResult& r) {
   std::vector<double> all = {r.stats.loss, r.stats.ce, r.stats.kl, double(r.stats.correct), double(r.stats.valid_rows)};
-  r.grads.for_each([&](const std::string&, const Tensor<double>& t) { all.insert(all.end(), t.values().begin(), t.values().end()); });
+  r.grads.for_each([&](const std::string&, const Tensor<double>& t) {
+    all.insert(all.end(), t.values().begin(), t.values().end());
+  });
   all.insert(all.end(), r.target_features_grad.values().begin(), r.target_features_grad.values().end());
   return all;
 }
@@ -141,8 +142,8 @@ TEST_F(DrafterStepGpu, PeaksPerCategoryAsPlanned) {
     EXPECT_EQ(peak(MemoryCategory::saved), c[PlanCategory::saved]);
     EXPECT_EQ(peak(MemoryCategory::loss_saved), c[PlanCategory::loss_saved]);
     EXPECT_EQ(peak(MemoryCategory::outputs), c[PlanCategory::outputs]);
-    const std::int64_t device_only = std::int64_t(LinearGemm::kWorkspaceBytes + CublasGemm::kDefaultWorkspaceBytes) +
-                                     3 * 64;
+    const std::int64_t device_only =
+        std::int64_t(LinearGemm::kWorkspaceBytes + CublasGemm::kDefaultWorkspaceBytes) + 3 * 64;
     EXPECT_GE(peak(MemoryCategory::transient), c[PlanCategory::transient]);
     EXPECT_LE(peak(MemoryCategory::transient), c[PlanCategory::transient] + device_only);
     EXPECT_EQ(allocator().tracker().current_total(), 0u) << "the step frees what it allocated";

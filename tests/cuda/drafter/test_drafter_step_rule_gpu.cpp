@@ -13,11 +13,11 @@
 #include <gtest/gtest.h>
 
 #include "cuda/drafter/step.hpp"
-#include "reference/compare.hpp"
-#include "reference/drafter_problem.hpp"
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
+#include "reference/compare.hpp"
+#include "reference/drafter_problem.hpp"
 
 namespace dflash {
 namespace {
@@ -26,8 +26,8 @@ std::string case_name(const StepProblemCase& c) {
   return std::string(c.config) + (c.dropout > 0 ? " dropout" : " no dropout");
 }
 
-void expect_step_within_rule(const DrafterParameters<double>& params, const StepValues& got,
-                                    const StepValues& plain, const StepValues& exact) {
+void expect_step_within_rule(const DrafterParameters<double>& params, const StepValues& got, const StepValues& plain,
+                             const StepValues& exact) {
   for (const RuleLine& l : step_rule_lines(params, got, plain, exact)) {
     EXPECT_LE(l.error, l.bound) << l.name << ": error " << l.error << ", plain " << l.plain_error;
     std::printf("  %-28s error %.2e  plain %.2e  bound %.2e\n", l.name.c_str(), l.error, l.plain_error, l.bound);
@@ -51,7 +51,8 @@ TEST_P(DrafterStepRule, EveryPolicyWithinBf16RuleAndBitwiseEqual) {
   const StepValues plain = plain_bf16_drafter_step(p.config, p.params, p.frozen, p.batch, reference_options);
 
   std::vector<double> chunked;
-  for (const LossPolicy loss : {LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward, LossPolicy::materialize}) {
+  for (const LossPolicy loss :
+       {LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward, LossPolicy::materialize}) {
     std::vector<double> first;
     for (const TrunkPolicy trunk : kAllTrunkPolicies) {
       SCOPED_TRACE(std::string(trunk_policy_name(trunk)) + " x " + std::string(loss_policy_name(loss)));
@@ -72,8 +73,8 @@ TEST_P(DrafterStepRule, EveryPolicyWithinBf16RuleAndBitwiseEqual) {
       expect_bitwise(first, chunked, "chunk_recompute vs chunk_grad_in_forward");
     }
   }
-  const StepValues again = step_values(cuda_drafter_step(allocator(), p.tracker, p.config, p.params, p.frozen,
-                                                         p.batch, p.options(TrunkPolicy::none, LossPolicy::chunk_recompute)));
+  const StepValues again = step_values(cuda_drafter_step(allocator(), p.tracker, p.config, p.params, p.frozen, p.batch,
+                                                         p.options(TrunkPolicy::none, LossPolicy::chunk_recompute)));
   expect_bitwise(flattened(again), chunked, "a second run");
 }
 

@@ -15,13 +15,12 @@
 #include <gtest/gtest.h>
 
 #include "golden/compare_rules.hpp"
-#include "reference/drafter_problem.hpp"
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
+#include "reference/drafter_problem.hpp"
 
 namespace dflash {
 namespace {
-
 
 class PlainBf16Step : public ::testing::TestWithParam<StepProblemCase> {};
 

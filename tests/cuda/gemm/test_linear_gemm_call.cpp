@@ -22,10 +22,10 @@
 
 #include "common/bf16.hpp"
 #include "cuda/gemm/cublas_call.hpp"
+#include "harness/cuda/config_path.hpp"
+#include "io/errors.hpp"
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_dims.hpp"
-#include "io/errors.hpp"
-#include "harness/cuda/config_path.hpp"
 #include "tests/cuda/gemm/textbook_gemm.hpp"
 
 namespace dflash {
@@ -139,19 +139,24 @@ struct Projection {
 
 // Every linear layer trunk_layer.hpp and trunk.hpp issue (forward, input grad, weight grad each).
 std::vector<Projection> trunk_projections(const DrafterDims& m) {
-  return {{"fc", m.S, m.H, m.feature_width()},  {"q_proj", m.T, m.q_width(), m.H},
-          {"k_proj ctx", m.S, m.kv_width(), m.H}, {"v_proj ctx", m.S, m.kv_width(), m.H},
-          {"k_proj blk", m.T, m.kv_width(), m.H}, {"v_proj blk", m.T, m.kv_width(), m.H},
-          {"o_proj", m.T, m.H, m.q_width()},      {"gate_proj", m.T, m.I, m.H},
-          {"up_proj", m.T, m.I, m.H},             {"down_proj", m.T, m.H, m.I}};
+  return {{"fc", m.S, m.H, m.feature_width()},
+          {"q_proj", m.T, m.q_width(), m.H},
+          {"k_proj ctx", m.S, m.kv_width(), m.H},
+          {"v_proj ctx", m.S, m.kv_width(), m.H},
+          {"k_proj blk", m.T, m.kv_width(), m.H},
+          {"v_proj blk", m.T, m.kv_width(), m.H},
+          {"o_proj", m.T, m.H, m.q_width()},
+          {"gate_proj", m.T, m.I, m.H},
+          {"up_proj", m.T, m.I, m.H},
+          {"down_proj", m.T, m.H, m.I}};
 }
 
 // Checks sampled elements of the call's C (the four corners and a few inside) against the
 // row-major definition `want(r, c)` of the [R, Cols] output, and that (i, j) -> C's index covers
 // that output exactly once.
 template <class Want>
-void expect_sampled(const GemmCall& g, const GemmOperand& a, const GemmOperand& b, const GemmOperand& c,
-                    std::int64_t R, std::int64_t cols, Want want) {
+void expect_sampled(const GemmCall& g, const GemmOperand& a, const GemmOperand& b, const GemmOperand& c, std::int64_t R,
+                    std::int64_t cols, Want want) {
   ASSERT_EQ(std::int64_t(g.m) * g.n, R * cols) << "the call does not cover the output";
   ASSERT_EQ(g.ldc, g.m) << "the output's columns overlap or leave gaps";
   std::mt19937 rng(9);

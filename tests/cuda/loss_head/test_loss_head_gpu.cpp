@@ -9,10 +9,10 @@
 
 #include <gtest/gtest.h>
 
-#include "reference/bf16_tolerance.hpp"
 #include "cuda/loss_head/problem.hpp"
-#include "reference/loss_head_compare.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
+#include "reference/bf16_tolerance.hpp"
+#include "reference/loss_head_compare.hpp"
 
 namespace dflash {
 namespace {
@@ -35,14 +35,29 @@ std::vector<CudaCase> cuda_cases() {
       {"T37_H24_V301", {.rows = 37, .hidden = 24, .vocab = 301, .seed = 101}, 1.0, 0.85, 0.15, {1, 5, 37, 50}},
       {"T53_H32_V1000_aligned", {.rows = 53, .hidden = 32, .vocab = 1000, .seed = 102}, 1.0, 0.85, 0.15, {16, 64}},
       {"T29_H16_V517_tau0p5_sharp_teacher",
-       {.rows = 29, .hidden = 16, .vocab = 517, .seed = 103, .teacher_scale = 2.0}, 0.5, 0.7, 0.3, {7}},
+       {.rows = 29, .hidden = 16, .vocab = 517, .seed = 103, .teacher_scale = 2.0},
+       0.5,
+       0.7,
+       0.3,
+       {7}},
       {"T31_H16_V264_tau3_zero_weights_and_head",
        {.rows = 31, .hidden = 16, .vocab = 264, .seed = 104, .zero_weight_fraction = 0.3, .zero_lm_head_fraction = 0.3},
-       3.0, 0.85, 0.15, {8, 31}},
-      {"T17_H8_V203_extreme_logits", {.rows = 17, .hidden = 8, .vocab = 203, .seed = 105, .logit_scale = 1e4}, 0.05,
-       0.85, 0.15, {4}},
-      {"T19_H16_V128_W0", {.rows = 19, .hidden = 16, .vocab = 128, .seed = 106, .all_weights_zero = true}, 1.0, 0.85,
-       0.15, {6}},
+       3.0,
+       0.85,
+       0.15,
+       {8, 31}},
+      {"T17_H8_V203_extreme_logits",
+       {.rows = 17, .hidden = 8, .vocab = 203, .seed = 105, .logit_scale = 1e4},
+       0.05,
+       0.85,
+       0.15,
+       {4}},
+      {"T19_H16_V128_W0",
+       {.rows = 19, .hidden = 16, .vocab = 128, .seed = 106, .all_weights_zero = true},
+       1.0,
+       0.85,
+       0.15,
+       {6}},
       {"T9_H40_V4099", {.rows = 9, .hidden = 40, .vocab = 4099, .seed = 107}, 1.0, 0.85, 0.15, {4}},
       {"T12_H64_V16384_aligned", {.rows = 12, .hidden = 64, .vocab = 16384, .seed = 108}, 1.0, 0.85, 0.15, {5}},
       {"T1_H8_V9", {.rows = 1, .hidden = 8, .vocab = 9, .seed = 109, .invalid_fraction = 0.0}, 1.0, 0.85, 0.15, {1, 4}},

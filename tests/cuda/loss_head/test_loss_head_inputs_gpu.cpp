@@ -48,8 +48,8 @@ class CudaLossHeadInputs : public GpuTest {
     }
   }
 
-  static constexpr LossHeadProblemSpec kSpec{.rows = 24, .hidden = 16, .vocab = 203, .seed = 31,
-                                             .invalid_fraction = 0.25};
+  static constexpr LossHeadProblemSpec kSpec{
+      .rows = 24, .hidden = 16, .vocab = 203, .seed = 31, .invalid_fraction = 0.25};
   MemoryTracker host_;
   std::unique_ptr<LossHeadProblem<double>> problem_;
   std::unique_ptr<CudaLossHeadProblem> device_;
@@ -90,7 +90,8 @@ TEST_F(CudaLossHeadInputs, RejectsAValidFlagThatIsNotZeroOrOne) {
 }
 
 TEST_F(CudaLossHeadInputs, RejectsAZeroWeightSumWithPositiveWeights) {
-  expect_input_error([&] { forward(0.0, device_->targets()); }, "weight_sum", "zero while some row weights are positive");
+  expect_input_error([&] { forward(0.0, device_->targets()); }, "weight_sum",
+                     "zero while some row weights are positive");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsNonFiniteHiddenNamingElementAndRow) {
@@ -121,8 +122,8 @@ TEST_F(CudaLossHeadInputs, RejectsBackwardUnderAnotherPolicy) {
   LossHeadOptions o;
   o.policy = LossPolicy::chunk_grad_in_forward;
   CudaLossHead forward_head(allocator(), o);
-  CudaLossHeadForward f = forward_head.forward(device_->hidden.data(), device_->shape, device_->targets(),
-                                               device_->weight_sum);
+  CudaLossHeadForward f =
+      forward_head.forward(device_->hidden.data(), device_->shape, device_->targets(), device_->weight_sum);
   CudaLossHead backward_head(allocator(), LossHeadOptions{});
   expect_input_error([&] { backward_head.backward(device_->targets(), std::move(f.saved)); }, "loss_policy",
                      "chunk_grad_in_forward");

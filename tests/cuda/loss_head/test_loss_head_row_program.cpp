@@ -82,9 +82,17 @@ struct RowOutputs {
   // lse and token loss start as the launcher leaves them (zeros: the invalid rows' outputs); the
   // rest as a sentinel that no row it is not written for may lose.
   explicit RowOutputs(std::int64_t T)
-      : row_stats(kSavedRowStats * T, -1.0f), lse(T, 0.0f), token_loss(T, 0.0f), ce(T, -1.0f), kl(T, -1.0f),
-        correct(T, 7), count(T, -1), argmax(T, -1) {}
-  DeviceRowOutputs view() { return {row_stats.data(), lse.data(), token_loss.data(), ce.data(), kl.data(), correct.data()}; }
+      : row_stats(kSavedRowStats * T, -1.0f),
+        lse(T, 0.0f),
+        token_loss(T, 0.0f),
+        ce(T, -1.0f),
+        kl(T, -1.0f),
+        correct(T, 7),
+        count(T, -1),
+        argmax(T, -1) {}
+  DeviceRowOutputs view() {
+    return {row_stats.data(), lse.data(), token_loss.data(), ce.data(), kl.data(), correct.data()};
+  }
 };
 
 template <class F>
@@ -133,9 +141,8 @@ void run_row_stats_block(const RowProblem& p, const Bf16Bits* zr, const Bf16Bits
   const RowScales sc = row_scales(p.hw);
   const auto label = static_cast<std::int32_t>(p.labels[i]);
   std::vector<KernelRowStats> partial(kRowThreads);
-  each_thread(kRowThreads, descending, [&](int j) {
-    partial[j] = row_stats_thread_partial(zr, tr, p.vocab, label, sc, j, vector);
-  });
+  each_thread(kRowThreads, descending,
+              [&](int j) { partial[j] = row_stats_thread_partial(zr, tr, p.vocab, label, sc, j, vector); });
   for (int half = kRowThreads / 2; half > 0; half /= 2) {
     each_thread(kRowThreads, descending, [&](int j) { merge_tree_level(partial.data(), half, j); });
   }
@@ -181,9 +188,8 @@ void run_logit_grad_block(const RowProblem& p, const std::vector<float>& row_sta
   const float scale = row_logit_grad_scale(in, i, p.weight_sum);
   const std::int32_t label = scale == 0.0f ? -1 : static_cast<std::int32_t>(p.labels[i]);
   const HybridRowResult<float> row = scale == 0.0f ? HybridRowResult<float>{} : load_row_stats(row_stats.data(), i);
-  each_thread(kRowThreads, descending, [&](int j) {
-    logit_grad_thread(zr, tr, p.vocab, label, row, p.hw, row_scales(p.hw), scale, j, vector);
-  });
+  each_thread(kRowThreads, descending,
+              [&](int j) { logit_grad_thread(zr, tr, p.vocab, label, row, p.hw, row_scales(p.hw), scale, j, vector); });
 }
 
 // The un-gathered gradient pass over every row; returns the [T, V] chunk after the in-place update.
@@ -216,7 +222,7 @@ std::vector<float> hidden_grad_of(const std::vector<Bf16Bits>& dz, std::int64_t 
 // The loss head's gradient: per chunk of listed rows, gathered z and t, the gradient pass, dL/dY_c =
 // dz_c W, scattered into a zeroed [T, H] dL/dY. Also returns the chunks' dz, concatenated.
 struct GatheredGradient {
-  std::vector<Bf16Bits> dz;  // [n, V], compact
+  std::vector<Bf16Bits> dz;        // [n, V], compact
   std::vector<float> hidden_grad;  // [T, H]
 };
 GatheredGradient run_logit_grad_gathered(const RowProblem& p, const std::vector<float>& row_stats,
@@ -293,7 +299,8 @@ void expect_row_stats_within_fp32_bound(const RowProblem& p, const RowOutputs& o
     EXPECT_LE(std::abs(saved.lse_tt - d.row.lse_tt), bound * d.scale);
     EXPECT_LE(std::abs(out.ce[r] - d.row.ce), bound * d.scale);
     EXPECT_LE(std::abs(out.kl[r] - d.row.kl), bound * d.scale);
-    EXPECT_LE(std::abs(out.token_loss[r] - (h * d.row.ce + s * tau * tau * d.row.kl)), (h + s * tau * tau) * bound * d.scale);
+    EXPECT_LE(std::abs(out.token_loss[r] - (h * d.row.ce + s * tau * tau * d.row.kl)),
+              (h + s * tau * tau) * bound * d.scale);
   }
 }
 
@@ -319,14 +326,14 @@ void expect_gradient_within_fp32_bound(const RowProblem& p, const std::vector<fl
     for (std::int32_t v = 0; v < p.vocab; ++v) {
       const double z = p.z_at(r, v), t = p.t_at(r, v);
       const double want = hybrid_logit_grad(z, teacher_log_prob(t, row, tau), v == p.labels[r], row, tau, h, s, scale);
-      const double pz = std::exp(z - row.lse_z), pt = std::exp(z / tau - row.lse_zt), q = std::exp(t / tau - row.lse_tt);
+      const double pz = std::exp(z - row.lse_z), pt = std::exp(z / tau - row.lse_zt),
+                   q = std::exp(t / tau - row.lse_tt);
       const auto tau_term = [&](double x, double lse) {  // x = z/tau or t/tau
         return u * (4 * std::abs(x) + 2 * std::abs(lse) + std::abs(x - lse) + 2);
       };
-      const double fp32 =
-          scale * (h * pz * u * (std::abs(z) + std::abs(row.lse_z) + 2 * std::abs(z - row.lse_z) + 2) +
-                   s * tau * (pt * tau_term(z / tau, row.lse_zt) + q * tau_term(t / tau, row.lse_tt)) +
-                   4 * u * (h * (pz + 1) + s * tau * (pt + q)));
+      const double fp32 = scale * (h * pz * u * (std::abs(z) + std::abs(row.lse_z) + 2 * std::abs(z - row.lse_z) + 2) +
+                                   s * tau * (pt * tau_term(z / tau, row.lse_zt) + q * tau_term(t / tau, row.lse_tt)) +
+                                   4 * u * (h * (pz + 1) + s * tau * (pt + q)));
       const double got = float_from_bf16_bits(dz[r * p.vocab + v]);
       ASSERT_LE(std::abs(got - want), fp32 * (1 + 2 * kBf16Unit) + kBf16Unit * std::abs(want))
           << "row " << r << " column " << v << ": " << got << " vs " << want;

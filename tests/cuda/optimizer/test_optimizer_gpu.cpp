@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/runtime/device_buffer.hpp"
 #include "cuda/optimizer/adamw_kernels.hpp"
+#include "cuda/runtime/device_buffer.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
 #include "tests/cuda/optimizer/test_support.hpp"
 
@@ -46,7 +46,8 @@ TEST_F(OptimizerGpu, NormCastAndThreeAdamWStepsMatchTheHost) {
   std::vector<float> theta = random_floats(kCount, 2, 0.5f);
   DoubleAdamW reference(theta, flat, h);
   DeviceBuffer<float> d_theta = upload(allocator(), theta);
-  DeviceBuffer<float> d_m(allocator(), MemoryCategory::transient, kCount), d_v(allocator(), MemoryCategory::transient, kCount);
+  DeviceBuffer<float> d_m(allocator(), MemoryCategory::transient, kCount),
+      d_v(allocator(), MemoryCategory::transient, kCount);
   d_m.zero();
   d_v.zero();
   DeviceBuffer<std::int64_t> d_ends = upload(allocator(), flat.ends);

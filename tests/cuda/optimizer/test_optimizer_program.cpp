@@ -60,7 +60,7 @@ TEST(OptimizerProgram, AdamWStepsFollowTheDoubleReferenceAndTheCastIsBf16Roundin
     std::vector<float> thetas[2] = {theta, theta}, ms[2] = {m, m}, vs[2] = {v, v};
     for (int order = 0; order < 2; ++order) {
       const AdamWRange range = adamw_range(thetas[order].data(), ms[order].data(), vs[order].data(), g.data(), kCount,
-                                             clip, h, t, flat.table());
+                                           clip, h, t, flat.table());
       elementwise_on_host(kCount, order == 1, [&](std::int64_t i) { adamw_step_at(i, range); });
     }
     ASSERT_EQ(thetas[0], thetas[1]);

@@ -70,15 +70,28 @@ inline std::vector<float> random_floats(std::int64_t n, unsigned seed, float sca
 // The fp32 step's range over n elements of theta, m, v (host or device) for step t.
 inline AdamWRange adamw_range(float* theta, float* m, float* v, const float* g, std::int64_t n, double clip,
                               const TestAdamW& h, long long t, DecayTable table) {
-  return {theta, m, v, g, 0, n, clip, adamw_scalars(h.lr, h.weight_decay, true, h.beta1, h.beta2, h.eps, t),
-          adamw_scalars(h.lr, h.weight_decay, false, h.beta1, h.beta2, h.eps, t), table};
+  return {theta,
+          m,
+          v,
+          g,
+          0,
+          n,
+          clip,
+          adamw_scalars(h.lr, h.weight_decay, true, h.beta1, h.beta2, h.eps, t),
+          adamw_scalars(h.lr, h.weight_decay, false, h.beta1, h.beta2, h.eps, t),
+          table};
 }
 
 class DoubleAdamW {
  public:
   DoubleAdamW(const std::vector<float>& theta, const TestFlat& flat, const TestAdamW& h)
-      : flat_(flat), h_(h), theta_(theta.begin(), theta.end()), m_(theta.size(), 0.0), v_(theta.size(), 0.0),
-        moved_(theta.size(), 0.0), g_max_(theta.size(), 0.0) {}
+      : flat_(flat),
+        h_(h),
+        theta_(theta.begin(), theta.end()),
+        m_(theta.size(), 0.0),
+        v_(theta.size(), 0.0),
+        moved_(theta.size(), 0.0),
+        g_max_(theta.size(), 0.0) {}
 
   // Optimizer step t (0-based) with gradient g scaled by clip.
   void step(const std::vector<float>& g, double clip, long long t) {

@@ -25,7 +25,8 @@ TrunkValues<float> twin_trunk(const TrunkProblem& p, TrunkPolicy policy, std::in
 }
 
 class TrunkTwin : public ::testing::TestWithParam<TrunkCase> {};
-INSTANTIATE_TEST_SUITE_P(Configs, TrunkTwin, ::testing::Values(TrunkCase{"tiny.json", 11, 4}, TrunkCase{"mid.json", 300, 4}),
+INSTANTIATE_TEST_SUITE_P(Configs, TrunkTwin,
+                         ::testing::Values(TrunkCase{"tiny.json", 11, 4}, TrunkCase{"mid.json", 300, 4}),
                          [](const auto& info) { return std::string(info.param.config).substr(0, 3); });
 
 TEST_P(TrunkTwin, WithinFp32RuleOfDoubleReference) {

@@ -11,11 +11,11 @@
 
 #include "common/tolerances.hpp"
 #include "cuda/trunk/elementwise_program.hpp"
+#include "harness/cuda/host_block_exec.hpp"
 #include "reference/compare.hpp"
 #include "reference/counter_rng.hpp"
 #include "reference/drafter_layer.hpp"
 #include "tests/cuda/attention/simt_support.hpp"
-#include "harness/cuda/host_block_exec.hpp"
 
 namespace dflash {
 namespace {
@@ -42,7 +42,8 @@ TEST(TrunkElementwise, EmbeddingGatherCopiesTheTokenRowsBitwise) {
   const std::vector<float> table = as<float>(random_values(V * H, 1));
   const std::vector<std::int64_t> tokens = {3, 8, 8, 0, 8, 8, 7, 8};  // anchor tokens, mask token 8
   std::vector<float> x(tokens.size() * H, -1.0f);
-  for (std::int64_t e = 0; e < static_cast<std::int64_t>(x.size()); ++e) embedding_gather_at(e, H, tokens.data(), table.data(), x.data());
+  for (std::int64_t e = 0; e < static_cast<std::int64_t>(x.size()); ++e)
+    embedding_gather_at(e, H, tokens.data(), table.data(), x.data());
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     for (std::int64_t c = 0; c < H; ++c) {
       ASSERT_TRUE(same_bits(x[i * H + c], table[tokens[i] * H + c])) << "row " << i << " column " << c;
@@ -56,13 +57,15 @@ struct RowNormCase {
 };
 
 class RowNorm : public ::testing::TestWithParam<RowNormCase> {};
-INSTANTIATE_TEST_SUITE_P(Shapes, RowNorm, ::testing::Values(RowNormCase{5, 16, 1.0}, RowNormCase{4, 300, 1.0}, RowNormCase{3, 1, 1.0},
-                                                       RowNormCase{5, 16, 1e-3}, RowNormCase{4, 300, 1e-3}));
+INSTANTIATE_TEST_SUITE_P(Shapes, RowNorm,
+                         ::testing::Values(RowNormCase{5, 16, 1.0}, RowNormCase{4, 300, 1.0}, RowNormCase{3, 1, 1.0},
+                                           RowNormCase{5, 16, 1e-3}, RowNormCase{4, 300, 1e-3}));
 
 TEST_P(RowNorm, ForwardAndBackwardWithinFp32Rule) {
   const auto [rows, H, scale] = GetParam();
-  const std::vector<double> x = random_values(rows * H, 2, -2.0 * scale, 2.0 * scale), w = random_values(H, 3, 0.5, 1.5),
-                            dy = random_values(rows * H, 4), dx0 = random_values(rows * H, 5);
+  const std::vector<double> x = random_values(rows * H, 2, -2.0 * scale, 2.0 * scale),
+                            w = random_values(H, 3, 0.5, 1.5), dy = random_values(rows * H, 4),
+                            dx0 = random_values(rows * H, 5);
   const double eps = 1e-6;
   // Reference (double, and float as the plain fp32 computation): per row, dx accumulated onto dx0.
   auto reference = [&]<class Real>(Real) {
@@ -85,8 +88,8 @@ TEST_P(RowNorm, ForwardAndBackwardWithinFp32Rule) {
   const auto plain = reference(0.0f);
 
   const std::vector<float> xf = as<float>(x), wf = as<float>(w), dyf = as<float>(dy);
-  std::vector<float> y(x.size(), -1.0f), rstd(static_cast<std::size_t>(rows), -1.0f), dx = as<float>(dx0),
-      dw(static_cast<std::size_t>(H), 0.0f);
+  std::vector<float> y(x.size(), -1.0f), rstd(static_cast<std::size_t>(rows), -1.0f),
+      dx = as<float>(dx0), dw(static_cast<std::size_t>(H), 0.0f);
   run_grid_on_host(rows, rms_norm_row_shared_bytes(kNormRowThreads), kNormRowThreads, false,
                    [&](HostBlockExec& exec, unsigned char* shared, std::int64_t row) {
                      rms_norm_forward_block(exec, xf.data(), wf.data(), H, static_cast<float>(eps), y.data(),
@@ -97,7 +100,8 @@ TEST_P(RowNorm, ForwardAndBackwardWithinFp32Rule) {
                      rms_norm_backward_block(exec, xf.data(), wf.data(), rstd.data(), dyf.data(), H, dx.data(), shared,
                                              row);
                    });
-  for (std::int64_t c = 0; c < H; ++c) rms_norm_weight_grad_column(xf.data(), rstd.data(), dyf.data(), rows, H, c, dw.data());
+  for (std::int64_t c = 0; c < H; ++c)
+    rms_norm_weight_grad_column(xf.data(), rstd.data(), dyf.data(), rows, H, c, dw.data());
   expect_rule("y", y, plain.y, exact.y);
   expect_rule("rstd", rstd, plain.rstd, exact.rstd);
   expect_rule("dx", dx, plain.dx, exact.dx);
@@ -124,8 +128,10 @@ TEST_P(HeadNormRope, ForwardAndBackwardWithinFp32Rule) {
     };
     const Tensor<Real> p = t(proj, rows, heads * d), wt = t(w, 1, d);
     Tensor<Real> g = t(d_out, rows, heads * d);
-    Tensor<Real> rstd(tracker, MemoryCategory::transient, {rows, heads}), out(tracker, MemoryCategory::transient, {rows, heads * d});
-    Tensor<Real> d_proj(tracker, MemoryCategory::transient, {rows, heads * d}), dw(tracker, MemoryCategory::transient, {1, d});
+    Tensor<Real> rstd(tracker, MemoryCategory::transient, {rows, heads}),
+        out(tracker, MemoryCategory::transient, {rows, heads * d});
+    Tensor<Real> d_proj(tracker, MemoryCategory::transient, {rows, heads * d}),
+        dw(tracker, MemoryCategory::transient, {1, d});
     const RopeTable<Real> rope(tracker, positions, d, theta);
     drafter_layer_detail::head_norm_rope_forward(p, wt, Real(eps), rope, heads, d, rstd, out);
     drafter_layer_detail::head_norm_rope_backward(g, p, rstd, wt, rope, heads, d, d_proj, dw);
@@ -148,7 +154,8 @@ TEST_P(HeadNormRope, ForwardAndBackwardWithinFp32Rule) {
     head_norm_rope_backward_at(rh, g.data(), pf.data(), wf.data(), rstd.data(), heads, d, positions.data(), theta,
                                d_proj.data());
   }
-  for (std::int64_t c = 0; c < d; ++c) rms_norm_weight_grad_column(pf.data(), rstd.data(), g.data(), rows * heads, d, c, dw.data());
+  for (std::int64_t c = 0; c < d; ++c)
+    rms_norm_weight_grad_column(pf.data(), rstd.data(), g.data(), rows * heads, d, c, dw.data());
   expect_rule("out", out, plain.out, exact.out);
   expect_rule("rstd", rstd, plain.rstd, exact.rstd);
   expect_rule("d_proj", d_proj, plain.d_proj, exact.d_proj);
@@ -157,7 +164,8 @@ TEST_P(HeadNormRope, ForwardAndBackwardWithinFp32Rule) {
 
 TEST(TrunkElementwise, SwigluForwardAndBackwardWithinFp32Rule) {
   const std::int64_t n = 777;
-  const std::vector<double> gate = random_values(n, 9, -8.0, 8.0), up = random_values(n, 10), d_act = random_values(n, 11);
+  const std::vector<double> gate = random_values(n, 9, -8.0, 8.0), up = random_values(n, 10),
+                            d_act = random_values(n, 11);
   auto reference = [&]<class Real>(Real) {
     const std::vector<Real> g = as<Real>(gate), u = as<Real>(up), da = as<Real>(d_act);
     std::vector<Real> act(gate.size()), dg(gate.size()), du(gate.size());
@@ -182,7 +190,8 @@ TEST(TrunkElementwise, SwigluForwardAndBackwardWithinFp32Rule) {
 TEST(TrunkElementwise, ResidualDropoutMasksBitwiseAndValuesWithinFp32Rule) {
   const std::int64_t T = 6, H = 50;
   const double p = 0.3;
-  const std::vector<double> x = random_values(T * H, 12), branch = random_values(T * H, 13), d_out = random_values(T * H, 14);
+  const std::vector<double> x = random_values(T * H, 12), branch = random_values(T * H, 13),
+                            d_out = random_values(T * H, 14);
   for (const DropoutSite site : {DropoutSite::attention_residual, DropoutSite::mlp_residual}) {
     MemoryTracker tracker;
     const DropoutCoordinates at{kCaseSeed, kCaseStep, kCaseSequence, DropoutPass::forward, nullptr};
@@ -191,7 +200,8 @@ TEST(TrunkElementwise, ResidualDropoutMasksBitwiseAndValuesWithinFp32Rule) {
       const Tensor<Real> xt(tracker, MemoryCategory::transient, {T, H}, as<Real>(x));
       const Tensor<Real> bt(tracker, MemoryCategory::transient, {T, H}, as<Real>(branch));
       const Tensor<Real> dt(tracker, MemoryCategory::transient, {T, H}, as<Real>(d_out));
-      Tensor<Real> out(tracker, MemoryCategory::transient, {T, H}), d_branch(tracker, MemoryCategory::transient, {T, H});
+      Tensor<Real> out(tracker, MemoryCategory::transient, {T, H}),
+          d_branch(tracker, MemoryCategory::transient, {T, H});
       drafter_layer_detail::add_dropped_residual(xt, bt, mask, out);
       drafter_layer_detail::dropped_residual_backward(dt, mask, d_branch);
       std::vector<bool> kept;
@@ -209,7 +219,8 @@ TEST(TrunkElementwise, ResidualDropoutMasksBitwiseAndValuesWithinFp32Rule) {
     }
     std::int64_t dropped = 0;
     for (std::int64_t e = 0; e < T * H; ++e) {
-      ASSERT_EQ(view.factor(static_cast<std::uint64_t>(e)) != 0.0f, static_cast<bool>(exact_kept[e])) << "element " << e;
+      ASSERT_EQ(view.factor(static_cast<std::uint64_t>(e)) != 0.0f, static_cast<bool>(exact_kept[e]))
+          << "element " << e;
       dropped += exact_kept[e] ? 0 : 1;
     }
     EXPECT_GT(dropped, 0);

@@ -9,17 +9,17 @@
 #include <numeric>
 #include <vector>
 
-#include "common/tolerances.hpp"
 #include "common/bf16.hpp"
+#include "common/tolerances.hpp"
 #include "cuda/gemm/linear.hpp"
-#include "cuda/trunk/elementwise_kernels.hpp"
 #include "cuda/trunk/device_backend.hpp"
+#include "cuda/trunk/elementwise_kernels.hpp"
 #include "cuda/trunk/stack.hpp"
+#include "harness/cuda/gpu_test_support.hpp"
 #include "planner/cuda_trunk_memory.hpp"
 #include "reference/compare.hpp"
 #include "reference/counter_rng.hpp"
 #include "tests/cuda/attention/simt_support.hpp"
-#include "harness/cuda/gpu_test_support.hpp"
 
 namespace dflash {
 namespace {
@@ -83,7 +83,8 @@ TEST_F(TrunkGpu, LinearProductsWithinRuleOfPlainBf16Computation) {
   }
   LinearGemm gemm(allocator());
   const auto xd = on_device(allocator(), x), wd = on_device(allocator(), w), dyd = on_device(allocator(), dy);
-  DeviceBuffer<float> y(allocator(), MemoryCategory::transient, M * out), dx(allocator(), MemoryCategory::transient, M * in);
+  DeviceBuffer<float> y(allocator(), MemoryCategory::transient, M * out),
+      dx(allocator(), MemoryCategory::transient, M * in);
   DeviceBuffer<float> dw = on_device(allocator(), std::vector<float>(out * in, 0.5f));
   gemm.forward(xd.data(), wd.data(), y.data(), M, out, in);
   gemm.input_grad(dyd.data(), wd.data(), dx.data(), M, out, in, false);
@@ -95,7 +96,8 @@ TEST_F(TrunkGpu, LinearProductsWithinRuleOfPlainBf16Computation) {
 
 TEST_F(TrunkGpu, HiddenDropoutMasksBitwiseEqualToCpu) {
   const std::int64_t n = 4099;
-  const DropoutSiteView view = dropout_site_view(kCaseSeed, kCaseStep, kCaseSequence, 3, DropoutSite::mlp_residual, 0.4);
+  const DropoutSiteView view =
+      dropout_site_view(kCaseSeed, kCaseStep, kCaseSequence, 3, DropoutSite::mlp_residual, 0.4);
   const auto ones = on_device(allocator(), std::vector<float>(n, 1.0f));
   DeviceBuffer<float> factors(allocator(), MemoryCategory::transient, n);
   launch_residual_dropout_backward(ones.data(), n, view, factors.data(), allocator().stream());
@@ -137,9 +139,9 @@ struct RandomDeviceTrunk {
     weights.hidden_norm = ones(m.H);
     weights.norm = ones(m.H);
     for (std::int64_t l = 0; l < m.L; ++l) {
-      weights.layers.push_back(LayerWeights<Bf16Bits>{bf(m.q_width() * m.H), bf(m.kv_width() * m.H), bf(m.kv_width() * m.H),
-                                                bf(m.H * m.q_width()), bf(m.I * m.H), bf(m.I * m.H), bf(m.H * m.I),
-                                                ones(m.H), ones(m.d), ones(m.d), ones(m.H)});
+      weights.layers.push_back(LayerWeights<Bf16Bits>{
+          bf(m.q_width() * m.H), bf(m.kv_width() * m.H), bf(m.kv_width() * m.H), bf(m.H * m.q_width()), bf(m.I * m.H),
+          bf(m.I * m.H), bf(m.H * m.I), ones(m.H), ones(m.d), ones(m.d), ones(m.H)});
       weights.sliding.push_back(l + 1 < m.L);
     }
     const std::vector<std::int64_t> anchor_values = {5, 40, 77};
@@ -194,10 +196,9 @@ struct RandomDeviceTrunk {
     g.view.norm = zeros(m.H);
     g.view.target_features = zeros(m.S * K * m.H);
     for (std::int64_t l = 0; l < m.L; ++l) {
-      g.view.layers.push_back(LayerGrads{zeros(m.q_width() * m.H), zeros(m.kv_width() * m.H),
-                                             zeros(m.kv_width() * m.H), zeros(m.H * m.q_width()), zeros(m.I * m.H),
-                                             zeros(m.I * m.H), zeros(m.H * m.I), zeros(m.H), zeros(m.d), zeros(m.d),
-                                             zeros(m.H)});
+      g.view.layers.push_back(LayerGrads{zeros(m.q_width() * m.H), zeros(m.kv_width() * m.H), zeros(m.kv_width() * m.H),
+                                         zeros(m.H * m.q_width()), zeros(m.I * m.H), zeros(m.I * m.H), zeros(m.H * m.I),
+                                         zeros(m.H), zeros(m.d), zeros(m.d), zeros(m.H)});
     }
     return g;
   }
@@ -229,8 +230,8 @@ TEST_F(TrunkGpu, LayerForwardBackwardTwoRunsBitwiseEqualAndFinite) {
     std::vector<float> result = y.download();
     const RandomDeviceTrunk::Grads g = t.zero_grads(a);
     DeviceBuffer<float> d_context = on_device(a, std::vector<float>(static_cast<std::size_t>(t.m.S * t.m.H), 0.0f));
-    DeviceBuffer<float> d_x = trunk_layer_backward(be, t.ctx, 0, true, t.weights.layers[0], x.data(), act,
-                                                   std::move(y), g.view.layers[0], d_context.data());
+    DeviceBuffer<float> d_x = trunk_layer_backward(be, t.ctx, 0, true, t.weights.layers[0], x.data(), act, std::move(y),
+                                                   g.view.layers[0], d_context.data());
     for (const std::vector<float>& part : {d_x.download(), d_context.download(), g.download()}) {
       result.insert(result.end(), part.begin(), part.end());
     }

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "cuda/runtime/bf16_bits.hpp"
-#include "planner/cuda_trunk_memory.hpp"
 #include "harness/cuda/host_backend.hpp"
+#include "planner/cuda_trunk_memory.hpp"
 #include "tests/cuda/trunk/twin_support.hpp"
 
 namespace dflash {

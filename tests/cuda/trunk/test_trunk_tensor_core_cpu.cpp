@@ -31,8 +31,7 @@ TEST(TrunkTensorCoreForward, MidWithinBf16RuleOfDoubleReferenceAndNotThePlainBit
   const TrunkValues<double> exact = reference_trunk<double>(p);
   MemoryTracker host;
   const TrunkValues<float> plain = run_trunk(HostBackend<Bf16Bits>{host}, p, TrunkPolicy::per_layer, 1);
-  const TrunkValues<float> got =
-      run_trunk(HostBackend<Bf16Bits>{host, kTensorCores}, p, TrunkPolicy::per_layer, 1);
+  const TrunkValues<float> got = run_trunk(HostBackend<Bf16Bits>{host, kTensorCores}, p, TrunkPolicy::per_layer, 1);
   expect_trunk_within_rule(p, got, plain, exact, kAttentionFp32Floor);
   EXPECT_NE(got.hidden, plain.hidden) << "the tensor-core forward did not run";
 }
@@ -46,11 +45,11 @@ TEST(TrunkTensorCoreForwardAndBackward, MidWithinBf16OperandRuleOfDoubleReferenc
   MemoryTracker host;
   const auto cuda_cores = AttentionForwardKernel::cuda_cores;
   const auto cuda_core_backward = AttentionBackwardKernel::cuda_cores;
-  const TrunkValues<float> plain = run_trunk(HostBackend<Bf16Bits>{host, cuda_cores, cuda_core_backward, true}, p,
-                                             TrunkPolicy::per_layer, 1);
-  const TrunkValues<float> got = run_trunk(
-      HostBackend<Bf16Bits>{host, kTensorCores, AttentionBackwardKernel::tensor_cores_where_supported}, p,
-      TrunkPolicy::per_layer, 1);
+  const TrunkValues<float> plain =
+      run_trunk(HostBackend<Bf16Bits>{host, cuda_cores, cuda_core_backward, true}, p, TrunkPolicy::per_layer, 1);
+  const TrunkValues<float> got =
+      run_trunk(HostBackend<Bf16Bits>{host, kTensorCores, AttentionBackwardKernel::tensor_cores_where_supported}, p,
+                TrunkPolicy::per_layer, 1);
   expect_trunk_within_rule(p, got, plain, exact, kAttentionFp32Floor);
   EXPECT_NE(got.grads, plain.grads) << "the tensor-core backward did not run";
   std::printf("the plain trunk with fp32 f P and dS, against the same reference:\n");
@@ -65,8 +64,7 @@ TEST(TrunkTensorCoreForward, UnsupportedShapeFallsBackToTheCudaCoreForwardBitwis
       AttentionTiling{p.dims.S, p.dims.N, p.dims.B, p.dims.nh, p.dims.nkv, p.dims.d, 32}));
   MemoryTracker host;
   const TrunkValues<float> plain = run_trunk(HostBackend<Bf16Bits>{host}, p, TrunkPolicy::per_layer, 1);
-  const TrunkValues<float> got =
-      run_trunk(HostBackend<Bf16Bits>{host, kTensorCores}, p, TrunkPolicy::per_layer, 1);
+  const TrunkValues<float> got = run_trunk(HostBackend<Bf16Bits>{host, kTensorCores}, p, TrunkPolicy::per_layer, 1);
   EXPECT_EQ(got.hidden, plain.hidden);
   EXPECT_EQ(got.grads, plain.grads);
   EXPECT_EQ(got.features_grad, plain.features_grad);

@@ -13,11 +13,11 @@
 
 #include "common/storage.hpp"
 #include "cuda/trunk/stack.hpp"
+#include "harness/cuda/config_path.hpp"
+#include "harness/cuda/device_formats.hpp"
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
 #include "tests/cuda/attention/simt_support.hpp"
-#include "harness/cuda/config_path.hpp"
-#include "harness/cuda/device_formats.hpp"
 
 namespace dflash {
 
@@ -44,8 +44,7 @@ struct TrunkProblem {
   std::vector<double> d_hidden;
   std::vector<std::int64_t> context_positions;
 
-  explicit TrunkProblem(const TrunkCase& c)
-      : config(load_drafter_config(test_config_file(c.config))) {
+  explicit TrunkProblem(const TrunkCase& c) : config(load_drafter_config(test_config_file(c.config))) {
     config.attention_dropout = 0.1;
     config.hidden_dropout = 0.1;
     config.max_anchors = c.max_anchors;
@@ -57,7 +56,8 @@ struct TrunkProblem {
     }
     params = init_drafter_parameters<double>(tracker, config, 11, 0.2);
     frozen = init_frozen_weights<double>(tracker, config, 12);
-    batch = make_drafter_batch<double>(tracker, config, {.sequences = 1, .context_length = c.context_length, .seed = 5});
+    batch =
+        make_drafter_batch<double>(tracker, config, {.sequences = 1, .context_length = c.context_length, .seed = 5});
     seq = prepare_sequences(config, batch, drafter_step_options(config)).front();
     dims = DrafterDims::of(config, c.context_length, batch.anchor_slots(config));
     CounterRng rng(77);
@@ -102,10 +102,9 @@ TrunkValues<Real> reference_trunk(TrunkProblem& p) {
   TrunkValues<Real> r;
   r.hidden = y.values();
   DrafterParameters<Real> grads = make_drafter_parameters<Real>(t, p.config, MemoryCategory::gradients);
-  const Tensor<Real> d_features =
-      trunk.backward(Tensor<Real>(t, MemoryCategory::transient, {p.dims.T, p.dims.H},
-                                  std::vector<Real>(p.d_hidden.begin(), p.d_hidden.end())),
-                     grads);
+  const Tensor<Real> d_features = trunk.backward(Tensor<Real>(t, MemoryCategory::transient, {p.dims.T, p.dims.H},
+                                                              std::vector<Real>(p.d_hidden.begin(), p.d_hidden.end())),
+                                                 grads);
   grads.for_each([&](const std::string&, const Tensor<Real>& g) { r.grads.push_back(g.values()); });
   r.features_grad = d_features.values();
   return r;

@@ -66,8 +66,10 @@ TEST(RunCheckpoint, RoundTripIsExactAndLatestNamesIt) {
 TEST(RunCheckpoint, KeepRemovesAllButTheMostRecent) {
   const DrafterConfig c = tiny_config();
   ScratchDirectory run;
-  for (std::int64_t step : {2, 4, 6, 8}) write_run_checkpoint(run.path(), c, example(c, step), {safetensors::Dtype::F64, 2, {}});
-  EXPECT_EQ(run_checkpoints(run.path()), (std::vector<std::filesystem::path>{run / "step-00000006", run / "step-00000008"}));
+  for (std::int64_t step : {2, 4, 6, 8})
+    write_run_checkpoint(run.path(), c, example(c, step), {safetensors::Dtype::F64, 2, {}});
+  EXPECT_EQ(run_checkpoints(run.path()),
+            (std::vector<std::filesystem::path>{run / "step-00000006", run / "step-00000008"}));
   EXPECT_EQ(latest_checkpoint(run.path()), run / "step-00000008");
 }
 
@@ -101,7 +103,8 @@ TEST(RunCheckpoint, ConfigOfOtherShapesIsRefusedNamingTheTensor) {
   const auto dir = write_run_checkpoint(run.path(), c, example(c, 1));
   DrafterConfig wider = c;
   wider.intermediate_size = 48;
-  EXPECT_THAT(input_error_message([&] { read_run_checkpoint(dir, wider); }), HasSubstr("layers.0.mlp.gate_proj.weight"));
+  EXPECT_THAT(input_error_message([&] { read_run_checkpoint(dir, wider); }),
+              HasSubstr("layers.0.mlp.gate_proj.weight"));
 }
 
 class KilledWhileWriting : public ::testing::TestWithParam<CheckpointPhase> {};

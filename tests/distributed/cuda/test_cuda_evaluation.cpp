@@ -24,10 +24,10 @@
 #include "distributed/run/evaluation.hpp"
 #include "distributed/run/plan_gate.hpp"
 #include "distributed/single_process_communicator.hpp"
-#include "planner/parameter_memory.hpp"
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
+#include "planner/parameter_memory.hpp"
 #include "tests/distributed/training_problem.hpp"
 #include "tests/io/safetensors_test_support.hpp"
 
@@ -76,8 +76,9 @@ TEST_P(CudaEvaluation, MatchesTheReferenceWithinTheBf16Rule) {
 
   SingleProcessCommunicator comm;
   MemoryTracker reference_tracker;
-  const auto reference = make_reference_step_backend(reference_tracker, comm, config, training, frozen,
-                                                     make_training_state(reference_tracker, config, training, comm, device_parameters()));
+  const auto reference =
+      make_reference_step_backend(reference_tracker, comm, config, training, frozen,
+                                  make_training_state(reference_tracker, config, training, comm, device_parameters()));
   const auto cuda = make_cuda_step_backend(comm, config, training, frozen,
                                            make_training_state(tracker, config, training, comm, device_parameters()));
   constexpr std::int64_t step = 2;
@@ -109,8 +110,8 @@ TEST_P(CudaEvaluation, MatchesTheReferenceWithinTheBf16Rule) {
   const RuleLine losses =
       rule_line("loss, ce, kl", {got.loss, got.ce, got.kl}, plain, {exact.loss, exact.ce, exact.kl}, kFp32Floor);
   EXPECT_TRUE(losses.ok()) << losses.name << ": error " << losses.error << " > bound " << losses.bound;
-  std::printf("  %s: losses error %.2e plain %.2e bound %.2e; accuracy %.4f (reference %.4f)\n", e.config,
-              losses.error, losses.plain_error, losses.bound, got.accuracy, exact.accuracy);
+  std::printf("  %s: losses error %.2e plain %.2e bound %.2e; accuracy %.4f (reference %.4f)\n", e.config, losses.error,
+              losses.plain_error, losses.bound, got.accuracy, exact.accuracy);
 
   const PlanRequest request = training_plan_request(config, training, 1, TrainingBackend::cuda);
   const std::int64_t flat_gradient =
@@ -119,14 +120,16 @@ TEST_P(CudaEvaluation, MatchesTheReferenceWithinTheBf16Rule) {
       << "evaluation made a gradient";
   std::int64_t total = 0;
   for (const auto& [name, bytes] : peaks) total += bytes;
-  const std::int64_t device_only = std::int64_t(LinearGemm::kWorkspaceBytes + CublasGemm::kDefaultWorkspaceBytes) + 3 * 64;
+  const std::int64_t device_only =
+      std::int64_t(LinearGemm::kWorkspaceBytes + CublasGemm::kDefaultWorkspaceBytes) + 3 * 64;
   EXPECT_LE(total, plan_training_memory(request).categories.total() + device_only);
 }
 
 // tiny: sequences of 16..32 rows cut at 24 (some truncated); mid: 100..300 rows (its sliding
 // window, 256, binds), T = 512 block rows.
 INSTANTIATE_TEST_SUITE_P(Configs, CudaEvaluation,
-                         ::testing::Values(EvalCase{"tiny.json", 6, 16, 32, 24}, EvalCase{"mid.json", 3, 100, 300, 300}),
+                         ::testing::Values(EvalCase{"tiny.json", 6, 16, 32, 24},
+                                           EvalCase{"mid.json", 3, 100, 300, 300}),
                          [](const auto& info) {
                            const std::string file = info.param.config;
                            return file.substr(0, file.find('.'));

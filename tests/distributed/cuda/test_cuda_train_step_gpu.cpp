@@ -23,9 +23,9 @@
 
 #include "distributed/run/plan_gate.hpp"
 #include "distributed/single_process_communicator.hpp"
+#include "harness/cuda/gpu_test_support.hpp"
 #include "planner/parameter_memory.hpp"
 #include "planner/training_plan.hpp"
-#include "harness/cuda/gpu_test_support.hpp"
 #include "tests/cuda/optimizer/test_support.hpp"
 #include "tests/distributed/cuda/train_test_support.hpp"
 
@@ -56,8 +56,8 @@ TEST_F(CudaTrainStep, ThreeStepsOnTinyFollowTheRuleOfEachPart) {
   TestFlat flat(layout.count());
   flat.ends = table.ends;
   flat.decay = table.decay;
-  const TestAdamW h{p.training.learning_rate, p.training.weight_decay, p.training.adam_beta1, p.training.adam_beta2,
-                    p.training.adam_epsilon, p.training.max_grad_norm};
+  const TestAdamW h{p.training.learning_rate, p.training.weight_decay, p.training.adam_beta1,
+                    p.training.adam_beta2,    p.training.adam_epsilon, p.training.max_grad_norm};
   const std::array<std::vector<double>, 3> start = snapshot(state, p.config).full;
   DoubleAdamW adamw(std::vector<float>(start[0].begin(), start[0].end()), flat, h);
 
@@ -70,10 +70,12 @@ TEST_F(CudaTrainStep, ThreeStepsOnTinyFollowTheRuleOfEachPart) {
     const DrafterStepOptions options = drafter_step_options(p.config, std::uint32_t(t), 0);
     const double W = drafter_weight_sum(p.config, batch, options);
     const DrafterParameters<double> working = state.working_parameters(host, p.config);
-    const CudaDrafterStepResult expected = cuda_drafter_step(allocator(), host, p.config, working, p.frozen, batch, options, W);
+    const CudaDrafterStepResult expected =
+        cuda_drafter_step(allocator(), host, p.config, working, p.frozen, batch, options, W);
 
     const StepMetrics m = cuda_train_step(host, state, p.config, p.training, {&mine, 1});
-    const StepMetrics ref = train_step(reference.tracker, comm_, p.config, p.training, reference.frozen, reference.state, {&mine, 1});
+    const StepMetrics ref =
+        train_step(reference.tracker, comm_, p.config, p.training, reference.frozen, reference.state, {&mine, 1});
 
     const std::vector<float> g = download_floats(allocator(), state.gradient(), layout.count());
     std::size_t at = 0;
@@ -121,7 +123,8 @@ TEST_F(CudaTrainStep, BlockHitsAreTheLossHeadsAndAgreeWithTheReference) {
     const RankSequences mine{0, &batch};
     MemoryTracker host;
     const StepMetrics m = cuda_train_step(host, state, p.config, p.training, {&mine, 1});
-    const StepMetrics ref = train_step(reference.tracker, comm_, p.config, p.training, reference.frozen, reference.state, {&mine, 1});
+    const StepMetrics ref =
+        train_step(reference.tracker, comm_, p.config, p.training, reference.frozen, reference.state, {&mine, 1});
     ASSERT_EQ(m.sequence_hits.size(), std::size_t(kCudaGlobalBatch));
     ASSERT_EQ(ref.sequence_hits.size(), std::size_t(kCudaGlobalBatch));
     std::int64_t step_hits = 0;
@@ -207,7 +210,8 @@ TEST_F(CudaTrainStep, StateMemoryPerCategoryIsThePlansWithZeroOne) {
     auto bytes = [&](MemoryCategory c) { return std::int64_t(peak ? device.peak(c) : device.current(c)); };
     EXPECT_EQ(bytes(MemoryCategory::parameters), plan[PlanCategory::parameters]) << when;
     EXPECT_EQ(bytes(MemoryCategory::frozen), plan[PlanCategory::frozen]) << when;
-    EXPECT_EQ(bytes(MemoryCategory::optimizer), plan[PlanCategory::master_weights] + plan[PlanCategory::optimizer_state])
+    EXPECT_EQ(bytes(MemoryCategory::optimizer),
+              plan[PlanCategory::master_weights] + plan[PlanCategory::optimizer_state])
         << when;
     EXPECT_EQ(bytes(MemoryCategory::communication), plan[PlanCategory::communication]) << when;
   };
@@ -229,11 +233,11 @@ TEST_F(CudaTrainStep, StateMemoryPerCategoryIsThePlansWithZeroOne) {
   shaped.tokens = batch.anchor_slots(p.config) * p.config.block_size;
   shaped.context = batch.context_length();
   const CategoryBytes step_plan = plan_training_memory(shaped).categories;
-  for (const auto& [m, c] : {std::pair{MemoryCategory::gradients, PlanCategory::gradients},
-                             std::pair{MemoryCategory::inputs, PlanCategory::inputs},
-                             std::pair{MemoryCategory::saved, PlanCategory::saved},
-                             std::pair{MemoryCategory::loss_saved, PlanCategory::loss_saved},
-                             std::pair{MemoryCategory::outputs, PlanCategory::outputs}}) {
+  for (const auto& [m, c] :
+       {std::pair{MemoryCategory::gradients, PlanCategory::gradients},
+        std::pair{MemoryCategory::inputs, PlanCategory::inputs}, std::pair{MemoryCategory::saved, PlanCategory::saved},
+        std::pair{MemoryCategory::loss_saved, PlanCategory::loss_saved},
+        std::pair{MemoryCategory::outputs, PlanCategory::outputs}}) {
     EXPECT_EQ(std::int64_t(device.peak(m)), step_plan[c]) << category_name(m);
   }
 }

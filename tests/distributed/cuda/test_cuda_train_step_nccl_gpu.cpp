@@ -14,8 +14,8 @@
 #include "distributed/cuda/nccl_communicator.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
-#include "tests/distributed/cuda/train_test_support.hpp"
 #include "harness/mpi_world.hpp"
+#include "tests/distributed/cuda/train_test_support.hpp"
 
 namespace dflash::testing {
 namespace {
@@ -34,7 +34,8 @@ class CudaTrainStepNccl : public ::testing::TestWithParam<int> {
 TEST_P(CudaTrainStepNccl, EqualsTheSingleProcessStep) {
   const int zero = GetParam(), R = world().size(), r = world().rank();
   CudaTinyProblem p(zero);
-  if (kCudaGlobalBatch % R != 0) GTEST_SKIP() << "the global batch of " << kCudaGlobalBatch << " needs R to divide it, R = " << R;
+  if (kCudaGlobalBatch % R != 0)
+    GTEST_SKIP() << "the global batch of " << kCudaGlobalBatch << " needs R to divide it, R = " << R;
   SingleProcessCommunicator single;
   CudaTrainingState ranks(*allocator_, {world(), *nccl_}, p.config, p.training, p.frozen, p.initial_state(R, r));
   CudaTrainingState one(*allocator_, {single, single}, p.config, p.training, p.frozen, p.initial_state(1, 0));
@@ -77,7 +78,8 @@ TEST_P(CudaTrainStepNccl, BucketsDuringTheBackwardEqualBucketsAfterIt) {
   if (GetParam() != 0) GTEST_SKIP() << "ZeRO-1 reduce-scatters after the backward (cuda_bucket_reduction.hpp)";
   const int R = world().size(), r = world().rank();
   CudaTinyProblem p(0);
-  if (kCudaGlobalBatch % R != 0) GTEST_SKIP() << "the global batch of " << kCudaGlobalBatch << " needs R to divide it, R = " << R;
+  if (kCudaGlobalBatch % R != 0)
+    GTEST_SKIP() << "the global batch of " << kCudaGlobalBatch << " needs R to divide it, R = " << R;
   for (const std::int64_t bucket_bytes : {std::int64_t(512), kDefaultBucketBytes}) {
     SCOPED_TRACE("bucket " + std::to_string(bucket_bytes) + " B");
     CudaTrainingState during(*allocator_, {world(), *nccl_}, p.config, p.training, p.frozen, p.initial_state(R, r));

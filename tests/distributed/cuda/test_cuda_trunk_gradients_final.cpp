@@ -23,13 +23,13 @@ struct AnnouncementCase {
 };
 
 class CudaTrunkGradientsFinal : public ::testing::TestWithParam<AnnouncementCase> {};
-INSTANTIATE_TEST_SUITE_P(
-    Configs, CudaTrunkGradientsFinal,
-    ::testing::Values(AnnouncementCase{{"tiny.json", 11, 4}, TrunkPolicy::per_layer, 1},
-                      AnnouncementCase{{"mid.json", 300, 4}, TrunkPolicy::every_k, 2}),
-    [](const auto& info) {
-      return std::string(info.param.trunk.config).substr(0, 3) + (info.param.policy == TrunkPolicy::every_k ? "_every2" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Configs, CudaTrunkGradientsFinal,
+                         ::testing::Values(AnnouncementCase{{"tiny.json", 11, 4}, TrunkPolicy::per_layer, 1},
+                                           AnnouncementCase{{"mid.json", 300, 4}, TrunkPolicy::every_k, 2}),
+                         [](const auto& info) {
+                           return std::string(info.param.trunk.config).substr(0, 3) +
+                                  (info.param.policy == TrunkPolicy::every_k ? "_every2" : "");
+                         });
 
 TEST_P(CudaTrunkGradientsFinal, AnnouncesTheReferencePositionsOnceTheirGradientsAreFinal) {
   const AnnouncementCase& c = GetParam();
@@ -44,8 +44,8 @@ TEST_P(CudaTrunkGradientsFinal, AnnouncesTheReferencePositionsOnceTheirGradients
     EXPECT_EQ(a.first, expected[j]) << "announcement " << j;
     ASSERT_EQ(a.grads.size(), final.grads.size());
     for (std::size_t t = a.first; t < final.grads.size(); ++t) {
-      EXPECT_EQ(a.grads[t], final.grads[t]) << "announcement " << j << " (from " << a.first << "): gradient " << t
-                                            << " not final yet";
+      EXPECT_EQ(a.grads[t], final.grads[t])
+          << "announcement " << j << " (from " << a.first << "): gradient " << t << " not final yet";
     }
   }
   // Each announcement finishes something: the group it adds was not final at the one before

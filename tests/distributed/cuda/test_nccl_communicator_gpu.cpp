@@ -21,7 +21,8 @@ class NcclTest : public ::testing::Test {
     const CudaDeviceStatus& gpu = cuda_device_status();
     if (!gpu.available) {
       const char* required = std::getenv("DFLASH_REQUIRE_GPU");
-      if (required != nullptr && std::string_view(required) == "1") FAIL() << "DFLASH_REQUIRE_GPU=1, but " << gpu.reason;
+      if (required != nullptr && std::string_view(required) == "1")
+        FAIL() << "DFLASH_REQUIRE_GPU=1, but " << gpu.reason;
       GTEST_SKIP() << gpu.reason;
     }
     nccl_ = std::make_unique<NcclCommunicator>(world());

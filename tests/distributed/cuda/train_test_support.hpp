@@ -34,15 +34,16 @@ struct CudaTinyProblem {
   }
   // The global batch of step t (sequences g = 0 .. kCudaGlobalBatch - 1, one context length).
   DrafterBatch<double> global_batch(std::int64_t t) {
-    return make_drafter_batch<double>(tracker, config,
-                                      {.sequences = kCudaGlobalBatch, .context_length = kCudaContext, .seed = std::uint64_t(50 + t)});
+    return make_drafter_batch<double>(
+        tracker, config,
+        {.sequences = kCudaGlobalBatch, .context_length = kCudaContext, .seed = std::uint64_t(50 + t)});
   }
   // Rank r's share of it (b = global / R consecutive sequences from r b, U = 1), as its own batch.
   DrafterBatch<double> rank_batch(std::int64_t t, int ranks, int rank) {
     const std::int64_t b = kCudaGlobalBatch / ranks;
     const DrafterBatch<double> all = global_batch(t);
-    DrafterBatch<double> mine = make_drafter_batch<double>(tracker, config,
-                                                           {.sequences = b, .context_length = kCudaContext, .seed = 1});
+    DrafterBatch<double> mine =
+        make_drafter_batch<double>(tracker, config, {.sequences = b, .context_length = kCudaContext, .seed = 1});
     auto copy_rows = [&](const auto& from, auto& to) {
       const std::int64_t per = from.numel() / kCudaGlobalBatch;
       std::copy_n(from.data() + rank * b * per, b * per, to.data());
@@ -69,12 +70,15 @@ inline CudaStateSnapshot snapshot(CudaTrainingState& state, const DrafterConfig&
   s.full = {state.gather_full(CudaTrainingState::Part::master), state.gather_full(CudaTrainingState::Part::exp_avg),
             state.gather_full(CudaTrainingState::Part::exp_avg_sq)};
   const DrafterParameters<double> w = state.working_parameters(tracker, config);
-  w.for_each([&](const std::string&, const Tensor<double>& t) { s.working.insert(s.working.end(), t.values().begin(), t.values().end()); });
+  w.for_each([&](const std::string&, const Tensor<double>& t) {
+    s.working.insert(s.working.end(), t.values().begin(), t.values().end());
+  });
   return s;
 }
 
 inline std::vector<double> metrics_vector(const StepMetrics& m) {
-  return {double(m.step), m.loss, m.ce, m.kl, m.accuracy, m.weight_sum, m.lr, m.grad_norm, double(m.clipped), double(m.tokens)};
+  return {double(m.step),    m.loss,          m.ce, m.kl, m.accuracy, m.weight_sum, m.lr, m.grad_norm,
+          double(m.clipped), double(m.tokens)};
 }
 
 }  // namespace dflash::testing

@@ -34,8 +34,10 @@ TEST(FeatureShards, SetReadsBackExactlyInFileNameOrder) {
     EXPECT_EQ(q.tokens[std::size_t(p)], a.tokens[std::size_t(p)]);
     EXPECT_EQ(q.loss_mask[std::size_t(p)], a.loss_mask[std::size_t(p)]);
   }
-  for (std::size_t e = 0; e < q.target_features.size(); ++e) EXPECT_EQ(q.target_features[e], double(float(a.target_features[e])));
-  for (std::size_t e = 0; e < q.teacher_hidden.size(); ++e) EXPECT_EQ(q.teacher_hidden[e], double(float(a.teacher_hidden[e])));
+  for (std::size_t e = 0; e < q.target_features.size(); ++e)
+    EXPECT_EQ(q.target_features[e], double(float(a.target_features[e])));
+  for (std::size_t e = 0; e < q.teacher_hidden.size(); ++e)
+    EXPECT_EQ(q.teacher_hidden[e], double(float(a.teacher_hidden[e])));
   // Sequence 1 is b's sequence 1 (4 rows).
   EXPECT_EQ(d.sequence_length(1), 4);
   EXPECT_EQ(d.sequence(1, 100).tokens, std::vector<std::int64_t>(b.tokens.begin() + 3, b.tokens.begin() + 7));

@@ -43,7 +43,8 @@ TEST(SyntheticData, SetValidatesAndIsLearnable) {
     const FeatureSequence q = d.sequence(i, 1000);
     EXPECT_GE(q.length(), spec.min_length);
     EXPECT_LE(q.length(), spec.max_length);
-    for (std::int64_t p = 1; p < q.length(); ++p, ++pairs) follows += q.tokens[std::size_t(p)] == synthetic_successor(c, q.tokens[std::size_t(p) - 1]);
+    for (std::int64_t p = 1; p < q.length(); ++p, ++pairs)
+      follows += q.tokens[std::size_t(p)] == synthetic_successor(c, q.tokens[std::size_t(p) - 1]);
   }
   // noise 0.1: about 90% of the pairs follow the map (a random token can also hit it).
   EXPECT_GT(double(follows) / double(pairs), 0.8);

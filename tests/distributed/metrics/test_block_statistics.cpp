@@ -21,8 +21,10 @@ TEST(BlockStatistics, HandCountedBlocks) {
   EXPECT_DOUBLE_EQ(s.acceptance_length(), (3.0 + 1.0 + 2.0) / 3.0);
   // Packing is what ranks sum: two halves summed equal the whole.
   BlockStatistics a(4), b(4);
-  add_block_rows(a, 4, std::span(keep).first(2), std::span(valid).first(8), std::span(label).first(8), std::span(argmax).first(8));
-  add_block_rows(b, 4, std::span(keep).subspan(2), std::span(valid).subspan(8), std::span(label).subspan(8), std::span(argmax).subspan(8));
+  add_block_rows(a, 4, std::span(keep).first(2), std::span(valid).first(8), std::span(label).first(8),
+                 std::span(argmax).first(8));
+  add_block_rows(b, 4, std::span(keep).subspan(2), std::span(valid).subspan(8), std::span(label).subspan(8),
+                 std::span(argmax).subspan(8));
   std::vector<double> sum = a.packed();
   for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += b.packed()[i];
   EXPECT_EQ(BlockStatistics::unpacked(sum, 4).packed(), s.packed());

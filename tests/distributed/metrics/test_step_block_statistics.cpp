@@ -15,9 +15,9 @@ namespace {
 
 // The blocks of a forward's sequences from an argmax of z = Y W_lm^T computed here, row by row
 // (lowest index on ties), rather than the loss head's own hits.
-void separate_forward_statistics(BlockStatistics& into, const DrafterConfig& config, const FrozenWeights<double>& frozen,
-                                 const DrafterBatch<double>& batch, const DrafterOutputs<double>& out,
-                                 const DrafterStepOptions& options) {
+void separate_forward_statistics(BlockStatistics& into, const DrafterConfig& config,
+                                 const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch,
+                                 const DrafterOutputs<double>& out, const DrafterStepOptions& options) {
   const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
   const std::int64_t H = config.hidden_size, V = config.vocab_size, T = out.hidden.dim(1);
   for (std::size_t b = 0; b < seqs.size(); ++b) {
@@ -52,12 +52,13 @@ TEST(StepBlockStatistics, EqualsASeparateForwardBitwise) {
     for (const SequenceData& d : data) {
       MemoryTracker scratch;
       const DrafterStepOptions options = drafter_step_options(config, std::uint32_t(t), std::uint32_t(d.g));
-      const DrafterOutputs<double> out = drafter_forward(scratch, config, trainer.state.params, trainer.frozen, d.batch, options);
+      const DrafterOutputs<double> out =
+          drafter_forward(scratch, config, trainer.state.params, trainer.frozen, d.batch, options);
       separate_forward_statistics(separate, config, trainer.frozen, d.batch, out, options);
       add_block_statistics(from_outputs, config.block_size, out);  // the forward's own hits (evaluation)
     }
-    const StepMetrics m = train_step(trainer.tracker, comm, config, training, trainer.frozen, trainer.state,
-                                     as_rank_sequences(data));
+    const StepMetrics m =
+        train_step(trainer.tracker, comm, config, training, trainer.frozen, trainer.state, as_rank_sequences(data));
     ASSERT_EQ(m.sequence_hits.size(), data.size());
     BlockStatistics from_step(config.block_size);
     for (const SequenceHits& h : m.sequence_hits) {

@@ -39,9 +39,9 @@ StepRecord record(std::int64_t step) {
 
 TEST(StepRecord, JsonHasEveryFieldOfSection17AndReadsBack) {
   const nlohmann::json j = step_record_json(record(3));
-  for (const char* key : {"step", "loss", "ce", "kl", "accuracy", "weight_sum", "lr", "grad_norm", "clipped", "tokens",
-                          "tokens_per_s", "step_s", "peak_bytes", "truncated_sequences", "accuracy_by_position",
-                          "acceptance_length"}) {
+  for (const char* key :
+       {"step", "loss", "ce", "kl", "accuracy", "weight_sum", "lr", "grad_norm", "clipped", "tokens", "tokens_per_s",
+        "step_s", "peak_bytes", "truncated_sequences", "accuracy_by_position", "acceptance_length"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j.size(), 16u);
@@ -86,7 +86,8 @@ TEST(MetricsReport, ResumedStepsKeepTheirLastRecordAndTheSvgHasOnePointPerStep) 
 TEST(MetricsReport, MalformedLineIsRefusedNamingFileAndLine) {
   ScratchDirectory run;
   write_whole_file(run / "metrics.jsonl", step_record_json(record(0)).dump() + "\n{not json\n");
-  EXPECT_THAT(input_error_message([&] { read_metrics_file(run / "metrics.jsonl"); }), HasSubstr("metrics.jsonl line 2"));
+  EXPECT_THAT(input_error_message([&] { read_metrics_file(run / "metrics.jsonl"); }),
+              HasSubstr("metrics.jsonl line 2"));
 }
 
 }  // namespace

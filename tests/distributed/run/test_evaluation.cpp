@@ -99,7 +99,8 @@ TEST(Evaluation, RecordDoesNotDependOnTheNumberOfRanks) {
   for (int R = 2; R <= 4; ++R) {
     std::vector<EvalSums> ranks(std::size_t(R), EvalSums(4));
     for (int r = 0; r < R; ++r) {
-      for (const std::int64_t i : eval_sequences_of_rank(n, r, R)) ranks[std::size_t(r)].add(fake_evaluation(i), i % 5 == 0);
+      for (const std::int64_t i : eval_sequences_of_rank(n, r, R))
+        ranks[std::size_t(r)].add(fake_evaluation(i), i % 5 == 0);
     }
     for (int r = 1; r < R; ++r) {
       const std::span<double> from = ranks[std::size_t(r)].values(), into = ranks[0].values();

@@ -19,12 +19,13 @@ namespace dflash {
 namespace {
 
 using namespace train_testing;
-using testing_support::run_dflash;
 using ::testing::HasSubstr;
+using testing_support::run_dflash;
 
 std::string run_args(const std::filesystem::path& out, const std::string& extra = "") {
-  return "train --config '" + tiny_train_config_path().string() + "' --data '" + (synthetic_run_data() / "features").string() +
-         "' --target '" + (synthetic_run_data() / "target").string() + "' --out '" + out.string() + "' " + extra;
+  return "train --config '" + tiny_train_config_path().string() + "' --data '" +
+         (synthetic_run_data() / "features").string() + "' --target '" + (synthetic_run_data() / "target").string() +
+         "' --out '" + out.string() + "' " + extra;
 }
 
 // `timeout 60 mpirun -np R dflash <args>`, as root if need be, oversubscribed (CI has 2 cores).
@@ -35,13 +36,16 @@ testing_support::CliRun mpirun_dflash(int ranks, const std::string& args) {
   const auto script = wrapper / "dflash";
   {
     std::ofstream s(script);
-    s << "#!/bin/sh\nexec timeout 60 " << DFLASH_MPIEXEC << " --allow-run-as-root --oversubscribe -np " << ranks << " '" << bin
-      << "' \"$@\"\n";
+    s << "#!/bin/sh\nexec timeout 60 " << DFLASH_MPIEXEC << " --allow-run-as-root --oversubscribe -np " << ranks << " '"
+      << bin << "' \"$@\"\n";
   }
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
   ::setenv("DFLASH_BIN", script.c_str(), 1);
   testing_support::CliRun r = run_dflash(args);
-  if (env != nullptr) ::setenv("DFLASH_BIN", env, 1); else ::unsetenv("DFLASH_BIN");
+  if (env != nullptr)
+    ::setenv("DFLASH_BIN", env, 1);
+  else
+    ::unsetenv("DFLASH_BIN");
   return r;
 }
 
@@ -87,7 +91,8 @@ TEST(TrainingCli, TwoAndThreeRanksAgreeWithOneRankWithin1e12) {
 TEST(TrainingCli, ResumeOnAnotherNumberOfRanksWithin1e12) {
   ScratchDirectory dir;
   std::filesystem::create_directories(dir / "run");
-  std::filesystem::copy(one_rank_run() / "step-00000010", dir / "run" / "step-00000010", std::filesystem::copy_options::recursive);
+  std::filesystem::copy(one_rank_run() / "step-00000010", dir / "run" / "step-00000010",
+                        std::filesystem::copy_options::recursive);
   write_whole_file(dir / "run" / "latest", "step-00000010\n");
   const auto r = mpirun_dflash(3, run_args(dir / "run", "--resume"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -106,22 +111,24 @@ TEST(TrainingCli, RealSigtermEndsTheStepSavesAndExitsZero) {
                               (synthetic_run_data() / "features").string() + "' --target '" +
                               (synthetic_run_data() / "target").string() + "' --out '" + (dir / "run").string() + "'";
   // Background shell: the pid of dflash, then its exit code once it ends.
-  const std::string shell = "(" + command + " >/dev/null 2>&1 & echo $! > '" + (dir / "pid").string() + "'; wait $!; echo $? > '" +
-                            (dir / "rc").string() + "') &";
+  const std::string shell = "(" + command + " >/dev/null 2>&1 & echo $! > '" + (dir / "pid").string() +
+                            "'; wait $!; echo $? > '" + (dir / "rc").string() + "') &";
   ASSERT_EQ(std::system(shell.c_str()), 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   auto metric_lines = [&] {
     std::ifstream in(dir / "run" / "metrics.jsonl");
     return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
   };
-  while (metric_lines() < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (metric_lines() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_GE(metric_lines(), 3) << "the run did not start within 30 s";
   std::ifstream pid_file(dir / "pid");
   pid_t pid = 0;
   pid_file >> pid;
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  while (!std::filesystem::exists(dir / "rc") && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30)) {
+  while (!std::filesystem::exists(dir / "rc") &&
+         std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the shell finishes writing rc
@@ -139,7 +146,8 @@ TEST(TrainingCli, RealSigtermEndsTheStepSavesAndExitsZero) {
 
 TEST(TrainingCli, PlanGateRefusesWithTheTableUnlessForced) {
   ScratchDirectory dir;
-  nlohmann::json j = nlohmann::json::parse(std::ifstream(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "qwen3.6-27b.json"));
+  nlohmann::json j =
+      nlohmann::json::parse(std::ifstream(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "qwen3.6-27b.json"));
   j.update({{"total_steps", 10}, {"global_batch_sequences", 8}, {"max_context", 4096}});
   write_whole_file(dir / "big.json", j.dump());
   const auto r = run_dflash("train --config '" + (dir / "big.json").string() + "' --data x --target y --out '" +
@@ -158,19 +166,23 @@ TEST(TrainingCli, DataCheckExportAndReport) {
   EXPECT_THAT(check.out, HasSubstr("OK: 2 shard(s), 24 sequences"));
 
   ScratchDirectory dir;
-  const auto exported = run_dflash("export --checkpoint '" + one_rank_run().string() + "' --out '" + (dir / "drafter").string() + "'");
+  const auto exported =
+      run_dflash("export --checkpoint '" + one_rank_run().string() + "' --out '" + (dir / "drafter").string() + "'");
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_THAT(exported.out, HasSubstr("step-00000020"));
   MemoryTracker tracker;
   const ImportedDrafter d = import_drafter(tracker, dir / "drafter");
   const RunCheckpoint ck = checkpoint_at(one_rank_run(), 20);
   std::vector<double> flat;
-  d.params.for_each([&](const std::string&, const Tensor<double>& t) { flat.insert(flat.end(), t.span().begin(), t.span().end()); });
+  d.params.for_each(
+      [&](const std::string&, const Tensor<double>& t) { flat.insert(flat.end(), t.span().begin(), t.span().end()); });
   ASSERT_EQ(flat.size(), ck.master.size());
   // bf16 keeps 8 significant bits: rounding moves a weight by at most half an ulp, 2^-8 of its size.
-  for (std::size_t i = 0; i < flat.size(); ++i) ASSERT_LE(std::abs(flat[i] - ck.master[i]), std::abs(ck.master[i]) * 0x1p-8) << i;
+  for (std::size_t i = 0; i < flat.size(); ++i)
+    ASSERT_LE(std::abs(flat[i] - ck.master[i]), std::abs(ck.master[i]) * 0x1p-8) << i;
 
-  const auto again = run_dflash("export --checkpoint '" + one_rank_run().string() + "' --out '" + (dir / "drafter").string() + "'");
+  const auto again =
+      run_dflash("export --checkpoint '" + one_rank_run().string() + "' --out '" + (dir / "drafter").string() + "'");
   EXPECT_NE(again.exit_code, 0);
   EXPECT_THAT(again.err, HasSubstr("not an empty directory"));
 

@@ -104,7 +104,8 @@ TEST(TrainingRun, SigtermMidRunSavesAndTheResumedRunIsBitwiseTheUninterruptedOne
     EXPECT_EQ(file_text(dir / "run" / "step-00000020" / file), file_text(whole / "step-00000020" / file)) << file;
   }
   // Same learning rate, loss and moments step by step after the resume (no re-warm-up).
-  const std::vector<StepRecord> a = read_metrics_file(dir / "run" / "metrics.jsonl"), b = read_metrics_file(whole / "metrics.jsonl");
+  const std::vector<StepRecord> a = read_metrics_file(dir / "run" / "metrics.jsonl"),
+                                b = read_metrics_file(whole / "metrics.jsonl");
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t t = 0; t < a.size(); ++t) {
     EXPECT_EQ(a[t].lr, b[t].lr) << t;
@@ -145,7 +146,8 @@ TEST(TrainingRun, HeldOutEvaluationEveryNStepsGoesToEvalJsonl) {
   }
   EXPECT_LT(records.back().at("loss").get<double>(), records.front().at("loss").get<double>());
   // Training is not affected by evaluating: the same final weights as the run without it.
-  EXPECT_EQ(file_text(dir / "run" / "step-00000020" / kModelFileName), file_text(uninterrupted_run() / "step-00000020" / kModelFileName));
+  EXPECT_EQ(file_text(dir / "run" / "step-00000020" / kModelFileName),
+            file_text(uninterrupted_run() / "step-00000020" / kModelFileName));
   o.eval_data.reset();
   EXPECT_THAT(input_error_message([&] { train(o); }), HasSubstr("--eval-data"));
 }
@@ -206,9 +208,14 @@ TEST(RunBadInput, TargetWithAnotherVocabOrHiddenSize) {
 
 TEST(RunBadInput, InitWithARefusedConfigKey) {
   const DrafterConfig c = tiny_config();
-  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"rope_scaling", {{"rope_type", "yarn"}}}, {"attention_bias", true}, {"hidden_act", "gelu"},
-           {"is_causal", true}, {"use_sliding_window", false}, {"loss_decay_gamma", -1.0}, {"hidden_size", 32}}) {
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"rope_scaling", {{"rope_type", "yarn"}}},
+                                                           {"attention_bias", true},
+                                                           {"hidden_act", "gelu"},
+                                                           {"is_causal", true},
+                                                           {"use_sliding_window", false},
+                                                           {"loss_decay_gamma", -1.0},
+                                                           {"hidden_size", 32}}) {
     ScratchDirectory dir;
     MemoryTracker tracker;
     export_drafter(dir / "released", c, seeded_drafter_parameters(tracker, c, 1));
@@ -223,7 +230,8 @@ TEST(RunBadInput, InitWithARefusedConfigKey) {
 
 TEST(RunBadInput, ConfigThatDoesNotFitThePlan) {
   ScratchDirectory dir;
-  nlohmann::json j = nlohmann::json::parse(file_text(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "qwen3.6-27b.json"));
+  nlohmann::json j =
+      nlohmann::json::parse(file_text(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "qwen3.6-27b.json"));
   j.update({{"total_steps", 10}, {"global_batch_sequences", 8}, {"max_context", 4096}});
   write_whole_file(dir / "big.json", j.dump());
   TrainingRunOptions o = options_for(dir / "run");
@@ -277,8 +285,7 @@ TEST(RunBadInput, CudaBackendWithoutAGpuIsRefusedAfterThePlanGate) {
   try {
     SingleProcessCommunicator comm;
     run_training(o, comm, out);
-  } catch (const InputError&) {
-  }
+  } catch (const InputError&) {}
   EXPECT_THAT(out.str(), HasSubstr("backend cuda: fits")) << "the plan gate runs first";
 }
 

@@ -36,12 +36,14 @@ TEST(DrafterExport, ConfigJsonIsTheHuggingFaceDrafterLayout) {
   export_drafter(dir / "out", c, seeded_drafter_parameters(tracker, c, 3));
   const json j = read_json(dir / "out" / "config.json");
   EXPECT_EQ(j.at("architectures"), json({"DFlashDraftModel"}));
-  EXPECT_EQ(j.at("dflash_config"), json({{"mask_token_id", c.mask_token_id}, {"target_layer_ids", c.target_layer_ids}}));
+  EXPECT_EQ(j.at("dflash_config"),
+            json({{"mask_token_id", c.mask_token_id}, {"target_layer_ids", c.target_layer_ids}}));
   EXPECT_EQ(j.at("block_size"), c.block_size);
   EXPECT_FALSE(j.contains("is_causal"));
   EXPECT_FALSE(j.at("dflash_config").contains("causal"));
-  for (const char* field : {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                            "num_hidden_layers", "rms_norm_eps", "rope_theta", "vocab_size", "layer_types", "sliding_window"}) {
+  for (const char* field :
+       {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+        "num_hidden_layers", "rms_norm_eps", "rope_theta", "vocab_size", "layer_types", "sliding_window"}) {
     EXPECT_EQ(j.at(field), drafter_config_to_json(c).at(field)) << field;
   }
   // Weights: every SPEC §3 name, BF16, nothing else.
@@ -101,7 +103,8 @@ TEST(DrafterExport, ImportWithoutATensorIsRefusedNamingIt) {
   ScratchDirectory dir;
   export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 1));
   safetensors::Writer w;
-  w.add_floats("fc.weight", Dtype::BF16, {c.hidden_size, c.feature_width()}, std::vector<double>(std::size_t(c.hidden_size * c.feature_width())));
+  w.add_floats("fc.weight", Dtype::BF16, {c.hidden_size, c.feature_width()},
+               std::vector<double>(std::size_t(c.hidden_size * c.feature_width())));
   w.write_file(dir / "d" / "model.safetensors");
   EXPECT_THAT(input_error_message([&] { import_drafter_for_run(tracker, dir / "d", c); }),
               HasSubstr("'hidden_norm.weight' is missing"));
@@ -129,17 +132,25 @@ TEST_P(InitConfigRefusal, IsRefusedNamingTheKey) {
 INSTANTIATE_TEST_SUITE_P(
     EveryRefusedKey, InitConfigRefusal,
     ::testing::Values(
-        RefusedInit{"rope_scaling", [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }, "rope_scaling"},
+        RefusedInit{"rope_scaling",
+                    [](json& j) {
+                      j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+                    },
+                    "rope_scaling"},
         RefusedInit{"attention_bias", [](json& j) { j["attention_bias"] = true; }, "attention_bias"},
         RefusedInit{"hidden_act", [](json& j) { j["hidden_act"] = "gelu"; }, "hidden_act"},
         RefusedInit{"is_causal", [](json& j) { j["is_causal"] = false; }, "is_causal"},
         RefusedInit{"dflash_config_causal", [](json& j) { j["dflash_config"]["causal"] = true; }, "causal"},
         RefusedInit{"use_sliding_window_false", [](json& j) { j["use_sliding_window"] = false; }, "use_sliding_window"},
         RefusedInit{"loss_decay_gamma_zero", [](json& j) { j["loss_decay_gamma"] = 0.0; }, "loss_decay_gamma"},
-        RefusedInit{"loss_decay_gamma_negative", [](json& j) { j["dflash_config"]["loss_decay_gamma"] = -2.0; }, "loss_decay_gamma"},
+        RefusedInit{"loss_decay_gamma_negative", [](json& j) { j["dflash_config"]["loss_decay_gamma"] = -2.0; },
+                    "loss_decay_gamma"},
         RefusedInit{"nested_disagrees", [](json& j) { j["dflash_config"]["block_size"] = 8; }, "block_size"},
         RefusedInit{"model_field_differs_from_config", [](json& j) { j["rope_theta"] = 1e6; }, "rope_theta"},
-        RefusedInit{"target_layers_differ_from_config", [](json& j) { j["dflash_config"]["target_layer_ids"] = {2, 3}; },
+        RefusedInit{"target_layers_differ_from_config",
+                    [](json& j) {
+                      j["dflash_config"]["target_layer_ids"] = {2, 3};
+                    },
                     "target_layer_ids"}),
     [](const auto& info) { return info.param.name; });
 

@@ -32,7 +32,8 @@ TEST(DrafterInit, MatricesFollowTheFormulaInCanonicalOrderNormsAreOne) {
   EXPECT_EQ(p.layers[0].o_proj[17], box_muller_from_spec(seed, 4, 17));
   EXPECT_EQ(p.layers[1].k_proj[3], box_muller_from_spec(seed, 9, 3));
   EXPECT_EQ(p.layers[1].down_proj[100], box_muller_from_spec(seed, 14, 100));
-  for (const Tensor<double>* norm : {&p.hidden_norm, &p.layers[0].q_norm, &p.layers[1].post_attention_layernorm, &p.norm}) {
+  for (const Tensor<double>* norm :
+       {&p.hidden_norm, &p.layers[0].q_norm, &p.layers[1].post_attention_layernorm, &p.norm}) {
     for (std::int64_t i = 0; i < norm->numel(); ++i) EXPECT_EQ((*norm)[i], 1.0);
   }
   // The draws are N(0, 0.02^2): over fc's 512 values the sample deviation is within 15%.

@@ -17,7 +17,8 @@ using ::testing::HasSubstr;
 
 std::vector<double> values(std::int64_t n, double scale) {
   std::vector<double> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = scale * double((i * 37) % 101 - 50) / 64.0;  // exact in every dtype
+  for (std::int64_t i = 0; i < n; ++i)
+    v[std::size_t(i)] = scale * double((i * 37) % 101 - 50) / 64.0;  // exact in every dtype
   return v;
 }
 
@@ -63,7 +64,8 @@ TEST(TargetWeights, MissingLmHeadIsRefusedNamingIt) {
   const DrafterConfig c = tiny_config();
   ScratchDirectory dir;
   safetensors::Writer w;
-  w.add_floats(kTargetEmbeddingName, Dtype::BF16, {c.vocab_size, c.hidden_size}, values(c.vocab_size * c.hidden_size, 1));
+  w.add_floats(kTargetEmbeddingName, Dtype::BF16, {c.vocab_size, c.hidden_size},
+               values(c.vocab_size * c.hidden_size, 1));
   w.write_file(dir / "model.safetensors");
   MemoryTracker tracker;
   const std::string message = input_error_message([&] { load_target_weights(tracker, dir.path(), c); });
@@ -73,7 +75,8 @@ TEST(TargetWeights, MissingLmHeadIsRefusedNamingIt) {
 
 TEST(TargetWeights, WrongVocabOrHiddenSizeIsRefusedNamingTensorAndShapes) {
   const DrafterConfig c = tiny_config();
-  for (const safetensors::Shape& shape : {safetensors::Shape{c.vocab_size + 1, c.hidden_size}, safetensors::Shape{c.vocab_size, 8}}) {
+  for (const safetensors::Shape& shape :
+       {safetensors::Shape{c.vocab_size + 1, c.hidden_size}, safetensors::Shape{c.vocab_size, 8}}) {
     ScratchDirectory dir;
     safetensors::Writer w;
     w.add_floats(kTargetEmbeddingName, Dtype::BF16, shape, values(shape[0] * shape[1], 1));

@@ -38,14 +38,15 @@ TEST_P(GoldenCheckWithoutGpu, FailsNamingTheReasonWhereAGpuIsRequired) {
   setenv("DFLASH_REQUIRE_GPU", "1", 1);
   const testing_support::CliRun r = testing_support::run_dflash(std::string("golden check --impl ") + GetParam());
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
-  EXPECT_THAT(r.err, HasSubstr("DFLASH_REQUIRE_GPU=1, but --impl " + std::string(GetParam()) + " has no GPU: " +
-                               cuda_device_status().reason));
+  EXPECT_THAT(r.err, HasSubstr("DFLASH_REQUIRE_GPU=1, but --impl " + std::string(GetParam()) +
+                               " has no GPU: " + cuda_device_status().reason));
   EXPECT_THAT(r.out, Not(HasSubstr("PASS")));
 }
 
 INSTANTIATE_TEST_SUITE_P(BothCudaImplementations, GoldenCheckWithoutGpu, ::testing::Values("cuda-loss-head", "cuda"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param) == "cuda" ? std::string("cuda") : std::string("cuda_loss_head");
+                           return std::string(info.param) == "cuda" ? std::string("cuda")
+                                                                    : std::string("cuda_loss_head");
                          });
 
 }  // namespace

@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "golden/cuda/step_check.hpp"
-#include "golden/cuda/loss_head_check.hpp"
 #include "golden/cases.hpp"
+#include "golden/cuda/loss_head_check.hpp"
+#include "golden/cuda/step_check.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
 
 namespace dflash {

@@ -27,7 +27,8 @@ TEST(CheckTrainingCli, ListsTheCudaImplementation) {
 class CheckTrainingWithoutGpu : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_status().available) GTEST_SKIP() << "a GPU is usable here: test_cuda_training_golden_gpu runs the check";
+    if (cuda_device_status().available)
+      GTEST_SKIP() << "a GPU is usable here: test_cuda_training_golden_gpu runs the check";
   }
   void TearDown() override { unsetenv("DFLASH_REQUIRE_GPU"); }
 };
