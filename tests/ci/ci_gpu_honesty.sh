@@ -4,7 +4,8 @@
 # needs a library nowhere to be found, one an ELF stub that takes a library from this machine
 # rather than the carry, two are missing; dflash's verify exits 0 while reporting a SKIPPED row.
 # Run 1 (DFLASH_REQUIRE_GPU=1): ci/gpu must exit 1 and name each reason: the unresolved and the
-# outside library, the missing binaries, the SKIPPED verify row, the missing benchmarks.
+# outside library, the missing binaries, the SKIPPED verify row, the missing benchmarks; a
+# compute-sanitizer that cannot attach is NOT AVAILABLE, one that finds errors a failure.
 # Run 2: the same carry with both libraries in its lib/ and a 100 s budget: the closure passes and
 # a check whose estimate does not fit is "NOT RUN: no time left", in results.md too.
 #   ci_gpu_honesty.sh ROOT
@@ -50,6 +51,18 @@ for name in test_loss_head_gpu test_cuda_golden_gpu test_trunk_gpu test_attentio
   printf '%s\t60\t77\t-\t1\t@bin@/%s\n' "$name" "$name"
 done > "$u/tests.tsv"
 chmod +x "$u/bin"/*
+# compute-sanitizer as three runtimes answer: memcheck cannot attach (error 999), racecheck finds
+# errors, synccheck finds none
+mkdir -p "$work/tools"
+cat > "$work/tools/compute-sanitizer" << 'STUB'
+#!/usr/bin/env bash
+case $2 in
+  memcheck) echo "========= Error: Device not supported (error 999)"; exit 1 ;;
+  racecheck) echo "========= ERROR SUMMARY: 2 errors"; exit 99 ;;
+  synccheck) echo "========= ERROR SUMMARY: 0 errors"; exit 0 ;;
+esac
+STUB
+chmod +x "$work/tools/compute-sanitizer"
 
 failed=0
 expect() {
@@ -58,7 +71,7 @@ expect() {
     failed=1
   fi
 }
-DFLASH_GPU_CARRY=$work/carry OUT=$work/out DFLASH_REQUIRE_GPU=1 DFLASH_BENCH_SHAPE="--rows 8" \
+PATH=$work/tools:$PATH DFLASH_GPU_CARRY=$work/carry OUT=$work/out DFLASH_REQUIRE_GPU=1 DFLASH_BENCH_SHAPE="--rows 8" \
   "$root/ci/gpu" run > "$work/log1" 2>&1
 rc=$?
 [ "$rc" -eq 1 ] || { echo "ci_gpu_honesty: run 1: ci/gpu exited $rc, not 1"; failed=1; }
@@ -73,6 +86,9 @@ expect 1 "FAILED: bench_cuda_loss_head: not in the carry"
 expect 1 "FAILED: bench_cuda_drafter_step: not in the carry"
 expect 1 "FAILED: dflash verify --device cuda: rows SKIPPED under DFLASH_REQUIRE_GPU=1"
 expect 1 "FAILED: dflash train --backend cuda (mid, 10 steps) + export: train-cuda: dflash train exited 0 but wrote no metrics.jsonl"
+expect 1 "ci/gpu: [sanitizers] compute-sanitizer --tool memcheck: NOT AVAILABLE (on this runtime"
+expect 1 "FAILED: compute-sanitizer --tool racecheck: exit 99"
+expect 1 "ci/gpu: [sanitizers] compute-sanitizer --tool synccheck: PASS"
 expect 1 "ci/gpu: FAIL"
 tail -1 "$work/log1" | grep -q "^ci/gpu: FAIL" || { echo "ci_gpu_honesty: run 1: the verdict is not the last line"; failed=1; }
 
