@@ -10,7 +10,8 @@
 // `dflash plan` for the same config and policies (one GPU).
 //
 //   bench_cuda_drafter_step --config configs/qwen3.6-27b.json [--context 4096] [--reps 3] [--seed S]
-//                           [--json PATH]          (--help: the options)
+//                           [--json PATH] [--count] (--help: the options; --count prints the FLOPs each
+//                                                   configuration executes per step, for ci/gpu's plan)
 // A quick shape: --config bench/cuda/drafter_step_quick.json --context 1024.
 //
 // Correctness: every run's loss finite, its gradients finite (their squared norms, on the device),
@@ -61,6 +62,7 @@ struct BenchOptions {
   int reps = 3;
   std::uint64_t seed = 20261129;
   std::string json;
+  bool count = false;
 };
 
 // cudaEvents around every attention launch of a step, on the allocator's stream; read after the
@@ -405,6 +407,8 @@ int bench_main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "the inputs' Philox seed");
   app.add_option("--json", o.json, "write the numbers here (bench/cuda/summarize_step.py reads them)");
+  app.add_flag("--count", o.count,
+               "print what each measured configuration executes per step and exit, without a GPU (ci/gpu_plan.py)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -426,6 +430,16 @@ int bench_main(int argc, char** argv) {
             << dims.S << ", H " << dims.H << ", I " << dims.I << ", heads " << dims.nh << "/" << dims.nkv << ", d "
             << dims.d << ", L " << dims.L << ", V " << dims.V << "; model FLOPs per step " << flops.model()
             << " (attention " << flops.attention() << ")\n";
+  if (o.count) {  // ci/gpu's plan: lines "count <loss policy> <executed FLOPs> <attention FLOPs executed>"
+    for (const LossPolicy p : {LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward}) {
+      const StepFlops f = drafter_step_flops(dims, pairs, false, TrunkPolicy::per_layer, p);
+      std::cout << "count " << loss_policy_name(p) << " " << f.executed() << " " << f.attention_executed() << "\n";
+    }
+    std::cout << "count steps " << o.reps + 1 << "\ncount step_attention "
+              << (kDrafterStepAttentionForward == AttentionForwardKernel::cuda_cores ? "cuda_cores" : "tensor_cores")
+              << "\n";
+    return 0;
+  }
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
     std::cout << "bench_cuda_drafter_step: SKIPPED, " << gpu.summary() << "\n";

@@ -16,7 +16,7 @@
 // inputs (bench/cuda/fp64_rows.hpp).
 //
 //   bench_cuda_loss_head [--rows T] [--hidden H] [--vocab V] [--chunks 2048,512] [--reps 3]
-//                        [--seed S] [--no-materialize] [--json PATH]
+//                        [--seed S] [--no-materialize] [--json PATH] [--help]
 //
 // Prints a table, then "performance targets: met|MISSED ..." and, last, "correctness: PASS|FAIL".
 // Exit: 0 correct and on target, 1 a correctness check failed, 3 correct but a performance target
@@ -64,6 +64,7 @@ struct BenchOptions {
   int reps = 3;
   std::uint64_t seed = 20261129;
   bool materialize = true;
+  bool help = false;
   std::string json;
 };
 
@@ -89,6 +90,8 @@ BenchOptions parse(int argc, char** argv) {
       o.json = value();
     else if (arg == "--no-materialize")
       o.materialize = false;
+    else if (arg == "--help")
+      o.help = true;
     else if (arg == "--chunks") {
       o.chunks.clear();
       const std::string list = value();
@@ -417,6 +420,11 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
 
 int bench_main(int argc, char** argv) {
   const BenchOptions o = parse(argc, argv);
+  if (o.help) {
+    std::cout << "bench_cuda_loss_head [--rows T] [--hidden H] [--vocab V] [--chunks 2048,512] [--reps 3] [--seed S]\n"
+                 "                     [--no-materialize] [--json PATH]   (bench/cuda/loss_head_bench.cpp)\n";
+    return 0;
+  }
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
     std::cout << "bench_cuda_loss_head: SKIPPED, " << gpu.summary() << "\n";

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# ci/gpu run on a staged folder of stubs: test_loss_head_gpu and test_cuda_host "pass", dflash's
-# verify exits 0 while reporting a SKIPPED row, every other binary is missing. ci/gpu must exit 1
-# and name each reason: the missing binaries, the SKIPPED verify row, the missing benchmark.
+# ci/gpu run on a carry of stubs (no GPU needed). Its test list (tests.tsv, as prepare writes it
+# from ctest's JSON) names six tests; two are shell stubs that "pass", one is an ELF stub that
+# needs a library nowhere to be found, one an ELF stub that takes a library from this machine
+# rather than the carry, two are missing; dflash's verify exits 0 while reporting a SKIPPED row.
+# Run 1 (DFLASH_REQUIRE_GPU=1): ci/gpu must exit 1 and name each reason: the unresolved and the
+# outside library, the missing binaries, the SKIPPED verify row, the missing benchmarks; a
+# compute-sanitizer that cannot attach is NOT AVAILABLE, one that finds errors a failure.
+# Run 2: the same carry with both libraries in its lib/ and a 100 s budget: the closure passes and
+# a check whose estimate does not fit is "NOT RUN: no time left", in results.md too.
 #   ci_gpu_honesty.sh ROOT
 set -uo pipefail
 root=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/carry/bin" "$work/out"
-for name in test_loss_head_gpu test_cuda_host; do
-  cat > "$work/carry/bin/$name" <<'STUB'
+u=$work/carry/root
+mkdir -p "$u/bin" "$u/lib" "$work/out" "$work/build"
+for name in test_loss_head_gpu test_cuda_golden_gpu; do
+  cat > "$u/bin/$name" << 'STUB'
 #!/usr/bin/env bash
 [ "${1:-}" = "--gtest_list_tests" ] && exit 0
 echo "[  PASSED  ] 1 test."
 STUB
 done
-cat > "$work/carry/bin/dflash" <<'STUB'
+cat > "$u/bin/dflash" << 'STUB'
 #!/usr/bin/env bash
 if [ "$1" = verify ]; then
   echo "cuda  T37  chunk_recompute/c5  -  2.0e+00  0  SKIPPED  no GPU"
@@ -23,32 +30,82 @@ if [ "$1" = verify ]; then
 fi
 exit 0
 STUB
-chmod +x "$work/carry/bin"/*
+printf '#!/usr/bin/env bash\nexit 0\n' > "$u/bin/mpirun"
+# ELF stubs: one needs libdflash_gone.so (built, linked against, then removed), one libz.so.1 from
+# this machine's /lib.
+cat > "$work/build/gone.c" << 'C'
+int dflash_gone(void) { return 0; }
+C
+cat > "$work/build/stub.c" << 'C'
+#include <stdio.h>
+int LIBRARY_CALL(void);
+int main(void) { puts("[  PASSED  ] 1 test."); return LIBRARY_CALL() * 0; }
+C
+zlib=$(ldconfig -p | awk '/libz.so.1 /{print $NF; exit}')
+cc -shared -fPIC -o "$work/build/libdflash_gone.so" "$work/build/gone.c" &&
+  cc -DLIBRARY_CALL=dflash_gone -o "$u/bin/test_trunk_gpu" "$work/build/stub.c" -L"$work/build" -ldflash_gone &&
+  cc -DLIBRARY_CALL=zlibVersion -o "$u/bin/test_attention_gpu" "$work/build/stub.c" "$zlib" ||
+  { echo "ci_gpu_honesty: cannot build the ELF stubs"; exit 1; }
+for name in test_loss_head_gpu test_cuda_golden_gpu test_trunk_gpu test_attention_gpu test_cuda_memory_plan_gpu \
+            test_cuda_training_golden_gpu; do
+  printf '%s\t60\t77\t-\t1\t@bin@/%s\n' "$name" "$name"
+done > "$u/tests.tsv"
+chmod +x "$u/bin"/*
+# compute-sanitizer as three runtimes answer: memcheck cannot attach (error 999), racecheck finds
+# errors, synccheck finds none
+mkdir -p "$work/tools"
+cat > "$work/tools/compute-sanitizer" << 'STUB'
+#!/usr/bin/env bash
+case $2 in
+  memcheck) echo "========= Error: Device not supported (error 999)"; exit 1 ;;
+  racecheck) echo "========= ERROR SUMMARY: 2 errors"; exit 99 ;;
+  synccheck) echo "========= ERROR SUMMARY: 0 errors"; exit 0 ;;
+esac
+STUB
+chmod +x "$work/tools/compute-sanitizer"
 
-DFLASH_GPU_CARRY=$work/carry OUT=$work/out DFLASH_REQUIRE_GPU=1 DFLASH_BENCH_SHAPE="--rows 8" \
-  "$root/ci/gpu" run > "$work/log" 2>&1
-rc=$?
 failed=0
 expect() {
-  if ! grep -qF -- "$1" "$work/log"; then
-    echo "ci_gpu_honesty: the log does not say: $1"
+  if ! grep -qF -- "$2" "$work/log$1"; then
+    echo "ci_gpu_honesty: run $1's log does not say: $2"
     failed=1
   fi
 }
-[ "$rc" -eq 1 ] || { echo "ci_gpu_honesty: ci/gpu exited $rc, not 1"; failed=1; }
+PATH=$work/tools:$PATH DFLASH_GPU_CARRY=$work/carry OUT=$work/out DFLASH_REQUIRE_GPU=1 DFLASH_BENCH_SHAPE="--rows 8" \
+  "$root/ci/gpu" run > "$work/log1" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || { echo "ci_gpu_honesty: run 1: ci/gpu exited $rc, not 1"; failed=1; }
 # each reason in the closing list of what failed (what the exit code is made of)
-expect "FAILED: missing: test_cuda_memory_plan_gpu"
-expect "FAILED: missing: bench_cuda_loss_head"
-expect "FAILED: missing: bench_cuda_drafter_step"
-expect "FAILED: missing: test_loss_head_row_program"
-expect "FAILED: dflash verify --device cuda: rows SKIPPED under DFLASH_REQUIRE_GPU=1"
-expect "FAILED: missing: test_cuda_train_step_nccl_gpu"
-expect "FAILED: missing: test_cuda_training_golden_gpu"
-expect "FAILED: dflash train --backend cuda: the loss is not finite or did not fall"
-expect "ci/gpu: FAIL"
+expect 1 "FAILED: library closure:"
+expect 1 "test_trunk_gpu needs libdflash_gone.so: not found"
+expect 1 "test_attention_gpu takes libz.so.1 from $zlib, outside the carry"
+expect 1 "FAILED: test_cuda_memory_plan_gpu: not in the carry"
+expect 1 "FAILED: test_cuda_training_golden_gpu: not in the carry"
+expect 1 "FAILED: test_trunk_gpu: exit 127"
+expect 1 "FAILED: bench_cuda_loss_head: not in the carry"
+expect 1 "FAILED: bench_cuda_drafter_step: not in the carry"
+expect 1 "FAILED: dflash verify --device cuda: rows SKIPPED under DFLASH_REQUIRE_GPU=1"
+expect 1 "FAILED: dflash train --backend cuda (mid, 10 steps) + export: train-cuda: dflash train exited 0 but wrote no metrics.jsonl"
+expect 1 "ci/gpu: [sanitizers] compute-sanitizer --tool memcheck: NOT AVAILABLE (on this runtime"
+expect 1 "FAILED: compute-sanitizer --tool racecheck: exit 99"
+expect 1 "ci/gpu: [sanitizers] compute-sanitizer --tool synccheck: PASS"
+expect 1 "ci/gpu: FAIL"
+tail -1 "$work/log1" | grep -q "^ci/gpu: FAIL" || { echo "ci_gpu_honesty: run 1: the verdict is not the last line"; failed=1; }
+
+# run 2: a drafter-step benchmark that counts nothing is planned at 240 s, more than a 100 s budget
+cp "$work/build/libdflash_gone.so" "$zlib" "$u/lib/"
+printf '#!/usr/bin/env bash\nexit 0\n' > "$u/bin/bench_cuda_drafter_step"
+chmod +x "$u/bin/bench_cuda_drafter_step"
+rm -rf "$work/out"
+DFLASH_GPU_CARRY=$work/carry OUT=$work/out DFLASH_REQUIRE_GPU=1 DFLASH_GPU_BUDGET_S=100 DFLASH_BENCH_SHAPE="--rows 8" \
+  "$root/ci/gpu" run > "$work/log2" 2>&1
+expect 2 "s of a 100 s budget"
+expect 2 "ci/gpu: [load] library closure: PASS"
+expect 2 "ci/gpu: [bench] bench_cuda_drafter_step: NOT RUN (no time left"
+grep -q "| bench | bench_cuda_drafter_step | NOT RUN |" "$work/out/results.md" 2> /dev/null ||
+  { echo "ci_gpu_honesty: run 2: results.md does not list the check that did not run"; failed=1; }
 if [ "$failed" -ne 0 ]; then
-  echo "---- ci/gpu log ----"
-  cat "$work/log"
+  for n in 1 2; do echo "---- ci/gpu log, run $n ----"; cat "$work/log$n"; done
   exit 1
 fi
-echo "ci_gpu_honesty: ci/gpu exited 1 and named every missing check"
+echo "ci_gpu_honesty: ci/gpu named every unresolved library, missing check and check without time"

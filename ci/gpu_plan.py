@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""ci/gpu's plan: each check's time on the GPU machine, estimated before anything runs.
+
+An estimate is counted work at the H200's measured rates plus fixed start costs: FLOPs of the
+products at the bf16 GEMM rate, bytes moved at the copy rate, test cases at a per-case cost, and
+the starts (a process with its CUDA context, mpirun with NCCL, PyTorch). ci/gpu runs a check only
+when its estimate fits the time left of the budget, so the order and the budget are planned.
+results.md puts every measured time beside its estimate: the start and per-case costs below are
+planning values until a run on the machine replaces them.
+
+  ci/gpu_plan.py --manifest tests.tsv --bin BIN --root TREE [--stage all|correctness|bench]
+prints one line per check: name, whole seconds, how it was counted (tab-separated).
+Environment: DFLASH_BENCH_SHAPE as ci/gpu (the smaller benchmark shapes).
+"""
+import argparse
+import glob
+import math
+import os
+import subprocess
+import sys
+
+# The H200's rates (measured on the card: cuBLAS bf16 on large square products, a device copy).
+BF16_GEMM_FLOP_PER_S = 790e12
+COPY_BYTE_PER_S = 4.3e12
+# The CUDA-core attention kernels (the drafter step benchmark's third configuration): 2.16e13
+# attention FLOPs a step in about 30 s, the rate behind the 120-130 s estimated for that
+# configuration with the shared-memory bank conflicts of its score loops.
+SIMT_ATTENTION_FLOP_PER_S = 0.72e12
+
+# Start costs (planning values; results.md shows what the machine measured).
+PROCESS_START_S = 1.0  # exec and dynamic loading of a ~50 MB binary, the CUDA context, module loading
+MPI_START_S = 3.0  # mpirun, its PMIx server, the rank's NCCL communicator
+TORCH_START_S = 15.0  # import torch, its CUDA context and cuBLAS handle
+CASE_S = 0.05  # one GoogleTest case or property case: launches, a synchronisation, a small host reference
+CARD_RATE_S = 1.5  # bench/cuda/gemm_rate: the 8192^3 bf16 product timed over >= 1 s, and its warm-up
+SANITIZER_START_S = 10.0  # compute-sanitizer attaching to the process and patching its modules
+SANITIZER_SLOWDOWN = {"memcheck": 30, "racecheck": 60, "synccheck": 30}  # x the filtered test's own time
+SANITIZED_CASES = 8  # the filtered test_loss_head_gpu cases (ci/gpu's sanitizer_filter)
+VERIFY_CUDA_ROWS = 50  # the rows `dflash verify --device cuda --group cuda` lists (50 SKIPPED without a GPU, dc66c6c)
+VERIFY_CASES_PER_ROW = 4  # a `dflash verify --group cuda` row: a short GPU run and its reference
+GOLDEN_CASE_S = 2.0  # a golden file read and recomputed on the GPU (the files are small shapes)
+TRAIN_STEPS = 10  # the short CUDA training run on configs/mid.json (ci/gpu train-cuda)
+TRAIN_FIXED_S = 8.0  # its two `data synth`, the plan, the checkpoint, `dflash export`: host work
+SLACK = 1.25  # every estimate is rounded up by a quarter: a plan that fits exactly does not fit
+
+
+def seconds(flops=0.0, nbytes=0.0, fixed=0.0, simt_flops=0.0):
+    return fixed + flops / BF16_GEMM_FLOP_PER_S + nbytes / COPY_BYTE_PER_S + simt_flops / SIMT_ATTENTION_FLOP_PER_S
+
+
+def shape_flag(shape, flag, default):
+    words = shape.split()
+    return int(words[words.index(flag) + 1]) if flag in words else default
+
+
+def loss_head_bench(shape):
+    """bench_cuda_loss_head (bench/cuda/loss_head_bench.cpp): chunk_grad_in_forward and
+    chunk_recompute at each chunk size and materialize, each one warm-up + reps steps; 3 V-wide
+    products a step (5 for chunk_recompute), each 2 T V H FLOPs, its [T, V] bf16 output written and
+    read once; 14 more products per chunk size (measure_chunk_products)."""
+    T, H, V = (shape_flag(shape, f, d) for f, d in (("--rows", 32768), ("--hidden", 5120), ("--vocab", 248320)))
+    reps = shape_flag(shape, "--reps", 3)
+    chunks = [2048, 512]
+    passes = [3, 5] * len(chunks) + ([] if "--no-materialize" in shape else [3])
+    product = 2.0 * T * V * H
+    flops = sum(passes) * (1 + reps) * product + sum(14 * 2.0 * min(c, T) * V * H for c in chunks)
+    nbytes = sum(passes) * (1 + reps) * 2 * 2.0 * T * V
+    how = f"{sum(passes) * (1 + reps)} products of 2x{T}x{V}x{H}, {nbytes:.2e} B, card rate"
+    return seconds(flops, nbytes, PROCESS_START_S + CARD_RATE_S), how
+
+
+def loss_head_torch(shape):
+    """loss_head_torch.py: chunked (5 passes) at full T, materialized at full T (out of memory
+    at full scale) then half; fp32 elementwise over [T, V]: ~16 tensors read and written forward
+    and as many backward (64 B a logit each way)."""
+    T, H, V = (shape_flag(shape, f, d) for f, d in (("--rows", 32768), ("--hidden", 5120), ("--vocab", 248320)))
+    steps = 1 + 3
+    product = 2.0 * T * V * H
+    flops = steps * (5 * product + 3 * product / 2)
+    nbytes = steps * 1.5 * 128.0 * T * V
+    return seconds(flops, nbytes, TORCH_START_S + CARD_RATE_S), f"{steps} x (5 + 1.5) products of 2x{T}x{V}x{H}, {nbytes:.2e} B"
+
+
+def drafter_step_counts(binary, config, context):
+    """What bench_cuda_drafter_step --count says each configuration executes (no GPU used)."""
+    out = subprocess.run([binary, "--config", config, "--context", str(context), "--count"], capture_output=True,
+                         text=True, timeout=60)
+    counts = {}
+    for line in out.stdout.splitlines():
+        words = line.split()
+        if words and words[0] == "count":
+            counts[words[1]] = words[2:]
+    if out.returncode != 0 or "steps" not in counts:
+        raise RuntimeError(f"{binary} --count: exit {out.returncode}: {out.stderr.strip()[:200]}")
+    return counts
+
+
+def drafter_step_bench(binary, config, context):
+    """bench_cuda_drafter_step: per_layer x chunk_recompute and x chunk_grad_in_forward with the step's
+    attention kernels, then chunk_recompute with the other kind; each warm-up + reps steps of the
+    FLOPs the bench itself counts (--count); tensor-core work at the GEMM rate, CUDA-core
+    attention at its own."""
+    c = drafter_step_counts(binary, config, context)
+    steps = int(c["steps"][0])
+    recompute, recompute_attn = (float(x) for x in c["chunk_recompute"])
+    grad_in_forward, _ = (float(x) for x in c["chunk_grad_in_forward"])
+    step_simt = c["step_attention"][0] == "cuda_cores"
+    runs = [(recompute, recompute_attn, step_simt), (grad_in_forward, recompute_attn, step_simt),
+            (recompute, recompute_attn, not step_simt)]
+    total = PROCESS_START_S + CARD_RATE_S
+    for executed, attention, simt in runs:
+        total += steps * (seconds(executed - attention, simt_flops=attention) if simt else seconds(executed))
+    return total, f"3 configurations x {steps} steps of {recompute:.2e} / {grad_in_forward:.2e} FLOPs, attention {recompute_attn:.2e} (one on CUDA cores)"
+
+
+def drafter_step_torch(binary, config, context):
+    """drafter_step_torch.py: warm-up (compiles flex_attention) + reps steps of the same executed
+    FLOPs (checkpoint per layer, chunk_recompute-like loss chunks), all at the GEMM rate."""
+    c = drafter_step_counts(binary, config, context)
+    steps = int(c["steps"][0])
+    recompute = float(c["chunk_recompute"][0])
+    return seconds(steps * recompute, fixed=TORCH_START_S + 20.0), f"{steps} steps of {recompute:.2e} FLOPs + flex compile 20 s"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--bin", required=True)
+    p.add_argument("--root", required=True)
+    p.add_argument("--stage", default="all", choices=["all", "correctness", "bench"])
+    a = p.parse_args()
+    shape = os.environ.get("DFLASH_BENCH_SHAPE", "")
+    rows = [("library closure", 20.0, "the loader's trace of every staged file"),
+            ("binaries start", 2.0 + 0.2 * 20, "each binary lists its cases; mpirun starts")]
+    if a.stage != "bench":
+        if os.path.exists(a.manifest):
+            for line in open(a.manifest):
+                f = line.rstrip("\n").split("\t")
+                name, cases = f[0], int(f[4])
+                fixed = PROCESS_START_S + (MPI_START_S if "@bin@/mpirun" in f[5:] else 0)
+                rows.append((name, seconds(fixed=fixed + cases * CASE_S), f"{cases} cases"))
+        goldens = len(glob.glob(os.path.join(a.root, "golden/data/*.safetensors")))
+        training = len(glob.glob(os.path.join(a.root, "golden/data/training/*.safetensors")))
+        rows += [("dflash verify --device cuda",
+                  seconds(fixed=PROCESS_START_S + VERIFY_CUDA_ROWS * VERIFY_CASES_PER_ROW * CASE_S),
+                  f"{VERIFY_CUDA_ROWS} rows"),
+                 ("dflash golden check --impl cuda-loss-head", seconds(fixed=PROCESS_START_S + goldens * GOLDEN_CASE_S),
+                  f"{goldens} files"),
+                 ("dflash golden check --impl cuda", seconds(fixed=PROCESS_START_S + goldens * GOLDEN_CASE_S),
+                  f"{goldens} files"),
+                 ("dflash golden check-training --impl cuda",
+                  seconds(fixed=PROCESS_START_S + training * GOLDEN_CASE_S), f"{training} files"),
+                 ("dflash train --backend cuda (mid, 10 steps) + export",
+                  seconds(fixed=5 * PROCESS_START_S + TRAIN_FIXED_S + TRAIN_STEPS * 20 * CASE_S),
+                  f"{TRAIN_STEPS} steps, host work")]
+        for tool, slowdown in SANITIZER_SLOWDOWN.items():
+            rows.append((f"compute-sanitizer --tool {tool}",
+                         seconds(fixed=SANITIZER_START_S + slowdown * (PROCESS_START_S + SANITIZED_CASES * CASE_S)),
+                         f"{SANITIZED_CASES} cases x {slowdown}"))
+    if a.stage != "correctness":
+        rows.append(("bench_cuda_loss_head",) + loss_head_bench(shape))
+        rows.append(("loss_head_torch.py",) + loss_head_torch(shape))
+        if shape:
+            config, context = os.path.join(a.root, "bench/cuda/drafter_step_quick.json"), 1024
+        else:
+            config, context = os.path.join(a.root, "configs/qwen3.6-27b.json"), 4096
+        binary = os.path.join(a.bin, "bench_cuda_drafter_step")
+        try:
+            rows.append(("bench_cuda_drafter_step",) + drafter_step_bench(binary, config, context))
+            rows.append(("drafter_step_torch.py",) + drafter_step_torch(binary, config, context))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+            print(f"ci/gpu_plan.py: no count from {binary}: {e}", file=sys.stderr)
+            rows += [("bench_cuda_drafter_step", 240.0, "not counted (no binary)"),
+                     ("drafter_step_torch.py", 240.0, "not counted (no binary)")]
+    for name, s, how in rows:
+        print(f"{name}\t{math.ceil(s * SLACK)}\t{how}")
+
+
+if __name__ == "__main__":
+    main()
