@@ -14,7 +14,7 @@ namespace {
 
 struct TrainFlags {
   std::string config, data, target, out, init, eval_data, backend = "cpu";
-  bool resume = false, force = false;
+  bool resume = false, force = false, allow_other_data = false;
   std::int64_t save_every = 0, keep = 0, progress_every = 10, eval_every = 0;
 };
 
@@ -36,6 +36,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--backend", f->backend, "cpu (double reference) or cuda (default cpu)");
   cmd->add_flag("--resume", f->resume, "Continue the run in --out from its latest checkpoint");
   cmd->add_flag("--force", f->force, "Train even when the plan says the step does not fit");
+  cmd->add_flag("--allow-other-data", f->allow_other_data,
+                "With --resume: continue on a --data set other than the one the checkpoint records (its "
+                "shard file names, sizes and sequence count); without it such a resume is refused");
   cmd->add_option("--save-every", f->save_every,
                   "Also save a checkpoint every N steps (default: at the end and on a signal)");
   cmd->add_option("--keep", f->keep, "Keep only the K most recent checkpoints (default: all)");
@@ -54,6 +57,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
     o.backend = parse_training_backend(f->backend);
     o.resume = f->resume;
     o.force = f->force;
+    o.allow_other_data = f->allow_other_data;
     o.save_every = f->save_every;
     o.keep = f->keep;
     o.progress_every = f->progress_every;

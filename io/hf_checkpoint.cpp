@@ -7,6 +7,8 @@
 #include <system_error>
 
 #include "io/errors.hpp"
+#include "io/file_limits.hpp"
+#include "io/file_read.hpp"
 #include "io/strict_json.hpp"
 
 namespace dflash {
@@ -17,21 +19,6 @@ using json = nlohmann::json;
 
 // Root (1) > metadata / weight_map (2) > a metadata value that is itself a container (3).
 constexpr std::size_t kMaxIndexJsonDepth = 3;
-// Index files list tensor names only; even a 100k-tensor model is a few MB.
-constexpr std::uintmax_t kMaxIndexBytes = 100'000'000;
-
-std::string read_index_text(const std::filesystem::path& path, const std::string& source) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) throw InputError(str(source, ": not a readable regular file"));
-  const std::uintmax_t size = std::filesystem::file_size(path, error);
-  if (error) throw InputError(str(source, ": cannot get the file size: ", error.message()));
-  if (size > kMaxIndexBytes)
-    throw InputError(str(source, ": ", size, " bytes exceeds the ", kMaxIndexBytes, "-byte limit"));
-  std::ifstream file(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (!file.good() && !file.eof()) throw InputError(str(source, ": cannot read"));
-  return text;
-}
 
 }  // namespace
 
@@ -66,7 +53,8 @@ HfCheckpoint HfCheckpoint::open_index(const std::filesystem::path& index_path) {
   HfCheckpoint checkpoint;
   const std::string source = index_path.string();
   checkpoint.source_ = source;
-  const json index = safetensors::parse_strict_json(read_index_text(index_path, source), source, kMaxIndexJsonDepth);
+  const json index =
+      safetensors::parse_strict_json(read_regular_file(index_path, kMaxIndexFileBytes), source, kMaxIndexJsonDepth);
   if (!index.is_object()) throw InputError(str(source, ": is ", safetensors::json_kind(index), ", not a JSON object"));
   // Other top-level keys are ignored: tools add their own, and nothing here depends on them.
   if (const auto metadata = index.find("metadata"); metadata != index.end()) {

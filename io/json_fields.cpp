@@ -1,22 +1,21 @@
 #include "io/json_fields.hpp"
 
-#include <fstream>
-#include <sstream>
-
 #include "io/errors.hpp"
+#include "io/file_read.hpp"
+#include "io/strict_json.hpp"
 
 namespace dflash {
 
-nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw_input_error("config file", str("'", path.string(), "' cannot be opened"));
-  std::ostringstream text;
-  text << in.rdbuf();
+nlohmann::json read_json_file(const std::filesystem::path& path, std::uint64_t max_bytes, std::string_view what) {
+  std::string text;
   try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw_input_error("config file", str("'", path.string(), "' is not valid JSON: ", e.what()));
+    text = read_regular_file(path, max_bytes);
+  } catch (const InputError& e) {
+    // "invalid <path>: <problem>" becomes "invalid config file <path>: <problem>".
+    const std::string_view message = e.what(), prefix = "invalid ";
+    throw InputError(str(prefix, what, " ", message.substr(message.starts_with(prefix) ? prefix.size() : 0)));
   }
+  return safetensors::parse_strict_json(text, path.string(), kMaxConfigJsonDepth);
 }
 
 std::string config_field_name(std::string_view source, std::string_view key) {

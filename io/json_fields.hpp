@@ -8,10 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/file_limits.hpp"
+
 namespace dflash {
 
-// Throws InputError naming the path when it cannot be read or is not JSON.
-nlohmann::json read_json_file(const std::filesystem::path& path);
+// A JSON file the run reads (configs, trainer_state.json): a regular file of at most `max_bytes`
+// (io/file_read.hpp), strict JSON (io/strict_json.hpp: a key given twice in one object is refused,
+// naming it, instead of the last one silently winning). Throws InputError naming `what` and the path.
+nlohmann::json read_json_file(const std::filesystem::path& path, std::uint64_t max_bytes = kMaxConfigFileBytes,
+                              std::string_view what = "config file");
 
 // "<key> in <source>": how errors about a config field name it (as reference/drafter_config does).
 std::string config_field_name(std::string_view source, std::string_view key);

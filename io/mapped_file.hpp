@@ -18,6 +18,11 @@ class MappedFile {
   std::span<const std::byte> bytes() const { return {data_, size_}; }
   std::size_t size() const { return size_; }
 
+  // Throws dflash::InputError naming the path when the file is now shorter than its map: a read of
+  // the map past the new end would kill the process with SIGBUS. Readers call it before they copy
+  // from the map (one stat); a file cut between the check and the copy can still fault.
+  void require_unshrunk() const;
+
  private:
   struct Mapping;
   std::shared_ptr<const Mapping> mapping_;  // shared: copies of a shard share one map

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include <system_error>
 
 #include "io/errors.hpp"
+#include "io/file_write.hpp"
 #include "io/strict_json.hpp"
 
 namespace dflash::safetensors {
@@ -26,19 +26,6 @@ void check_utf8(std::string_view what, const std::string& text) {
   }
 }
 
-// A FILE* closed on every path out of write_file.
-struct FileCloser {
-  void operator()(std::FILE* file) const { std::fclose(file); }
-};
-
-[[noreturn]] void fail_write(const std::filesystem::path& path, const std::filesystem::path& temporary,
-                             std::string_view what, int error_number) {
-  std::error_code ignored;
-  std::filesystem::remove(temporary, ignored);
-  throw std::runtime_error(
-      str("cannot write ", path.string(), ": ", what, " ", temporary.string(), ": ", std::strerror(error_number)));
-}
-
 // Where tensors of `dtype` go in the data section: the order of the reference implementation
 // (its dtype enum, descending), which lists dtypes by decreasing element size. Sharing its order
 // makes our files byte-identical to the Python package's for the same tensors (metadata keys
@@ -48,15 +35,6 @@ constexpr std::array<Dtype, 8> kLayoutOrder = {Dtype::I64,  Dtype::F64, Dtype::F
 
 std::size_t layout_rank(Dtype dtype) {
   return static_cast<std::size_t>(std::find(kLayoutOrder.begin(), kLayoutOrder.end(), dtype) - kLayoutOrder.begin());
-}
-
-// A temporary name unique across processes (pid) and across threads and calls within one
-// process (counter).
-std::filesystem::path temporary_path_for(const std::filesystem::path& path) {
-  static std::atomic<unsigned long> counter{0};
-  std::filesystem::path temporary = path;
-  temporary += str(".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  return temporary;
 }
 
 }  // namespace
@@ -172,24 +150,11 @@ void Writer::write_file(const std::filesystem::path& path) const {
   std::byte length_field[kHeaderLengthBytes];
   store_le_u64(header.size(), length_field);
 
-  const std::filesystem::path temporary = temporary_path_for(path);
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(temporary.c_str(), "wb"));
-  if (!file) fail_write(path, temporary, "cannot create temporary file", errno);
-  const auto write_all = [&](const void* data, std::size_t size) {
-    if (size != 0 && std::fwrite(data, 1, size, file.get()) != size) {
-      const int error_number = errno;
-      file.reset();
-      fail_write(path, temporary, "cannot write temporary file", error_number);
-    }
-  };
-  write_all(length_field, sizeof length_field);
-  write_all(header.data(), header.size());
-  for (const auto& [name, entry] : data_order()) write_all(entry->bytes.data(), entry->bytes.size());
-  // fclose flushes: a full disk may only show up here.
-  if (std::fclose(file.release()) != 0) fail_write(path, temporary, "cannot finish temporary file", errno);
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    fail_write(path, temporary, "cannot rename into place the temporary file", errno);
-  }
+  AtomicFileWriter file(path);
+  file.write(length_field, sizeof length_field);
+  file.write(header.data(), header.size());
+  for (const auto& [name, entry] : data_order()) file.write(entry->bytes.data(), entry->bytes.size());
+  file.commit();
 }
 
 }  // namespace dflash::safetensors

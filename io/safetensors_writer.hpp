@@ -43,9 +43,10 @@ class Writer {
   // The whole file.
   std::vector<std::byte> to_bytes() const;
 
-  // Writes the file to `<path>.tmp.<pid>.<n>` in the same directory, then renames it over `path`:
-  // an existing file at `path` is replaced whole or left untouched, never half-written. Throws
-  // std::runtime_error naming the path if anything fails (the temporary file is removed).
+  // Writes the file through io/file_write.hpp (an exclusively created temporary beside it, flushed
+  // to disk, renamed over `path`): an existing file at `path` is replaced whole or left untouched,
+  // never half-written. Throws std::runtime_error naming the path if anything fails (the
+  // temporary file is removed).
   void write_file(const std::filesystem::path& path) const;
 
  private:

@@ -2,12 +2,17 @@
 
 #include <openssl/evp.h>
 
+#include <unistd.h>
+
 #include <array>
-#include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include "io/errors.hpp"
+#include "io/file_read.hpp"
 
 namespace dflash {
 namespace {
@@ -47,15 +52,17 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string sha256_file_hex(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_input_error(path.string(), "cannot be opened");
+  // A regular file only: a link to /dev/zero or a FIFO would never end (or never start).
+  const RegularFile file = RegularFile::open(path);
   Digest d;
-  std::array<char, 1 << 16> buffer{};
-  while (in) {
-    in.read(buffer.data(), buffer.size());
-    d.update(buffer.data(), static_cast<std::size_t>(in.gcount()));
+  std::vector<char> buffer(std::size_t(1) << 16);
+  for (;;) {
+    const ssize_t n = ::read(file.fd(), buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_input_error(path.string(), str("cannot be read: ", std::strerror(errno)));
+    if (n == 0) break;
+    d.update(buffer.data(), std::size_t(n));
   }
-  if (in.bad()) throw_input_error(path.string(), "cannot be read");
   return d.hex();
 }
 

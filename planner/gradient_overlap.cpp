@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "io/errors.hpp"
+#include "planner/checked_bytes.hpp"
 #include "planner/communication_time.hpp"
 #include "reference/drafter_parameters.hpp"
 #include "reference/drafter_trunk.hpp"
@@ -66,10 +67,15 @@ GradientOverlap gradient_overlap(const PlanRequest& r) {
   std::int64_t count = 0;
   for (const ParameterShape& s : drafter_parameter_shapes(r.config)) {
     offsets.push_back(count);
-    count += shape_numel(s.shape);
+    count = checked_sum(count, shape_numel(s.shape));
   }
   const std::int64_t G = layout.gpus, bytes = r.precision.gradient_bytes;
   const GradientBuckets buckets = gradient_buckets(count, layout, bytes);
+  if (buckets.count() > kMaxPlannedBuckets) {
+    throw_input_error("bucket_bytes", str(layout.bucket_bytes, " cuts the ", count, " gradients into ", buckets.count(),
+                                          " buckets, more than the ", kMaxPlannedBuckets,
+                                          " a plan times; check the model sizes or raise bucket_bytes"));
+  }
   o.buckets = buckets.count();
   std::vector<double> ready, nvlink, inter_node;
   for (std::int64_t k = buckets.count() - 1; k >= 0; --k) {

@@ -39,6 +39,12 @@ inline constexpr double kAchievedFlopsPerSecond = kH200DenseBf16FlopsPerSecond *
 // window_end; 0 when it ends before. Throws InputError when the spans differ in length.
 double exposed_seconds(std::span<const double> ready, std::span<const double> duration, double window_end);
 
+// The most buckets the overlap is worked out for, one by one: a million buckets is 25 TB of fp32
+// gradients at the default 25 MiB, ~10^4 times the largest model TRAINING plans. A plan past it
+// (an absurd hidden_size, a tiny bucket_bytes) is refused in milliseconds instead of timing
+// billions of buckets (hidden_size 2^40 used to take 1.3 GB and 6 s).
+inline constexpr std::int64_t kMaxPlannedBuckets = std::int64_t(1) << 20;
+
 struct LinkOverlap {
   double gradient_seconds = 0;        // the bucketed reduce-scatter (ZeRO-1) or all-reduce (ZeRO-0)
   double exposed_seconds = 0;         // what of it ends after the window

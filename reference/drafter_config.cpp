@@ -1,13 +1,13 @@
 #include "reference/drafter_config.hpp"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "io/errors.hpp"
+#include "io/json_fields.hpp"
 
 namespace dflash {
 
@@ -176,6 +176,43 @@ void refuse_unmodelled_values(const json& j, const DrafterConfig& c, std::string
 
 }  // namespace
 
+// Every size the config implies, each product checked before it is taken (kMaxConfigSizeValues).
+void require_sizes_fit(const DrafterConfig& c, std::string_view source) {
+  const auto product = [&](std::int64_t a, std::int64_t b, std::string_view field, std::string_view what) {
+    std::int64_t p = 0;
+    if (__builtin_mul_overflow(a, b, &p) || p > kMaxConfigSizeValues) {
+      config_error(field, source,
+                   str(a, " x ", b, " values (", what, ") exceed the ", kMaxConfigSizeValues,
+                       " a size may count (its bytes must fit 64 bits)"));
+    }
+    return p;
+  };
+  const auto sum = [&](std::initializer_list<std::int64_t> terms, std::string_view field, std::string_view what) {
+    std::int64_t s = 0;
+    for (std::int64_t t : terms) {
+      if (__builtin_add_overflow(s, t, &s) || s > kMaxConfigSizeValues) {
+        config_error(field, source,
+                     str("the ", what, " exceed the ", kMaxConfigSizeValues, " values a size may count"));
+      }
+    }
+    return s;
+  };
+  const std::int64_t H = c.hidden_size, K = std::int64_t(c.target_layer_ids.size());
+  const std::int64_t KH = product(K, H, "hidden_size", "the feature width K H");
+  const std::int64_t q = product(c.num_attention_heads, c.head_dim, "num_attention_heads", "the query width nh d");
+  const std::int64_t kv = product(c.num_key_value_heads, c.head_dim, "num_key_value_heads", "the key width nkv d");
+  const std::int64_t fc = product(H, KH, "hidden_size", "fc.weight, H x K H");
+  const std::int64_t qH = product(q, H, "hidden_size", "q_proj and o_proj, nh d x H");
+  const std::int64_t kvH = product(kv, H, "hidden_size", "k_proj and v_proj, nkv d x H");
+  const std::int64_t IH = product(c.intermediate_size, H, "intermediate_size", "each MLP matrix, I x H");
+  const std::int64_t layer =
+      sum({qH, qH, kvH, kvH, IH, IH, IH, H, H, c.head_dim, c.head_dim}, "num_hidden_layers", "parameters of one layer");
+  const std::int64_t layers = product(c.num_hidden_layers, layer, "num_hidden_layers", "the layers' parameters");
+  sum({fc, H, layers, H}, "hidden_size", "trainable parameters");
+  const std::int64_t VH = product(c.vocab_size, H, "vocab_size", "embed_tokens and lm_head, V x H");
+  product(2, VH, "vocab_size", "embed_tokens and lm_head together");
+}
+
 void validate_drafter_config(const DrafterConfig& c, std::string_view source) {
   require_at_least(c.hidden_size, 1, "hidden_size", source);
   require_at_least(c.intermediate_size, 1, "intermediate_size", source);
@@ -224,6 +261,7 @@ void validate_drafter_config(const DrafterConfig& c, std::string_view source) {
   require_probability(c.hidden_dropout, "hidden_dropout", source);
   require_at_least(c.loss_chunk_rows, 1, "loss_chunk_rows", source);
   require_at_least(c.checkpoint_every, 1, "checkpoint_every", source);
+  require_sizes_fit(c, source);
 }
 
 DrafterConfig drafter_config_from_json(const json& j, std::string_view source) {
@@ -314,16 +352,7 @@ DrafterConfig drafter_config_from_json(const json& j, std::string_view source) {
 }
 
 DrafterConfig load_drafter_config(const std::filesystem::path& path) {
-  const std::string source = path.string();
-  std::ifstream in(path);
-  if (!in) throw_input_error("config file", str("'", source, "' cannot be opened"));
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw_input_error("config file", str("'", source, "' is not valid JSON: ", e.what()));
-  }
-  return drafter_config_from_json(j, source);
+  return drafter_config_from_json(read_json_file(path), path.string());
 }
 
 json drafter_config_to_json(const DrafterConfig& c) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,12 @@ std::string_view layer_type_name(LayerType type);
 
 // The largest layer index the RNG coordinates allow: layer 255 is the anchor sampler's (SPEC §6).
 inline constexpr std::int64_t kMaxDrafterLayers = 255;
+
+// The most values any size a config implies may count (a tensor, the K H feature width, the
+// parameter total, the frozen V H matrices): its bytes as doubles then fit a signed 64-bit count. A
+// product past it is refused by validate_drafter_config, naming the field: wrapped, it would size a
+// buffer too small and the code would write past it (data synth at vocab_size 2^62).
+inline constexpr std::int64_t kMaxConfigSizeValues = std::numeric_limits<std::int64_t>::max() / 8;
 
 struct DrafterConfig {
   // Model fields (Hugging Face names).

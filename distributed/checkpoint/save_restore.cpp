@@ -1,17 +1,15 @@
 #include "distributed/checkpoint/save_restore.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
+#include <limits>
 #include <regex>
-#include <sstream>
 
 #include "io/errors.hpp"
+#include "io/file_limits.hpp"
+#include "io/file_read.hpp"
+#include "io/file_write.hpp"
+#include "io/json_fields.hpp"
 #include "io/safetensors.hpp"
 #include "io/sha256.hpp"
 #include "reference/drafter_parameters.hpp"
@@ -30,31 +28,6 @@ std::string checkpoint_name(std::int64_t step) {
 namespace {
 
 const std::regex kCheckpointName("step-[0-9]{8}");
-
-// Flushes a file or directory to disk: a rename is only durable once what it renames is.
-void sync_path(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(str("cannot open ", path.string(), " to sync it: ", std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw std::runtime_error(str("cannot sync ", path.string(), ": ", std::strerror(errno)));
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  if (!out.flush()) throw std::runtime_error(str("cannot write ", path.string()));
-  out.close();
-  sync_path(path);
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_input_error(path.string(), "is missing or unreadable");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The flat vector split into tensors of `shapes`, written under `prefix` + name.
 void add_flat(safetensors::Writer& w, const std::vector<ParameterShape>& shapes, const std::string& prefix,
@@ -113,7 +86,7 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   const fs::path latest = run_dir / kLatestFileName;
   std::error_code ec;
   if (!fs::exists(latest, ec)) return std::nullopt;
-  std::string name = read_text(latest);
+  std::string name = read_regular_file(latest, kMaxLatestFileBytes);
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
   if (!std::regex_match(name, kCheckpointName)) {
     throw_input_error(latest.string(), str("'", name, "' is not a checkpoint name (step-<8 digits>)"));
@@ -127,50 +100,47 @@ fs::path write_run_checkpoint(const fs::path& run_dir, const DrafterConfig& conf
   const std::string name = checkpoint_name(c.step);
   const fs::path final_dir = run_dir / name, tmp_dir = run_dir / (name + ".tmp");
   fs::create_directories(run_dir);
-  fs::remove_all(tmp_dir);  // left by an interrupted write: never complete, never named by latest
-  fs::create_directory(tmp_dir);
+  // Left by an interrupted write: never complete, never named by latest. remove_all does not follow
+  // a link planted there; make_directory then creates a fresh directory or fails.
+  fs::remove_all(tmp_dir);
+  make_directory(tmp_dir);
   notify(options, CheckpointPhase::temporary_directory_made);
 
   safetensors::Writer model;
   model.set_metadata("format", "pt");
   add_flat(model, shapes, "", c.master, options.precision);
-  model.write_file(tmp_dir / kModelFileName);
-  sync_path(tmp_dir / kModelFileName);
+  model.write_file(tmp_dir / kModelFileName);  // flushed to disk, as every write of io/file_write.hpp
   notify(options, CheckpointPhase::model_written);
 
   safetensors::Writer optimizer;
   add_flat(optimizer, shapes, "exp_avg/", c.exp_avg, options.precision);
   add_flat(optimizer, shapes, "exp_avg_sq/", c.exp_avg_sq, options.precision);
   optimizer.write_file(tmp_dir / kOptimizerFileName);
-  sync_path(tmp_dir / kOptimizerFileName);
   notify(options, CheckpointPhase::optimizer_written);
 
-  const json state = {{"format", "dflash-checkpoint"},
-                      {"version", 1},
-                      {"step", c.step},
-                      {"data_cursor", {{"epoch", c.data_cursor.epoch}, {"position", c.data_cursor.position}}},
-                      {"seed", c.seed},
-                      {"tokens_seen", c.tokens_seen},
-                      {"config", c.config},
-                      {"world_size", c.world_size},
-                      {"sha256",
-                       {{kModelFileName, sha256_file_hex(tmp_dir / kModelFileName)},
-                        {kOptimizerFileName, sha256_file_hex(tmp_dir / kOptimizerFileName)}}}};
-  write_text(tmp_dir / kTrainerStateFileName, state.dump(2) + "\n");
-  sync_path(tmp_dir);
+  json state = {{"format", kCheckpointFormat},
+                {"version", kCheckpointVersion},
+                {"step", c.step},
+                {"data_cursor", {{"epoch", c.data_cursor.epoch}, {"position", c.data_cursor.position}}},
+                {"seed", c.seed},
+                {"tokens_seen", c.tokens_seen},
+                {"config", c.config},
+                {"world_size", c.world_size},
+                {"sha256",
+                 {{kModelFileName, sha256_file_hex(tmp_dir / kModelFileName)},
+                  {kOptimizerFileName, sha256_file_hex(tmp_dir / kOptimizerFileName)}}}};
+  if (!c.data_set.is_null()) state["data_set"] = c.data_set;
+  write_file_atomically(tmp_dir / kTrainerStateFileName, state.dump(2) + "\n");
   notify(options, CheckpointPhase::state_written);
 
   // A complete directory of this step that `latest` does not name (a run killed between this
   // rename and the `latest` update, then resumed from the one before) is replaced.
   fs::remove_all(final_dir);
-  fs::rename(tmp_dir, final_dir);
-  sync_path(run_dir);
+  rename_path(tmp_dir, final_dir);
+  sync_directory(run_dir);
   notify(options, CheckpointPhase::renamed);
 
-  const fs::path latest_tmp = run_dir / (std::string(kLatestFileName) + ".tmp");
-  write_text(latest_tmp, name + "\n");
-  fs::rename(latest_tmp, run_dir / kLatestFileName);
-  sync_path(run_dir);
+  write_file_atomically(run_dir / kLatestFileName, name + "\n");
   notify(options, CheckpointPhase::latest_written);
 
   if (options.keep > 0) {
@@ -184,27 +154,77 @@ fs::path write_run_checkpoint(const fs::path& run_dir, const DrafterConfig& conf
 
 namespace {
 
-json read_state(const fs::path& dir) {
+// trainer_state.json's keys, each checked: the right kind and range, the step equal to the
+// directory's name. A resume takes these values as the run's state, so none is trusted.
+struct TrainerState {
+  RunCheckpoint counters;  // every field but the flat vectors
+  json hashes;
+};
+
+TrainerState read_state(const fs::path& dir) {
   const fs::path path = dir / kTrainerStateFileName;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw_input_error("checkpoint", str("'", dir.string(), "' is not a directory"));
-  if (!fs::exists(path, ec)) throw_input_error(path.string(), "is missing");
-  const json state = json::parse(read_text(path), nullptr, false);
-  if (state.is_discarded() || !state.is_object()) throw_input_error(path.string(), "is not a JSON object");
-  for (const char* key : {"step", "data_cursor", "seed", "tokens_seen", "config", "world_size", "sha256"}) {
+  if (!fs::exists(fs::symlink_status(path, ec))) throw_input_error(path.string(), "is missing");
+  const json state = read_json_file(path, kMaxTrainerStateFileBytes, "checkpoint state");
+  if (!state.is_object()) throw_input_error(path.string(), "is not a JSON object");
+  for (const char* key :
+       {"format", "version", "step", "data_cursor", "seed", "tokens_seen", "config", "world_size", "sha256"}) {
     if (!state.contains(key)) throw_input_error(path.string(), str("key '", key, "' is missing"));
   }
-  return state;
+  const auto field = [&](std::string_view key) { return str(path.string(), ": ", key); };
+  // An integer in [low, high]: fractions, strings and values past int64 are refused by name.
+  const auto integer = [&](const json& v, std::string_view key, std::int64_t low, std::int64_t high) {
+    const bool fits =
+        v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(high));
+    if (!fits || v.get<std::int64_t>() < low || v.get<std::int64_t>() > high) {
+      throw_input_error(field(key), str(v.dump(), " is not an integer in [", low, ", ", high, "]"));
+    }
+    return v.get<std::int64_t>();
+  };
+  constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+  if (state.at("format") != kCheckpointFormat) {
+    throw_input_error(field("format"), str(state.at("format").dump(), " is not \"", kCheckpointFormat, "\""));
+  }
+  if (state.at("version") != kCheckpointVersion) {
+    throw_input_error(field("version"), str(state.at("version").dump(), " is not ", kCheckpointVersion,
+                                            " (written by another version of dflash?)"));
+  }
+  TrainerState t;
+  RunCheckpoint& c = t.counters;
+  c.step = integer(state.at("step"), "step", 0, kMaxCheckpointStep);
+  if (const std::string name = dir.filename().string(); std::regex_match(name, kCheckpointName)) {
+    if (checkpoint_name(c.step) != name) {
+      throw_input_error(field("step"), str(c.step, " is not the step of its directory ", name));
+    }
+  }
+  const json& cursor = state.at("data_cursor");
+  if (!cursor.is_object() || !cursor.contains("epoch") || !cursor.contains("position")) {
+    throw_input_error(field("data_cursor"), str(cursor.dump(), " is not {\"epoch\": e, \"position\": p}"));
+  }
+  c.data_cursor = {integer(cursor.at("epoch"), "data_cursor.epoch", 0, kInt64Max),
+                   integer(cursor.at("position"), "data_cursor.position", 0, kInt64Max)};
+  const json& seed = state.at("seed");
+  if (!seed.is_number_unsigned()) throw_input_error(field("seed"), str(seed.dump(), " is not a non-negative integer"));
+  c.seed = seed.get<std::uint64_t>();
+  c.tokens_seen = integer(state.at("tokens_seen"), "tokens_seen", 0, kInt64Max);
+  c.world_size = int(integer(state.at("world_size"), "world_size", 1, std::numeric_limits<int>::max()));
+  c.config = state.at("config");
+  if (!c.config.is_object()) throw_input_error(field("config"), "is not a JSON object");
+  if (state.contains("data_set")) c.data_set = state.at("data_set");
+  t.hashes = state.at("sha256");
+  if (!t.hashes.is_object()) throw_input_error(field("sha256"), "is not a JSON object");
+  return t;
 }
 
 }  // namespace
 
-json checkpoint_config_json(const fs::path& dir) { return read_state(dir).at("config"); }
+json checkpoint_config_json(const fs::path& dir) { return read_state(dir).counters.config; }
 
 RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& config) {
-  const json state = read_state(dir);
+  TrainerState state = read_state(dir);
   const fs::path state_path = dir / kTrainerStateFileName;
-  const json& hashes = state.at("sha256");
+  const json& hashes = state.hashes;
   for (const char* file : {kModelFileName, kOptimizerFileName}) {
     const fs::path path = dir / file;
     std::error_code ec;
@@ -219,14 +239,7 @@ RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& conf
     }
   }
   try {
-    RunCheckpoint c;
-    c.step = state.at("step").get<std::int64_t>();
-    c.data_cursor = {state.at("data_cursor").at("epoch").get<std::int64_t>(),
-                     state.at("data_cursor").at("position").get<std::int64_t>()};
-    c.seed = state.at("seed").get<std::uint64_t>();
-    c.tokens_seen = state.at("tokens_seen").get<std::int64_t>();
-    c.config = state.at("config");
-    c.world_size = state.at("world_size").get<int>();
+    RunCheckpoint c = std::move(state.counters);
     const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
     const auto model = safetensors::Reader::open_file(dir / kModelFileName);
     const auto optimizer = safetensors::Reader::open_file(dir / kOptimizerFileName);

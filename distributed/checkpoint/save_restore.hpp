@@ -6,10 +6,12 @@
 //                          so a run may resume on another number of ranks
 //   trainer_state.json     step (optimizer steps completed = Adam's step count), data_cursor
 //                          {epoch, position}, seed, tokens_seen, the config, world_size, and the
-//                          sha256 of the two files above
+//                          sha256 of the two files above, format and version, and the data set's
+//                          fingerprint (feature_dataset.hpp)
 // It is written as step-<8 digits>.tmp/ (every file flushed to disk) and renamed when complete; then
-// <run>/latest (a file holding the directory's name) is replaced atomically (written as latest.tmp,
-// renamed). A write interrupted at any point leaves `latest` and the checkpoint it names intact.
+// <run>/latest (a file holding the directory's name) is replaced atomically. Every file goes through
+// io/file_write.hpp (an exclusively created temporary, never a link followed, then a rename). A
+// write interrupted or failed at any point leaves `latest` and the checkpoint it names intact.
 // Loading verifies every hash and refuses a missing or altered file, naming it.
 #pragma once
 
@@ -32,6 +34,10 @@ inline constexpr const char* kLatestFileName = "latest";
 inline constexpr const char* kModelFileName = "model.safetensors";
 inline constexpr const char* kOptimizerFileName = "optimizer.safetensors";
 inline constexpr const char* kTrainerStateFileName = "trainer_state.json";
+inline constexpr const char* kCheckpointFormat = "dflash-checkpoint";
+inline constexpr int kCheckpointVersion = 1;
+// A checkpoint's directory name has 8 digits: the largest step a run can checkpoint.
+inline constexpr std::int64_t kMaxCheckpointStep = 99'999'999;
 
 struct RunCheckpoint {
   std::int64_t step = 0;  // optimizer steps completed
@@ -42,6 +48,9 @@ struct RunCheckpoint {
   int world_size = 1;
   // Full flat vectors (P values each, canonical order of drafter_parameter_shapes).
   std::vector<double> master, exp_avg, exp_avg_sq;
+  // The data set it was trained on (distributed/data/feature_dataset.hpp's fingerprint: shard file
+  // names, sizes, sequence count); null when not recorded.
+  nlohmann::json data_set;
 };
 
 // "step-00000042"
@@ -75,8 +84,9 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // The step-* directories of a run (complete ones; not *.tmp), oldest first.
 std::vector<std::filesystem::path> run_checkpoints(const std::filesystem::path& run_dir);
 
-// Reads and verifies a checkpoint directory (hashes first, then names, dtypes and shapes against
-// `config`). Throws dflash::InputError naming the file and the problem.
+// Reads and verifies a checkpoint directory: trainer_state.json's every field (format, version,
+// integers in range, step equal to the directory's name), the hashes, then names, dtypes and shapes
+// against `config`. Throws dflash::InputError naming the file, the field and the value.
 RunCheckpoint read_run_checkpoint(const std::filesystem::path& dir, const DrafterConfig& config);
 
 // The drafter config stored in a checkpoint's trainer_state.json (for `dflash export`).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "io/errors.hpp"
+#include "io/file_read.hpp"
 
 namespace dflash {
 
@@ -12,7 +13,11 @@ std::vector<std::filesystem::path> FeatureDataset::shard_files(const std::filesy
     throw_input_error("--data", str("'", dir.string(), "' is not a directory"));
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".safetensors") files.push_back(entry.path());
+    if (entry.path().extension() != ".safetensors") continue;
+    // A shard's name on something else (a dangling link, a FIFO, a directory, a device) is refused,
+    // naming it: skipped, the run would train on part of the set while `data check` says OK.
+    require_regular_file(entry.path());
+    files.push_back(entry.path());
   }
   // Sorted by the bytes of the name (std::string compares chars as unsigned via char_traits).
   std::sort(files.begin(), files.end(),
@@ -32,6 +37,16 @@ FeatureDataset FeatureDataset::open(const std::filesystem::path& dir, const Feat
     d.first_sequence_.push_back(d.first_sequence_.back() + d.shards_.back().num_sequences());
   }
   return d;
+}
+
+nlohmann::json FeatureDataset::fingerprint() const {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const FeatureShard& s : shards_) {
+    shards.push_back({{"file", std::filesystem::path(s.source()).filename().string()},
+                      {"bytes", s.file_bytes()},
+                      {"sequences", s.num_sequences()}});
+  }
+  return {{"shards", shards}, {"sequences", num_sequences()}};
 }
 
 std::int64_t FeatureDataset::num_rows() const {
@@ -56,6 +71,7 @@ std::int64_t FeatureDataset::sequence_length(std::int64_t i) const {
 
 FeatureSequence FeatureDataset::sequence(std::int64_t i, std::int64_t max_context) const {
   const auto [shard, local] = locate(i);
+  shard->require_unshrunk();  // a shard cut while the run reads it: a named error, not SIGBUS
   FeatureSequence q;
   q.index = i;
   q.original_length = shard->sequence_length(local);

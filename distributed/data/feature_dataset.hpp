@@ -4,6 +4,8 @@
 // through the maps as the data order visits them.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -28,8 +30,9 @@ struct FeatureSequence {
 
 class FeatureDataset {
  public:
-  // The shard files of `dir`: regular files named *.safetensors, sorted by their bytes. Throws
-  // dflash::InputError naming the directory when it is missing or holds none.
+  // The shard files of `dir`: the entries named *.safetensors, sorted by their bytes. Throws
+  // dflash::InputError naming the directory when it is missing or holds none, and naming the entry
+  // when one is not (a link to) a regular file.
   static std::vector<std::filesystem::path> shard_files(const std::filesystem::path& dir);
 
   // Opens and validates every shard (feature_shard.hpp; read_every_value as there).
@@ -42,6 +45,11 @@ class FeatureDataset {
   std::int64_t num_shards() const { return std::int64_t(shards_.size()); }
   const FeatureShard& shard(std::int64_t s) const { return shards_[std::size_t(s)]; }
   std::int64_t sequence_length(std::int64_t i) const;
+
+  // What a checkpoint records of the set it was trained on, and a resume compares: each shard's file
+  // name, size in bytes and sequence count, and the total of sequences. Another set (a shard added,
+  // removed, renamed, rewritten to another size) gives another fingerprint.
+  nlohmann::json fingerprint() const;
 
   // Sequence i with its first min(length, max_context) rows.
   FeatureSequence sequence(std::int64_t i, std::int64_t max_context) const;

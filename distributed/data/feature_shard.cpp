@@ -44,6 +44,27 @@ std::int64_t metadata_integer(const safetensors::Layout& layout, std::string_vie
   return std::int64_t(value);
 }
 
+// __metadata__.target_layer_ids: a non-empty JSON list of integers. Text that is not JSON is refused
+// here: a failed parse compared with `!=` is false both ways, and would pass for any list.
+std::vector<std::int64_t> metadata_layer_ids(const safetensors::Layout& layout, std::string_view file) {
+  const std::string text = metadata_value(layout, file, "target_layer_ids");
+  const nlohmann::json ids = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (ids.is_discarded() || !ids.is_array() || ids.empty()) {
+    shard_error(file, "__metadata__.target_layer_ids", str("'", text, "' is not a JSON list of integers (non-empty)"));
+  }
+  std::vector<std::int64_t> out;
+  for (const nlohmann::json& id : ids) {
+    if (!id.is_number_integer() ||
+        (id.is_number_unsigned() &&
+         id.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))) {
+      shard_error(file, "__metadata__.target_layer_ids",
+                  str("'", text, "' is not a JSON list of integers (non-empty)"));
+    }
+    out.push_back(id.get<std::int64_t>());
+  }
+  return out;
+}
+
 const safetensors::TensorInfo& required_tensor(const safetensors::Layout& layout, std::string_view file,
                                                std::string_view name, std::initializer_list<Dtype> dtypes,
                                                const safetensors::Shape& shape) {
@@ -72,15 +93,7 @@ FeatureSetShape FeatureSetShape::declared_by(const std::filesystem::path& shard)
   const std::string file = shard.string();
   FeatureSetShape shape;
   shape.hidden_size = metadata_integer(r.layout(), file, "hidden_size");
-  const std::string ids_text = metadata_value(r.layout(), file, "target_layer_ids");
-  const nlohmann::json ids = nlohmann::json::parse(ids_text, nullptr, false);
-  if (!ids.is_array() || ids.empty())
-    shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a non-empty list"));
-  for (const nlohmann::json& id : ids) {
-    if (!id.is_number_integer())
-      shard_error(file, "__metadata__.target_layer_ids", str("'", ids_text, "' is not a list of integers"));
-    shape.target_layer_ids.push_back(id.get<std::int64_t>());
-  }
+  shape.target_layer_ids = metadata_layer_ids(r.layout(), file);
   // Every row holds K H features: a declared width that does not fit 64 bits is refused here, before
   // feature_width() multiplies it (signed overflow) and a reader sizes a buffer by it.
   const auto K = std::int64_t(shape.target_layer_ids.size());
@@ -118,11 +131,10 @@ FeatureShard FeatureShard::open(const std::filesystem::path& path, const Feature
     shard_error(file, "__metadata__.hidden_size",
                 str(H, " does not match the config's hidden_size = ", shape.hidden_size));
   }
-  const std::string ids_text = metadata_value(layout, file, "target_layer_ids");
-  const nlohmann::json ids = nlohmann::json::parse(ids_text, nullptr, false);
-  if (ids != nlohmann::json(shape.target_layer_ids)) {
+  if (metadata_layer_ids(layout, file) != shape.target_layer_ids) {
     shard_error(file, "__metadata__.target_layer_ids",
-                str(ids_text, " does not match the config's ", nlohmann::json(shape.target_layer_ids).dump()));
+                str(metadata_value(layout, file, "target_layer_ids"), " does not match the config's ",
+                    nlohmann::json(shape.target_layer_ids).dump()));
   }
   const std::int64_t n = metadata_integer(layout, file, "num_sequences");
   if (const auto it = layout.metadata.find("target_model"); it != layout.metadata.end()) s.target_model_ = it->second;

@@ -54,6 +54,9 @@ class FeatureShard {
                            bool read_every_value = true);
 
   const std::string& source() const { return source_; }
+  std::uint64_t file_bytes() const { return file_.size(); }
+  // Throws dflash::InputError naming the shard when its file has shrunk since it was opened.
+  void require_unshrunk() const { file_.require_unshrunk(); }
   const std::string& target_model() const { return target_model_; }  // empty when not given
   std::int64_t num_sequences() const { return std::int64_t(offsets_.size()) - 1; }
   std::int64_t num_rows() const { return offsets_.back(); }

@@ -9,6 +9,7 @@
 
 #include "distributed/data/feature_shard_writer.hpp"
 #include "io/errors.hpp"
+#include "io/file_write.hpp"
 #include "io/safetensors.hpp"
 #include "reference/counter_rng.hpp"
 #include "reference/drafter_parameters.hpp"
@@ -59,9 +60,7 @@ void write_target(const DrafterConfig& c, const SyntheticDataSpec& spec, const F
                                  {"vocab_size", c.vocab_size},
                                  {"tie_word_embeddings", false},
                                  {"dflash_synthetic_seed", spec.seed}};
-  const auto tmp = dir / "config.json.tmp";
-  std::ofstream(tmp) << config.dump(2) << "\n";
-  std::filesystem::rename(tmp, dir / "config.json");
+  write_file_atomically(dir / "config.json", config.dump(2) + "\n");
 }
 
 }  // namespace
@@ -69,6 +68,13 @@ void write_target(const DrafterConfig& c, const SyntheticDataSpec& spec, const F
 void write_synthetic_data(const DrafterConfig& c, const SyntheticDataSpec& spec, const std::filesystem::path& out) {
   validate_synthetic_data_spec(spec);
   if (c.vocab_size < 2) throw_input_error("vocab_size", str(c.vocab_size, " leaves no text token besides the mask"));
+  // The config's own sizes fit (validate_drafter_config); a sequence's features are max_length K H.
+  std::int64_t sequence_values = 0;
+  if (__builtin_mul_overflow(spec.max_length, c.feature_width(), &sequence_values) ||
+      sequence_values > kMaxConfigSizeValues) {
+    throw_input_error("--max-length", str(spec.max_length, " rows of ", c.feature_width(), " features exceed the ",
+                                          kMaxConfigSizeValues, " values a size may count"));
+  }
   std::error_code ec;
   if (std::filesystem::exists(out, ec) && !(std::filesystem::is_directory(out) && std::filesystem::is_empty(out))) {
     throw_input_error("--out", str("'", out.string(), "' exists and is not an empty directory"));

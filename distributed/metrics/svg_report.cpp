@@ -2,24 +2,37 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
 
 #include "io/errors.hpp"
+#include "io/file_limits.hpp"
+#include "io/file_read.hpp"
+#include "io/file_write.hpp"
+#include "io/strict_json.hpp"
 
 namespace dflash {
 
+namespace {
+
+// A step record nests two levels (peak_bytes, accuracy_by_position).
+constexpr std::size_t kMaxRecordJsonDepth = 4;
+
+}  // namespace
+
 std::vector<StepRecord> read_metrics_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw_input_error(path.string(), "is missing or unreadable");
+  std::istringstream in(read_regular_file(path, kMaxMetricsFileBytes));
   std::map<std::int64_t, StepRecord> by_step;
   std::string line;
   for (std::int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.empty()) continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) throw_input_error(str(path.string(), " line ", n), "is not JSON");
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = safetensors::parse_strict_json(line, str(path.string(), " line ", n), kMaxRecordJsonDepth);
+    } catch (const InputError& e) {
+      throw_input_error(str(path.string(), " line ", n), str("is not JSON (or not strict JSON): ", e.what()));
+    }
     try {
       StepRecord r = step_record_from_json(j);
       by_step[r.step] = std::move(r);
@@ -33,20 +46,24 @@ std::vector<StepRecord> read_metrics_file(const std::filesystem::path& path) {
 }
 
 void truncate_metrics_file(const std::filesystem::path& path, std::int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
+  std::error_code absent;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, absent))) return;
+  std::istringstream in(read_regular_file(path, kMaxMetricsFileBytes));
   std::string kept, line;
   while (std::getline(in, line)) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step") && j.at("step").is_number_integer() &&
+    // A line that is not a record (the part of one an older build could leave) is dropped.
+    nlohmann::json j;
+    try {
+      j = safetensors::parse_strict_json(line, path.string(), kMaxRecordJsonDepth);
+    } catch (const InputError&) {
+      continue;
+    }
+    if (j.is_object() && j.contains("step") && j.at("step").is_number_integer() &&
         j.at("step").get<std::int64_t>() < step) {
       kept += line + "\n";
     }
   }
-  in.close();
-  const auto tmp = path.string() + ".tmp";
-  std::ofstream(tmp, std::ios::trunc) << kept;
-  std::filesystem::rename(tmp, path);
+  write_file_atomically(path, kept);
 }
 
 namespace {
@@ -68,7 +85,10 @@ void panel(std::ostringstream& svg, const std::vector<StepRecord>& records, int 
     lo = std::min(lo, value(r));
     hi = std::max(hi, value(r));
   }
-  if (hi == lo) hi = lo + 1;
+  // Where v lies between lo and hi, in [0, 1]: in halves, since hi - lo of two finite doubles can
+  // overflow (1e308 - -1e308) while hi/2 - lo/2 cannot. A flat series is drawn half way up.
+  const double half_span = hi / 2 - lo / 2;
+  const auto height_of = [&](double v) { return half_span > 0 ? (v / 2 - lo / 2) / half_span : 0.5; };
   const double s0 = double(records.front().step), s1 = std::max(double(records.back().step), s0 + 1);
   svg << "<text x='" << kLeft << "' y='" << top - 8 << "' font-size='14'>" << label << "</text>\n";
   svg << "<rect x='" << kLeft << "' y='" << top << "' width='" << plot_w << "' height='" << kPanelHeight
@@ -84,7 +104,7 @@ void panel(std::ostringstream& svg, const std::vector<StepRecord>& records, int 
   svg << "<polyline fill='none' stroke='" << colour << "' stroke-width='1.5' points='";
   for (const StepRecord& r : records) {
     const double x = kLeft + plot_w * (double(r.step) - s0) / (s1 - s0);
-    const double y = top + kPanelHeight * (1 - (value(r) - lo) / (hi - lo));
+    const double y = top + kPanelHeight * (1 - height_of(value(r)));
     svg << number(x) << "," << number(y) << " ";
   }
   svg << "'/>\n";
@@ -126,14 +146,9 @@ std::string metrics_svg(const std::vector<StepRecord>& records, const std::strin
 std::filesystem::path write_metrics_report(const std::filesystem::path& run_dir, const std::filesystem::path& out) {
   const std::vector<StepRecord> records = read_metrics_file(run_dir / "metrics.jsonl");
   const std::filesystem::path path = out.empty() ? run_dir / "report.svg" : out;
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << metrics_svg(records,
-                     str("dflash run ", run_dir.string(), ": steps ", records.front().step, "..", records.back().step));
-    if (!f.flush()) throw std::runtime_error(str("cannot write ", tmp));
-  }
-  std::filesystem::rename(tmp, path);
+  if (records.empty()) throw_input_error((run_dir / "metrics.jsonl").string(), "holds no step record to draw");
+  write_file_atomically(path, metrics_svg(records, str("dflash run ", run_dir.string(), ": steps ",
+                                                       records.front().step, "..", records.back().step)));
   return path;
 }
 

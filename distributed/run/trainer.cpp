@@ -26,6 +26,7 @@
 #include "distributed/weights/drafter_init.hpp"
 #include "distributed/weights/target_tensors.hpp"
 #include "io/errors.hpp"
+#include "io/file_write.hpp"
 
 namespace dflash {
 
@@ -51,6 +52,37 @@ void require_same_run_config(const json& stored, const json& current, const fs::
                    " (a resumed run continues the same run; start a new --out to change it)"));
     }
   }
+}
+
+// A run that starts at step 0 writes metrics.jsonl, eval.jsonl and step-* afresh: refused where
+// another run left them without a `latest` to resume from (--resume must never be less safe than
+// no --resume: it used to start over and replace them).
+void require_nothing_to_overwrite(const fs::path& out) {
+  const std::vector<fs::path> existing = run_checkpoints(out);
+  if (!existing.empty()) {
+    throw_input_error("--resume",
+                      str("'", out.string(), "' holds checkpoints (", existing.back().filename().string(), ") but no '",
+                          kLatestFileName, "' naming the one to resume from; write its name into ",
+                          (out / kLatestFileName).string(), " or choose another --out"));
+  }
+  for (const char* name : {"metrics.jsonl", "eval.jsonl"}) {
+    std::error_code ec;
+    const fs::path path = out / name;
+    if (fs::exists(fs::symlink_status(path, ec)) && !(fs::is_regular_file(path, ec) && fs::file_size(path, ec) == 0)) {
+      throw_input_error("--out", str("'", path.string(), "' holds another run's records and there is no checkpoint to ",
+                                     "resume from; move it away or choose another --out"));
+    }
+  }
+}
+
+// The data set a resumed run trains on must be the checkpoint's (TRAINING §15: the cursor indexes
+// its order), unless --allow-other-data says the change is meant.
+void require_same_data_set(const json& stored, const json& current, const fs::path& checkpoint, bool allowed) {
+  if (allowed || stored == current) return;
+  throw_input_error("--data",
+                    str("the set has fingerprint ", current.dump(), " but the checkpoint ", checkpoint.string(),
+                        " was trained on ", stored.is_null() ? std::string("a set it does not record") : stored.dump(),
+                        " (shard names, sizes, sequences); pass --allow-other-data to resume on it anyway"));
 }
 
 // Refuses an --out that holds another run unless resuming.
@@ -114,6 +146,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   // 3. Output directory.
   check_output_directory(o.out, o.resume);
   const std::optional<fs::path> resume_from = o.resume ? latest_checkpoint(o.out) : std::nullopt;
+  if (!resume_from) require_nothing_to_overwrite(o.out);
 
   // 4. Data: rank 0 reads every value, the others check the headers.
   const FeatureSetShape shape = FeatureSetShape::of(config);
@@ -140,6 +173,15 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   if (resume_from) {
     const RunCheckpoint ck = read_run_checkpoint(*resume_from, config);
     require_same_run_config(ck.config, config_json, *resume_from);
+    require_same_data_set(ck.data_set, dataset.fingerprint(), *resume_from, o.allow_other_data);
+    if (ck.seed != config.seed) {
+      throw_input_error(str((*resume_from / kTrainerStateFileName).string(), ": seed"),
+                        str(ck.seed, " is not the config's seed ", config.seed));
+    }
+    if (ck.data_cursor.position > dataset.num_sequences()) {
+      throw_input_error(str((*resume_from / kTrainerStateFileName).string(), ": data_cursor.position"),
+                        str(ck.data_cursor.position, " lies past the set's ", dataset.num_sequences(), " sequences"));
+    }
     state.params = unflatten(tracker, config, flat, ck.master);
     state.optimizer = restore_optimizer_state(tracker, flat, rank, ck.master, ck.exp_avg, ck.exp_avg_sq, ck.step);
     cursor = ck.data_cursor;
@@ -163,22 +205,29 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
 
   // Everything is valid: from here on the run writes.
   const fs::path metrics_path = o.out / "metrics.jsonl", eval_path = o.out / "eval.jsonl";
-  std::ofstream metrics, eval_log;
+  AppendOnlyFile metrics, eval_log;  // each record written whole and flushed to disk, or the run stops
   if (lead) {
     fs::create_directories(o.out);
     truncate_metrics_file(metrics_path, backend->completed_steps());  // steps after the checkpoint are re-run
     truncate_metrics_file(eval_path, backend->completed_steps());
-    metrics.open(metrics_path, std::ios::app);
-    if (eval_set) eval_log.open(eval_path, std::ios::app);
+    metrics = AppendOnlyFile(metrics_path);
+    if (eval_set) eval_log = AppendOnlyFile(eval_path);
   }
   const StopSignal stop_signal;
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
 
   auto save = [&](const DataCursor& at) {
     auto [master, exp_avg, exp_avg_sq] = backend->gather_optimizer();
-    RunCheckpoint ck{
-        backend->completed_steps(), at, config.seed, tokens_seen, config_json, R, std::move(master), std::move(exp_avg),
-        std::move(exp_avg_sq)};
+    RunCheckpoint ck{backend->completed_steps(),
+                     at,
+                     config.seed,
+                     tokens_seen,
+                     config_json,
+                     R,
+                     std::move(master),
+                     std::move(exp_avg),
+                     std::move(exp_avg_sq),
+                     dataset.fingerprint()};
     if (lead) write_run_checkpoint(o.out, config, ck, {backend->master_dtype(), o.keep, {}});
     barrier(comm);
     last_good = (o.out / checkpoint_name(backend->completed_steps())).string();
@@ -192,17 +241,35 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   for (std::int64_t t = backend->completed_steps(); t < training.total_steps && !stopped; ++t) {
     const auto start = std::chrono::steady_clock::now();
     backend->reset_peaks();
+    const DataCursor batch_start = cursor;
     const std::vector<std::int64_t> batch = order.batch(cursor, training.global_batch_sequences);
     std::vector<DrafterBatch<double>> batches;
     batches.reserve(mine.size());
     std::vector<RankSequences> sequences;
     std::int64_t flags[2] = {0, 0};  // truncated sequences (sum), stop requested (max)
     BlockStatistics blocks(config.block_size);
-    for (const std::int64_t g : mine) {
-      const FeatureSequence q = dataset.sequence(batch[std::size_t(g)], training.max_context);
-      flags[0] += q.truncated ? 1 : 0;
-      batches.push_back(drafter_batch_of(tracker, q, config.feature_width(), config.hidden_size));
-      sequences.push_back({g, &batches.back()});
+    // A shard that fails while the run reads it (cut short under it): every rank learns of it, the
+    // state of the last completed step is saved with the cursor at this batch, then the run stops.
+    std::string data_error;
+    try {
+      for (const std::int64_t g : mine) {
+        const FeatureSequence q = dataset.sequence(batch[std::size_t(g)], training.max_context);
+        flags[0] += q.truncated ? 1 : 0;
+        batches.push_back(drafter_batch_of(tracker, q, config.feature_width(), config.hidden_size));
+        sequences.push_back({g, &batches.back()});
+      }
+    } catch (const InputError& e) {
+      data_error = e.what();
+    }
+    std::int64_t data_failed = data_error.empty() ? 0 : 1;
+    comm.all_reduce(&data_failed, &data_failed, 1, CommType::i64, CommOp::max);
+    if (data_failed != 0) {
+      batches.clear();
+      cursor = batch_start;
+      save(cursor);
+      throw_input_error("--data", str(data_error.empty() ? std::string("a shard failed on another rank") : data_error,
+                                      "; the run saved step ", backend->completed_steps(), " (", last_good,
+                                      ") and stopped: restore the data, then --resume"));
     }
     const StepMetrics m = backend->step(sequences, {verdict.plan.request.layout.bucket_bytes, last_good, nullptr});
     for (const SequenceHits& h : m.sequence_hits) add_block_hits(blocks, config.block_size, h.keep, h.labelled, h.hits);
@@ -232,7 +299,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     r.acceptance_length = blocks.acceptance_length();
     summary.add(r);
     if (lead) {
-      metrics << step_record_json(r).dump() << "\n" << std::flush;
+      metrics.append(step_record_json(r).dump() + "\n");
       const double left =
           summary.seconds / double(summary.last_step - summary.first_step + 1) * double(training.total_steps - t - 1);
       if (terminal) {
@@ -243,7 +310,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     }
     if (eval_set && (t + 1) % o.eval_every == 0) {
       const EvalRecord e = evaluate(comm, *backend, config, training, *eval_set, t);
-      if (lead) eval_log << eval_record_json(e).dump() << "\n" << std::flush;
+      if (lead) eval_log.append(eval_record_json(e).dump() + "\n");
     }
     if (o.after_step) o.after_step(t);
 

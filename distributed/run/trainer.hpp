@@ -29,6 +29,7 @@ struct TrainingRunOptions {
   TrainingBackend backend = TrainingBackend::cpu;
   bool resume = false;
   bool force = false;                              // train even when the plan says it does not fit
+  bool allow_other_data = false;                   // --resume on a data set other than the checkpoint's
   std::int64_t save_every = 0;                     // also every N steps (0: only at the end and on a signal)
   std::int64_t keep = 0;                           // keep the K most recent checkpoints (0: all)
   std::int64_t progress_every = 10;                // progress lines when stderr is not a terminal

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "io/errors.hpp"
+#include "io/file_write.hpp"
 #include "io/hf_checkpoint.hpp"
 #include "io/safetensors.hpp"
 
@@ -18,16 +19,6 @@ constexpr const char* kModelFields[] = {
     "hidden_size",       "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "num_hidden_layers", "rms_norm_eps",      "rope_theta",          "vocab_size",          "block_size",
     "mask_token_id",     "target_layer_ids",  "layer_types",         "sliding_window"};
-
-void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw std::runtime_error(str("cannot write ", tmp));
-  }
-  std::filesystem::rename(tmp, path);
-}
 
 }  // namespace
 
@@ -62,7 +53,7 @@ void export_drafter(const std::filesystem::path& out, const DrafterConfig& confi
     w.add_floats(name, safetensors::Dtype::BF16, t.shape(), t.span());
   });
   w.write_file(out / "model.safetensors");
-  write_text_atomically(out / "config.json", exported_drafter_config(config).dump(2) + "\n");
+  write_file_atomically(out / "config.json", exported_drafter_config(config).dump(2) + "\n");
 }
 
 void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& imported,

@@ -7,15 +7,16 @@
 
 #include "io/errors.hpp"
 #include "io/hf_checkpoint.hpp"
+#include "io/json_fields.hpp"
 
 namespace dflash {
 
 bool target_ties_word_embeddings(const std::filesystem::path& target_dir) {
   const auto path = target_dir / "config.json";
-  std::ifstream in(path);
-  if (!in) return false;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw_input_error(path.string(), "is not a JSON object");
+  std::error_code absent;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, absent))) return false;
+  const nlohmann::json j = read_json_file(path);
+  if (!j.is_object()) throw_input_error(path.string(), "is not a JSON object");
   if (!j.contains("tie_word_embeddings")) return false;
   const nlohmann::json& v = j.at("tie_word_embeddings");
   if (!v.is_boolean())

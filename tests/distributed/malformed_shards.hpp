@@ -129,6 +129,10 @@ inline std::vector<MalformedShardCase> malformed_shard_cases() {
   cases.push_back({"metadata_target_layer_ids",
                    [](RawShard& s) { s.metadata["target_layer_ids"] = "[1, 2]"; },
                    {"__metadata__.target_layer_ids", "[1, 2]", "[1,3]"}});
+  // Class 10 of issue 22: not JSON at all was accepted (a failed parse compared with !=).
+  cases.push_back({"metadata_target_layer_ids_not_json",
+                   [](RawShard& s) { s.metadata["target_layer_ids"] = "[1, 3"; },
+                   {"__metadata__.target_layer_ids", "'[1, 3'", "is not a JSON list"}});
   cases.push_back(
       {"metadata_format", [](RawShard& s) { s.metadata["format"] = "pt"; }, {"__metadata__.format", "'pt'"}});
   cases.push_back(

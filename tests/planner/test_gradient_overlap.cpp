@@ -126,6 +126,20 @@ TEST(GradientOverlap, FullScaleNumbers) {
   }
 }
 
+// Issue 22, class 5: a plan at an absurd size (here hidden_size 2^22 with one target layer: fc alone is
+// 2^44 gradients, 2.7 million buckets of 25 MiB) built one vector entry per bucket (hidden_size 2^40:
+// 1.3 GB, 6 s; 2^41: bad_alloc). It is refused, naming bucket_bytes and the count.
+TEST(GradientOverlap, AbsurdBucketCountIsRefused) {
+  PlanRequest r = full_scale(0);
+  r.config.hidden_size = std::int64_t(1) << 22;
+  r.config.intermediate_size = 16;
+  r.config.target_layer_ids = {1};
+  const std::int64_t P = drafter_parameter_count(r.config);
+  const std::int64_t count = gradient_buckets(P, r.layout, r.precision.gradient_bytes).count();
+  ASSERT_GT(count, kMaxPlannedBuckets);
+  expect_input_error([&] { gradient_overlap(r); }, {"bucket_bytes", std::to_string(count), "buckets"});
+}
+
 TEST(GradientOverlap, OneGpuHasNothingToHide) {
   PlanRequest r = full_scale(1);
   r.layout.gpus = 1;

@@ -1,6 +1,8 @@
 // The drafter config (SPEC §1): the shipped configs load, a released Hugging Face config without
 // the training fields loads with the defaults, and every bad field is rejected with a message
 // naming the field, the value and the file.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -228,6 +230,26 @@ INSTANTIATE_TEST_SUITE_P(
         BadField{"is_causal_present", [](json& j) { j["is_causal"] = false; }, "is_causal", "false is present"},
         BadField{"dflash_config_causal_present", [](json& j) { j["dflash_config"] = {{"causal", true}}; },
                  "dflash_config.causal", "true is present"},
+        // Issue 22, classes 2 and 5: products of sizes that do not fit 64 bits wrapped (data synth wrote
+        // past a short vector; plan printed fc = 0 parameters at hidden_size 2^32, K = 1).
+        BadField{"hidden_size_2_62", [](json& j) { j["hidden_size"] = std::int64_t(1) << 62; }, "hidden_size",
+                 "4611686018427387904"},
+        BadField{"vocab_size_2_62", [](json& j) { j["vocab_size"] = std::int64_t(1) << 62; }, "vocab_size",
+                 "4611686018427387904 x 16"},
+        BadField{"fc_of_hidden_size_2_32_one_target_layer",
+                 [](json& j) {
+                   j["hidden_size"] = std::int64_t(1) << 32;
+                   j["target_layer_ids"] = {1};
+                 },
+                 "hidden_size", "4294967296 x 4294967296 values (fc.weight"},
+        BadField{"intermediate_size_2_62", [](json& j) { j["intermediate_size"] = std::int64_t(1) << 62; },
+                 "intermediate_size", "4611686018427387904 x 16"},
+        BadField{"layers_times_layer_size",
+                 [](json& j) {
+                   j["hidden_size"] = std::int64_t(1) << 20;
+                   j["intermediate_size"] = std::int64_t(1) << 38;
+                 },
+                 "num_hidden_layers", "values"},
         BadField{"no_sliding_window_with_sliding_layers", [](json& j) { j["use_sliding_window"] = false; },
                  "use_sliding_window", "false while layer_types lists sliding_attention"}),
     [](const auto& info) { return info.param.name; });
@@ -241,6 +263,33 @@ TEST(DrafterConfig, FileErrorsNameTheFile) {
   EXPECT_THAT([&] { load_drafter_config(broken); },
               ::testing::ThrowsMessage<InputError>(AllOf(HasSubstr("dflash-broken-config.json"), HasSubstr("JSON"))));
   std::filesystem::remove(broken);
+}
+
+// Issue 22, class 16: a key given twice in one object was read as the last one, silently.
+TEST(DrafterConfig, DuplicateKeyIsRefusedNamingItAndTheFile) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / "dflash-duplicate-key-config.json";
+  std::string text = read_json(kConfigs / "tiny.json").dump(1);
+  text.insert(text.find('{') + 1, "\"block_size\": 2,");
+  std::ofstream(path) << text;
+  EXPECT_THAT([&] { load_drafter_config(path); },
+              ::testing::ThrowsMessage<InputError>(
+                  AllOf(HasSubstr("dflash-duplicate-key-config.json"), HasSubstr("duplicate key 'block_size'"))));
+  std::filesystem::remove(path);
+}
+
+// Issue 22, class 3: a config that is a FIFO hung the read; a link to /dev/zero filled memory.
+TEST(DrafterConfig, ConfigThatIsNotARegularFileIsRefusedNamingIt) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "dflash-config-kinds";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(::mkfifo((dir / "fifo.json").c_str(), 0644), 0);
+  std::filesystem::create_symlink("/dev/zero", dir / "zero.json");
+  EXPECT_THAT([&] { load_drafter_config(dir / "fifo.json"); },
+              ::testing::ThrowsMessage<InputError>(HasSubstr((dir / "fifo.json").string() + ": is a FIFO")));
+  EXPECT_THAT(
+      [&] { load_drafter_config(dir / "zero.json"); },
+      ::testing::ThrowsMessage<InputError>(HasSubstr((dir / "zero.json").string() + ": is a character device")));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DrafterConfig, CodeBuiltConfigsAreValidatedToo) {

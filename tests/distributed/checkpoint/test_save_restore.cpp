@@ -3,12 +3,20 @@
 // it names intact.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "distributed/checkpoint/save_restore.hpp"
+#include "harness/file_fault_injector.hpp"
+#include "io/errors.hpp"
 #include "reference/drafter_parameters.hpp"
 #include "tests/distributed/train_test_support.hpp"
 
@@ -17,6 +25,12 @@ namespace {
 
 using namespace train_testing;
 using ::testing::HasSubstr;
+
+std::vector<std::byte> read_whole_file_of(std::string_view text) {
+  std::vector<std::byte> bytes;
+  for (char ch : text) bytes.push_back(std::byte(static_cast<unsigned char>(ch)));
+  return bytes;
+}
 
 RunCheckpoint example(const DrafterConfig& c, std::int64_t step) {
   RunCheckpoint ck;
@@ -105,6 +119,173 @@ TEST(RunCheckpoint, ConfigOfOtherShapesIsRefusedNamingTheTensor) {
   wider.intermediate_size = 48;
   EXPECT_THAT(input_error_message([&] { read_run_checkpoint(dir, wider); }),
               HasSubstr("layers.0.mlp.gate_proj.weight"));
+}
+
+// Class 3 of issue 22: a checkpoint file that is a link to /dev/zero hung the hash read; a FIFO
+// hung the open. Each is refused, naming the file and what it is, by resume and by export.
+TEST(RunCheckpoint, FileThatIsNotARegularFileIsRefusedNamingIt) {
+  const DrafterConfig c = tiny_config();
+  for (const char* file : {kModelFileName, kOptimizerFileName, kTrainerStateFileName}) {
+    for (const bool fifo : {false, true}) {
+      ScratchDirectory run;
+      const auto dir = write_run_checkpoint(run.path(), c, example(c, 1));
+      std::filesystem::remove(dir / file);
+      if (fifo) {
+        ASSERT_EQ(::mkfifo((dir / file).c_str(), 0644), 0);
+      } else {
+        std::filesystem::create_symlink("/dev/zero", dir / file);
+      }
+      const std::string kind = fifo ? "is a FIFO, not a regular file" : "is a character device, not a regular file";
+      EXPECT_THAT(input_error_message([&] { read_run_checkpoint(dir, c); }),
+                  HasSubstr((dir / file).string() + ": " + kind))
+          << file;
+      if (std::string_view(file) == kTrainerStateFileName) {
+        EXPECT_THAT(input_error_message([&] { checkpoint_config_json(dir); }), HasSubstr(kind));
+      }
+    }
+  }
+}
+
+// Class 3 of issue 22: `latest` linked to /dev/zero was read for 4.3 GB, then bad_alloc.
+TEST(RunCheckpoint, LatestThatIsNotASmallRegularFileIsRefusedNamingIt) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run;
+  write_run_checkpoint(run.path(), c, example(c, 1));
+  const auto latest = run / kLatestFileName;
+  std::filesystem::remove(latest);
+  std::filesystem::create_symlink("/dev/zero", latest);
+  EXPECT_THAT(input_error_message([&] { latest_checkpoint(run.path()); }),
+              HasSubstr(latest.string() + ": is a character device, not a regular file"));
+  std::filesystem::remove(latest);
+  ASSERT_EQ(::mkfifo(latest.c_str(), 0644), 0);
+  EXPECT_THAT(input_error_message([&] { latest_checkpoint(run.path()); }), HasSubstr("is a FIFO, not a regular file"));
+  std::filesystem::remove(latest);
+  write_whole_file(latest, "step-00000001\n" + std::string(std::size_t(1) << 20, '\n'));  // 1 MiB
+  EXPECT_THAT(input_error_message([&] { latest_checkpoint(run.path()); }), HasSubstr("-byte limit for this file"));
+}
+
+// Class 8 of issue 22: a link planted at latest's temporary name (latest.tmp) pointing outside the
+// run: the target was overwritten and `latest` became a link out of the run dir.
+TEST(RunCheckpoint, LinksPlantedAtTemporaryNamesAreNeverFollowed) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run, outside;
+  write_run_checkpoint(run.path(), c, example(c, 1));
+  write_whole_file(outside / "victim", "precious\n");
+  std::filesystem::create_directory(outside / "victim-dir");
+  write_whole_file(outside / "victim-dir" / "keep", "precious\n");
+  std::filesystem::create_symlink(outside / "victim", run / "latest.tmp");
+  std::filesystem::create_symlink(outside / "victim-dir", run / "step-00000002.tmp");
+  write_run_checkpoint(run.path(), c, example(c, 2));
+  EXPECT_EQ(read_whole_file(outside / "victim"), read_whole_file_of("precious\n"));
+  EXPECT_EQ(read_whole_file(outside / "victim-dir" / "keep"), read_whole_file_of("precious\n"));
+  EXPECT_FALSE(std::filesystem::is_symlink(run / kLatestFileName));
+  EXPECT_FALSE(std::filesystem::is_symlink(run / "step-00000002"));
+  EXPECT_EQ(latest_checkpoint(run.path()), run / "step-00000002");
+  expect_equal(read_run_checkpoint(run / "step-00000002", c), example(c, 2));
+}
+
+// Class 12 of issue 22: trainer_state.json's fields were taken as they came: a step other than its
+// directory's, fractional or huge steps, world_size <= 0, unknown format or version, negative
+// tokens_seen. Each is refused naming the file, the field and the value. Class 16: so is a key given
+// twice (the last one used to win).
+struct BadState {
+  std::string name;
+  std::function<void(std::string&)> edit;  // on the JSON text
+  std::string named;
+};
+
+class StateRefused : public ::testing::TestWithParam<BadState> {};
+
+TEST_P(StateRefused, NamingFileFieldAndValue) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run;
+  const auto dir = write_run_checkpoint(run.path(), c, example(c, 10));
+  const auto path = dir / kTrainerStateFileName;
+  std::vector<std::byte> bytes = read_whole_file(path);
+  std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  GetParam().edit(text);
+  write_whole_file(path, text);
+  const std::string message = input_error_message([&] { read_run_checkpoint(dir, c); });
+  EXPECT_THAT(message, HasSubstr(path.string()));
+  EXPECT_THAT(message, HasSubstr(GetParam().named));
+}
+
+// Replaces the value of top-level `key` in trainer_state.json's text.
+std::function<void(std::string&)> set(const std::string& key, const std::string& value) {
+  return [key, value](std::string& text) {
+    nlohmann::json j = nlohmann::json::parse(text);
+    j[key] = nlohmann::json::parse(value);
+    text = j.dump(2);
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryField, StateRefused,
+    ::testing::Values(
+        BadState{"step_of_another_directory", set("step", "11"),
+                 "step: 11 is not the step of its directory step-00000010"},
+        BadState{"fractional_step", set("step", "10.5"), "step: 10.5 is not an integer"},
+        BadState{"huge_step", set("step", "4611686018427387904"),
+                 "step: 4611686018427387904 is not an integer in [0, 99999999]"},
+        BadState{"negative_step", set("step", "-3"), "step: -3"},
+        BadState{"world_size_0", set("world_size", "0"), "world_size: 0 is not an integer in [1, "},
+        BadState{"world_size_negative", set("world_size", "-2"), "world_size: -2"},
+        BadState{"world_size_past_int", set("world_size", "4294967297"), "world_size: 4294967297"},
+        BadState{"other_format", set("format", "\"other\""), "format: \"other\" is not \"dflash-checkpoint\""},
+        BadState{"other_version", set("version", "99"), "version: 99 is not 1"},
+        BadState{"negative_tokens_seen", set("tokens_seen", "-5"), "tokens_seen: -5"},
+        BadState{"negative_epoch", set("data_cursor", R"({"epoch": -1, "position": 0})"), "data_cursor.epoch: -1"},
+        BadState{"string_seed", set("seed", "\"5\""), "seed: \"5\""},
+        BadState{"duplicate_step", [](std::string& text) { text.insert(text.find('{') + 1, "\"step\": 3,"); },
+                 "duplicate key 'step'"}),
+    [](const auto& info) { return info.param.name; });
+
+// Fault injection (issue 22): each create, write, flush to disk, rename and directory creation of a
+// save fails in turn (io/file_faults.hpp's fault point), with ENOSPC and with EIO. The save reports
+// the file and the system's reason; `latest` and the checkpoint it names stay intact (hashes
+// verified), the previous checkpoint too; the save then succeeds once the disk does.
+TEST(RunCheckpoint, EveryFailedWriteOfASaveLeavesLatestAndThePreviousCheckpointIntact) {
+  const DrafterConfig c = tiny_config();
+  const RunCheckpoint first = example(c, 1), second = example(c, 2);
+  ScratchDirectory base;
+  write_run_checkpoint(base / "run", c, first);
+  std::int64_t operations = 0;
+  {
+    ScratchDirectory run;
+    std::filesystem::copy(base / "run", run / "run", std::filesystem::copy_options::recursive);
+    const testing::FileFaultInjector count(-1, 0);
+    write_run_checkpoint(run / "run", c, second);
+    operations = count.operations_seen();
+  }
+  // The directory made; create, write, flush, rename, flush of the directory for each of the three
+  // files; the rename of the directory, its flush; the same five for `latest`.
+  ASSERT_EQ(operations, 1 + 3 * 5 + 2 + 5);
+  for (const int error_number : {ENOSPC, EIO}) {
+    for (std::int64_t k = 0; k < operations; ++k) {
+      ScratchDirectory scratch;
+      const auto run = scratch / "run";
+      std::filesystem::copy(base / "run", run, std::filesystem::copy_options::recursive);
+      std::string failed, message;
+      {
+        const testing::FileFaultInjector fault(k, error_number);
+        try {
+          write_run_checkpoint(run, c, second);
+        } catch (const std::runtime_error& e) {
+          message = e.what();
+        }
+        failed = fault.failed();
+      }
+      EXPECT_THAT(message, HasSubstr(std::strerror(error_number))) << failed;
+      EXPECT_THAT(message, HasSubstr(run.string())) << failed;
+      const auto latest = latest_checkpoint(run);
+      ASSERT_TRUE(latest.has_value()) << failed;
+      // Only the flush of the directory after latest's rename comes after latest names step 2.
+      expect_equal(read_run_checkpoint(*latest, c), *latest == run / "step-00000002" ? second : first);
+      expect_equal(read_run_checkpoint(run / "step-00000001", c), first);
+      write_run_checkpoint(run, c, second);
+      expect_equal(read_run_checkpoint(*latest_checkpoint(run), c), second);
+    }
+  }
 }
 
 class KilledWhileWriting : public ::testing::TestWithParam<CheckpointPhase> {};

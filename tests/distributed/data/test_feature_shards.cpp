@@ -3,6 +3,7 @@
 // index.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "distributed/data/feature_dataset.hpp"
 #include "tests/distributed/malformed_shards.hpp"
@@ -89,6 +90,38 @@ TEST(FeatureShards, DeclaredShapeBeyond64BitsIsRefused) {
     EXPECT_THAT(message, HasSubstr("__metadata__.hidden_size")) << hidden;
     EXPECT_THAT(message, HasSubstr(hidden));
   }
+}
+
+// Class 9 of issue 22: an entry of the set that is a dangling link, a FIFO, a directory or a link to
+// a device was skipped: `data check` said OK and `train` ran on part of the data. Each is refused,
+// naming it, before any shard is read.
+TEST(FeatureShards, EntryThatIsNotARegularFileIsRefusedNamingIt) {
+  const DrafterConfig c = tiny_config();
+  const std::pair<const char*, const char*> kinds[] = {{"dangling", "is a dangling symbolic link"},
+                                                       {"fifo", "is a FIFO"},
+                                                       {"directory", "is a directory"},
+                                                       {"device", "is a character device"}};
+  for (const auto& [kind, named] : kinds) {
+    ScratchDirectory dir;
+    write_feature_shard(dir / "a.safetensors", valid_shard(c, 2, 5), safetensors::Dtype::F32);
+    const auto entry = dir / "b.safetensors";
+    const std::string k = kind;
+    if (k == "dangling") std::filesystem::create_symlink(dir / "absent", entry);
+    if (k == "fifo") {
+      ASSERT_EQ(::mkfifo(entry.c_str(), 0644), 0);
+    }
+    if (k == "directory") std::filesystem::create_directory(entry);
+    if (k == "device") std::filesystem::create_symlink("/dev/zero", entry);
+    const std::string message = input_error_message([&] { FeatureDataset::open(dir.path(), FeatureSetShape::of(c)); });
+    EXPECT_THAT(message, HasSubstr(entry.string() + ": " + named)) << kind;
+    EXPECT_THAT(input_error_message([&] { FeatureDataset::shard_files(dir.path()); }), HasSubstr(entry.string()))
+        << kind;
+  }
+  // A link to a regular shard is a shard.
+  ScratchDirectory dir, elsewhere;
+  write_feature_shard(elsewhere / "a.safetensors", valid_shard(c, 2, 5), safetensors::Dtype::F32);
+  std::filesystem::create_symlink(elsewhere / "a.safetensors", dir / "a.safetensors");
+  EXPECT_EQ(FeatureDataset::open(dir.path(), FeatureSetShape::of(c)).num_sequences(), 2);
 }
 
 class MalformedShard : public ::testing::TestWithParam<MalformedShardCase> {};

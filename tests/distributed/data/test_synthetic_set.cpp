@@ -65,5 +65,24 @@ TEST(SyntheticData, BadSpecOrNonEmptyOutWritesNothing) {
               HasSubstr("not an empty directory"));
 }
 
+// Issue 22, class 2: a sequence's features are max_length x K H values; past 64-bit byte counts the
+// product wrapped. The config's own sizes fit (validate_drafter_config checks those); the spec's
+// product is refused naming --max-length before anything is allocated or written.
+TEST(SyntheticData, SequenceSizePast64BitsIsRefusedBeforeAnythingIsWritten) {
+  DrafterConfig c = tiny_config();
+  c.hidden_size = std::int64_t(1) << 29;  // K H = 2^30: fits, as does fc = 2^59
+  validate_drafter_config(c);
+  ScratchDirectory dir;
+  SyntheticDataSpec spec;
+  spec.sequences = 1;
+  spec.shards = 1;
+  spec.min_length = 2;
+  spec.max_length = std::int64_t(1) << 31;
+  const std::string message = input_error_message([&] { write_synthetic_data(c, spec, dir / "a"); });
+  EXPECT_THAT(message, HasSubstr("--max-length"));
+  EXPECT_THAT(message, HasSubstr("2147483648 rows of 1073741824 features"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "a"));
+}
+
 }  // namespace
 }  // namespace dflash

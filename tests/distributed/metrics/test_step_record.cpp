@@ -3,9 +3,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <sstream>
 
 #include "distributed/metrics/svg_report.hpp"
 #include "tests/distributed/train_test_support.hpp"
@@ -88,6 +94,108 @@ TEST(MetricsReport, MalformedLineIsRefusedNamingFileAndLine) {
   write_whole_file(run / "metrics.jsonl", step_record_json(record(0)).dump() + "\n{not json\n");
   EXPECT_THAT(input_error_message([&] { read_metrics_file(run / "metrics.jsonl"); }),
               HasSubstr("metrics.jsonl line 2"));
+}
+
+std::string file_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::vector<std::string> names_in(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Class 1 of issue 22: an empty or blank metrics.jsonl crashed the report (records.front() of no
+// records) and left a 0-byte report.svg.tmp.
+TEST(MetricsReport, EmptyOrBlankMetricsIsRefusedNamingTheFileAndLeavesNothing) {
+  for (const char* text : {"", "   \n\n  \n"}) {
+    ScratchDirectory run;
+    write_whole_file(run / "metrics.jsonl", text);
+    const std::string message = input_error_message([&] { write_metrics_report(run.path()); });
+    EXPECT_THAT(message, HasSubstr((run / "metrics.jsonl").string()));
+    EXPECT_THAT(message, HasSubstr("no step record"));
+    EXPECT_EQ(names_in(run.path()), std::vector<std::string>{"metrics.jsonl"}) << "'" << text << "'";
+  }
+}
+
+// The points of every polyline of an SVG, as numbers.
+std::vector<double> polyline_coordinates(const std::string& svg) {
+  std::vector<double> out;
+  for (std::size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) {
+    const std::size_t begin = svg.find("points='", at) + 8, end = svg.find('\'', begin);
+    std::string list = svg.substr(begin, end - begin);
+    std::replace(list.begin(), list.end(), ',', ' ');
+    std::istringstream in(list);
+    for (std::string word; in >> word;) out.push_back(std::strtod(word.c_str(), nullptr));
+  }
+  return out;
+}
+
+// Class 15 of issue 22: values near the largest double (+-1e308: their range overflows to inf) gave
+// -nan coordinates. Every coordinate must be a finite number inside the drawing, and the extremes
+// must land on the panel's edges.
+TEST(MetricsReport, ValuesNearTheLargestDoubleAreDrawnInsideThePanel) {
+  ScratchDirectory run;
+  std::string lines;
+  for (std::int64_t s : {0, 1, 2}) {
+    StepRecord r = record(s);
+    r.loss = s == 0 ? 1e308 : s == 1 ? -1e308 : 0;
+    r.tokens_per_s = s == 0 ? std::numeric_limits<double>::max() : -std::numeric_limits<double>::max();
+    lines += step_record_json(r).dump() + "\n";
+  }
+  write_whole_file(run / "metrics.jsonl", lines);
+  const std::string svg = file_text(write_metrics_report(run.path()));
+  EXPECT_EQ(svg.find("nan"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find("inf"), std::string::npos) << svg;
+  const std::vector<double> xy = polyline_coordinates(svg);
+  ASSERT_EQ(xy.size(), 18u);  // 3 panels x 3 steps x (x, y)
+  for (double v : xy) {
+    EXPECT_TRUE(std::isfinite(v)) << v;
+    EXPECT_GE(v, 0.0);
+    EXPECT_LE(v, 1000.0);
+  }
+  // The loss panel: 1e308 at its top, -1e308 at its bottom, 0 half way.
+  const double top = xy[1], bottom = xy[3], middle = xy[5];
+  EXPECT_LT(top, bottom);
+  EXPECT_NEAR(middle, (top + bottom) / 2, 1e-3 * (bottom - top));
+}
+
+// Class 8 of issue 22: a link planted at the temporary name of metrics.jsonl or report.svg pointed
+// outside the run: the target was overwritten and the final name became a link out of the run.
+TEST(MetricsReport, LinksPlantedAtTemporaryNamesAreNeverFollowed) {
+  ScratchDirectory run, outside;
+  write_whole_file(outside / "victim-metrics", "precious\n");
+  write_whole_file(outside / "victim-report", "precious\n");
+  std::filesystem::create_symlink(outside / "victim-metrics", run / "metrics.jsonl.tmp");
+  std::filesystem::create_symlink(outside / "victim-report", run / "report.svg.tmp");
+  std::string lines;
+  for (std::int64_t s : {0, 1, 2}) lines += step_record_json(record(s)).dump() + "\n";
+  write_whole_file(run / "metrics.jsonl", lines);
+  truncate_metrics_file(run / "metrics.jsonl", 2);
+  write_metrics_report(run.path());
+  EXPECT_EQ(file_text(outside / "victim-metrics"), "precious\n");
+  EXPECT_EQ(file_text(outside / "victim-report"), "precious\n");
+  for (const char* name : {"metrics.jsonl", "report.svg"}) {
+    EXPECT_FALSE(std::filesystem::is_symlink(run / name)) << name;
+    EXPECT_TRUE(std::filesystem::is_regular_file(run / name)) << name;
+  }
+  EXPECT_EQ(read_metrics_file(run / "metrics.jsonl").size(), 2u);
+}
+
+// Class 3 of issue 22: metrics.jsonl that is a link to a device or a FIFO is refused by name (the
+// report read /dev/zero until memory ran out).
+TEST(MetricsReport, MetricsThatIsNotARegularFileIsRefusedNamingIt) {
+  ScratchDirectory run;
+  std::filesystem::create_symlink("/dev/zero", run / "metrics.jsonl");
+  EXPECT_THAT(input_error_message([&] { read_metrics_file(run / "metrics.jsonl"); }),
+              HasSubstr((run / "metrics.jsonl").string() + ": is a character device, not a regular file"));
+  std::filesystem::remove(run / "metrics.jsonl");
+  ASSERT_EQ(::mkfifo((run / "metrics.jsonl").c_str(), 0644), 0);
+  EXPECT_THAT(input_error_message([&] { read_metrics_file(run / "metrics.jsonl"); }),
+              HasSubstr("is a FIFO, not a regular file"));
 }
 
 }  // namespace

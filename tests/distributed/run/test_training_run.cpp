@@ -4,7 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -14,6 +18,7 @@
 #include "distributed/single_process_communicator.hpp"
 #include "distributed/weights/drafter_export.hpp"
 #include "distributed/weights/drafter_init.hpp"
+#include "harness/file_fault_injector.hpp"
 #include "tests/distributed/malformed_shards.hpp"
 #include "tests/distributed/run_test_support.hpp"
 
@@ -263,6 +268,265 @@ TEST(RunBadInput, ResumeWithAnotherConfigNamesTheField) {
   const std::vector<std::string> before = directory_listing(dir / "run");
   EXPECT_THAT(input_error_message([&] { train(o); }), HasSubstr("learning_rate"));
   EXPECT_EQ(directory_listing(dir / "run"), before);
+}
+
+// ---- issue 22: resumes that must not lose or overwrite what a run wrote ----
+
+// A copy of the uninterrupted run as it was when its step-10 checkpoint was the latest, with the 20
+// metrics lines a run killed after step 20's metrics but before its save leaves.
+std::filesystem::path run_at_step_10(const ScratchDirectory& dir) {
+  const auto run = dir / "run";
+  std::filesystem::copy(uninterrupted_run(), run, std::filesystem::copy_options::recursive);
+  std::filesystem::remove_all(run / "step-00000020");
+  write_whole_file(run / kLatestFileName, "step-00000010\n");
+  return run;
+}
+
+// Class 6: step-*/ but no `latest`, then --resume with another config: "no checkpoint, starting at
+// step 0", and the old checkpoints and metrics.jsonl were replaced. Refused, nothing touched; so is
+// a run over another run's metrics.jsonl with no checkpoint to resume from.
+TEST(RunResume, CheckpointsWithoutLatestAreRefusedAndNothingIsTouched) {
+  ScratchDirectory dir;
+  const auto run = run_at_step_10(dir);
+  std::filesystem::remove(run / kLatestFileName);
+  nlohmann::json j = nlohmann::json::parse(file_text(tiny_train_config_path()));
+  j["learning_rate"] = 0.02;
+  write_whole_file(dir / "other.json", j.dump());
+  TrainingRunOptions o = options_for(run);
+  o.config = dir / "other.json";
+  o.resume = true;
+  const std::vector<std::string> before = directory_listing(run);
+  const std::string metrics = file_text(run / "metrics.jsonl"),
+                    model = file_text(run / "step-00000010" / kModelFileName);
+  const std::string message = input_error_message([&] { train(o); });
+  EXPECT_THAT(message, HasSubstr("step-00000010"));
+  EXPECT_THAT(message, HasSubstr("no 'latest'"));
+  EXPECT_EQ(directory_listing(run), before);
+  EXPECT_EQ(file_text(run / "metrics.jsonl"), metrics);
+  EXPECT_EQ(file_text(run / "step-00000010" / kModelFileName), model);
+
+  std::filesystem::remove_all(run / "step-00000010");
+  for (const bool resume : {true, false}) {
+    o.resume = resume;
+    EXPECT_THAT(input_error_message([&] { train(o); }), HasSubstr((run / "metrics.jsonl").string())) << resume;
+    EXPECT_EQ(file_text(run / "metrics.jsonl"), metrics) << resume;
+  }
+}
+
+// Lowers the file size limit while it lives, SIGXFSZ ignored: a write past it fails with EFBIG, as a
+// full disk fails one with ENOSPC.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &lowered);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*previous_handler_)(int) = SIG_DFL;
+};
+
+// Class 7: a disk that refuses writes during a resume (the save before it had failed the same way):
+// the resume's rewrite of metrics.jsonl renamed a short file over it, unchecked, and every earlier
+// line was lost. The failure is reported naming the file; every line stays; a later resume ends as
+// the uninterrupted run.
+TEST(RunResume, DiskRefusingWritesDuringAResumeKeepsEveryMetricsLine) {
+  ScratchDirectory dir;
+  const auto run = run_at_step_10(dir);
+  const std::string metrics = file_text(run / "metrics.jsonl");
+  TrainingRunOptions o = options_for(run);
+  o.resume = true;
+  std::string message;
+  {
+    const FileSizeLimit limit(1024);  // ten metrics lines are ~6 kB
+    try {
+      train(o);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+  }
+  EXPECT_THAT(message, HasSubstr((run / "metrics.jsonl").string()));
+  EXPECT_THAT(message, HasSubstr("File too large"));
+  EXPECT_EQ(file_text(run / "metrics.jsonl"), metrics);
+  EXPECT_EQ(latest_checkpoint(run), run / "step-00000010");
+
+  ASSERT_EQ(train(o), 0);
+  const std::vector<StepRecord> a = read_metrics_file(run / "metrics.jsonl"),
+                                b = read_metrics_file(uninterrupted_run() / "metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t t = 0; t < a.size(); ++t) EXPECT_EQ(a[t].loss, b[t].loss) << t;
+  EXPECT_EQ(file_text(run / "step-00000020" / kModelFileName),
+            file_text(uninterrupted_run() / "step-00000020" / kModelFileName));
+}
+
+// Class 13: a resume on another data set (here: the same sequences in three shards, not two) was
+// accepted. It is refused, naming --data, the two fingerprints and the flag; with the flag it runs.
+TEST(RunResume, AnotherDataSetIsRefusedUnlessAllowed) {
+  ScratchDirectory dir;
+  const auto run = run_at_step_10(dir);
+  SyntheticDataSpec spec;
+  spec.sequences = 24;
+  spec.shards = 3;
+  write_synthetic_data(tiny_config(), spec, dir / "other");
+  TrainingRunOptions o = options_for(run);
+  o.data = dir / "other" / "features";
+  o.resume = true;
+  const std::vector<std::string> before = directory_listing(run);
+  const std::string message = input_error_message([&] { train(o); });
+  EXPECT_THAT(message, HasSubstr("invalid --data"));
+  EXPECT_THAT(message, HasSubstr("shard-00002.safetensors"));
+  EXPECT_THAT(message, HasSubstr("--allow-other-data"));
+  EXPECT_EQ(directory_listing(run), before);
+  o.allow_other_data = true;
+  EXPECT_EQ(train(o), 0);
+  EXPECT_EQ(latest_checkpoint(run), run / "step-00000020");
+}
+
+// A resume of run_at_step_10 that stops (SIGTERM) after step 11: it rewrites metrics.jsonl, appends
+// the lines of steps 10 and 11, and saves step-00000012.
+TrainingRunOptions resume_to_step_12(const std::filesystem::path& run) {
+  TrainingRunOptions o = options_for(run);
+  o.resume = true;
+  o.after_step = [](std::int64_t t) {
+    if (t == 11) std::raise(SIGTERM);
+  };
+  return o;
+}
+
+// Fault injection (issue 22): every operation on metrics.jsonl of a resumed run (its rewrite, the
+// opening, the write and the flush of each line) and, in turn, the ones of the save after them
+// fails with ENOSPC and with EIO. The run stops with the error; `latest` and its checkpoint are
+// intact, and so is every line of a step before the checkpoint, with no partial line; the next
+// resume ends exactly as the run that never failed.
+TEST(RunResume, EveryFailedWriteOfAMetricsLineOrASaveLosesNothing) {
+  ScratchDirectory dir;
+  const auto reference = run_at_step_10(dir);
+  ASSERT_EQ(train(resume_to_step_12(reference)), 0);
+  const std::vector<StepRecord> want_metrics = read_metrics_file(reference / "metrics.jsonl");
+  const std::string want_model = file_text(reference / "step-00000012" / kModelFileName);
+  ASSERT_EQ(want_metrics.size(), 12u);
+  const auto is_metrics = [](FileOperation, const std::filesystem::path& p) { return p.filename() == "metrics.jsonl"; };
+  // The rest: the save of step-00000012 and `latest`, and the flushes of the run directory.
+  const auto is_save_or_directory = [](FileOperation, const std::filesystem::path& p) {
+    return p.filename() != "metrics.jsonl";
+  };
+  std::int64_t metrics_operations = 0, other_operations = 0;
+  {
+    ScratchDirectory d;
+    const auto run = run_at_step_10(d);
+    const testing::FileFaultInjector metrics(-1, 0, is_metrics);
+    ASSERT_EQ(train(resume_to_step_12(run)), 0);
+    metrics_operations = metrics.operations_seen();
+  }
+  {
+    ScratchDirectory d;
+    const auto run = run_at_step_10(d);
+    const testing::FileFaultInjector save(-1, 0, is_save_or_directory);
+    ASSERT_EQ(train(resume_to_step_12(run)), 0);
+    other_operations = save.operations_seen();
+  }
+  ASSERT_EQ(metrics_operations, 9);  // the rewrite (create, write, flush, rename), the opening, 2 x (write, flush)
+  ASSERT_GT(other_operations, 20);
+  const std::vector<StepRecord> before = read_metrics_file(uninterrupted_run() / "metrics.jsonl");
+  struct Case {
+    testing::FileFaultInjector::Selection selected;
+    std::int64_t at;
+  };
+  std::vector<Case> cases;
+  for (std::int64_t k = 0; k < metrics_operations; ++k) cases.push_back({is_metrics, k});
+  for (std::int64_t k = 0; k < other_operations; ++k) cases.push_back({is_save_or_directory, k});
+  for (const int error_number : {ENOSPC, EIO}) {
+    for (const Case& c : cases) {
+      ScratchDirectory d;
+      const auto run = run_at_step_10(d);
+      std::string message, failed;
+      {
+        const testing::FileFaultInjector fault(c.at, error_number, c.selected);
+        try {
+          train(resume_to_step_12(run));
+        } catch (const std::runtime_error& e) {
+          message = e.what();
+        }
+        failed = fault.failed();
+      }
+      ASSERT_FALSE(failed.empty());
+      EXPECT_THAT(message, HasSubstr(std::strerror(error_number))) << failed;
+      const auto latest = latest_checkpoint(run);
+      ASSERT_TRUE(latest.has_value()) << failed;
+      EXPECT_NO_THROW(read_run_checkpoint(*latest, tiny_config())) << failed;
+      EXPECT_NO_THROW(read_run_checkpoint(run / "step-00000010", tiny_config())) << failed;
+      // Every line of steps 0..9 as it was, in order; whatever else is there is whole lines.
+      const std::string text = file_text(run / "metrics.jsonl");
+      ASSERT_FALSE(text.empty()) << failed;
+      EXPECT_EQ(text.back(), '\n') << failed;
+      const std::vector<StepRecord> kept = read_metrics_file(run / "metrics.jsonl");
+      ASSERT_GE(kept.size(), 10u) << failed;
+      for (std::size_t t = 0; t < 10; ++t) EXPECT_EQ(kept[t].loss, before[t].loss) << failed << " step " << t;
+
+      // Failed after `latest` was renamed to name step 12 (the directory's flush): the save is whole.
+      if (*latest != run / "step-00000012") {
+        ASSERT_EQ(train(resume_to_step_12(run)), 0) << failed;
+      }
+      const std::vector<StepRecord> after = read_metrics_file(run / "metrics.jsonl");
+      ASSERT_EQ(after.size(), want_metrics.size()) << failed;
+      for (std::size_t t = 0; t < after.size(); ++t)
+        EXPECT_EQ(after[t].loss, want_metrics[t].loss) << failed << " " << t;
+      EXPECT_EQ(file_text(run / "step-00000012" / kModelFileName), want_model) << failed;
+    }
+  }
+}
+
+// Class 4: a shard cut short while `train` runs killed it with SIGBUS (no checkpoint, the steps since
+// the last save lost). The run ends with an error naming the shard, after saving the last completed
+// step; restored, the data resumes to the uninterrupted run's end, bitwise.
+TEST(RunResume, ShardCutShortWhileTrainingIsNamedAfterASave) {
+  ScratchDirectory dir;
+  std::filesystem::copy(synthetic_run_data() / "features", dir / "features");
+  TrainingRunOptions o = options_for(dir / "run");
+  o.data = dir / "features";
+  o.after_step = [&](std::int64_t t) {
+    if (t != 3) return;
+    for (const char* shard : {"shard-00000.safetensors", "shard-00001.safetensors"})
+      std::filesystem::resize_file(dir / "features" / shard, 4096);
+  };
+  const std::string message = input_error_message([&] { train(o); });
+  EXPECT_THAT(message, HasSubstr((dir / "features").string()));
+  EXPECT_THAT(message, HasSubstr("shrank from"));
+  EXPECT_THAT(message, HasSubstr("saved step 4"));
+  EXPECT_EQ(latest_checkpoint(dir / "run"), dir / "run" / "step-00000004");
+  EXPECT_EQ(read_metrics_file(dir / "run" / "metrics.jsonl").size(), 4u);
+
+  std::filesystem::remove_all(dir / "features");
+  std::filesystem::copy(synthetic_run_data() / "features", dir / "features");
+  o.after_step = nullptr;
+  o.resume = true;
+  ASSERT_EQ(train(o), 0);
+  EXPECT_EQ(file_text(dir / "run" / "step-00000020" / kModelFileName),
+            file_text(uninterrupted_run() / "step-00000020" / kModelFileName));
+}
+
+// Class 12 (the trainer's half): a trainer_state.json whose seed is not the config's is refused.
+TEST(RunResume, StateWithAnotherSeedIsRefusedNamingIt) {
+  ScratchDirectory dir;
+  const auto run = run_at_step_10(dir);
+  const auto state_path = run / "step-00000010" / kTrainerStateFileName;
+  nlohmann::json state = nlohmann::json::parse(file_text(state_path));
+  state["seed"] = state["seed"].get<std::uint64_t>() + 1;
+  write_whole_file(state_path, state.dump(2));
+  TrainingRunOptions o = options_for(run);
+  o.resume = true;
+  const std::string message = input_error_message([&] { train(o); });
+  EXPECT_THAT(message, HasSubstr(state_path.string() + ": seed"));
 }
 
 // Without a GPU (or without CUDA in the build), --backend cuda is refused after the plan gate,
