@@ -14,7 +14,7 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   text << in.rdbuf();
   try {
     return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
     throw_input_error("config file", str("'", path.string(), "' is not valid JSON: ", e.what()));
   }
 }

@@ -320,7 +320,7 @@ DrafterConfig load_drafter_config(const std::filesystem::path& path) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
     throw_input_error("config file", str("'", source, "' is not valid JSON: ", e.what()));
   }
   return drafter_config_from_json(j, source);
