@@ -8,8 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 #include "io/errors.hpp"
 #include "io/safetensors.hpp"
@@ -197,6 +200,25 @@ json read_state(const fs::path& dir) {
   return state;
 }
 
+// An integer of trainer_state.json that `Int` holds; nlohmann's get<> would truncate 1.5, wrap an
+// out-of-range integer and convert 1e300 with undefined behaviour (found by fuzz/trainer_state).
+template <class Int>
+Int state_integer(const json& value, const fs::path& path, std::string_view key) {
+  bool fits = false;
+  if (value.is_number_unsigned()) {
+    fits = std::cmp_less_equal(value.get<std::uint64_t>(), std::numeric_limits<Int>::max());
+  } else if (value.is_number_integer()) {
+    const auto v = value.get<std::int64_t>();
+    fits = std::cmp_greater_equal(v, std::numeric_limits<Int>::min()) &&
+           std::cmp_less_equal(v, std::numeric_limits<Int>::max());
+  }
+  if (!fits) {
+    throw_input_error(path.string(), str("'", key, "' is ", value.dump(), ", not an integer in [",
+                                         std::numeric_limits<Int>::min(), ", ", std::numeric_limits<Int>::max(), "]"));
+  }
+  return value.get<Int>();
+}
+
 }  // namespace
 
 json checkpoint_config_json(const fs::path& dir) { return read_state(dir).at("config"); }
@@ -220,13 +242,14 @@ RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& conf
   }
   try {
     RunCheckpoint c;
-    c.step = state.at("step").get<std::int64_t>();
-    c.data_cursor = {state.at("data_cursor").at("epoch").get<std::int64_t>(),
-                     state.at("data_cursor").at("position").get<std::int64_t>()};
-    c.seed = state.at("seed").get<std::uint64_t>();
-    c.tokens_seen = state.at("tokens_seen").get<std::int64_t>();
+    c.step = state_integer<std::int64_t>(state.at("step"), state_path, "step");
+    c.data_cursor = {
+        state_integer<std::int64_t>(state.at("data_cursor").at("epoch"), state_path, "data_cursor.epoch"),
+        state_integer<std::int64_t>(state.at("data_cursor").at("position"), state_path, "data_cursor.position")};
+    c.seed = state_integer<std::uint64_t>(state.at("seed"), state_path, "seed");
+    c.tokens_seen = state_integer<std::int64_t>(state.at("tokens_seen"), state_path, "tokens_seen");
     c.config = state.at("config");
-    c.world_size = state.at("world_size").get<int>();
+    c.world_size = state_integer<int>(state.at("world_size"), state_path, "world_size");
     const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
     const auto model = safetensors::Reader::open_file(dir / kModelFileName);
     const auto optimizer = safetensors::Reader::open_file(dir / kOptimizerFileName);
