@@ -1,9 +1,8 @@
 // A small, valid run checkpoint (distributed/checkpoint/save_restore.hpp) for the fuzz targets of
 // the checkpoint readers: written once per process by the writer `train` uses, into the fuzz
-// scratch directory, so that a target changes one file of it per input. The drafter is the
-// smallest the config rules allow (H 4, one layer, V 8: 132 parameters; model.safetensors 1,752
-// bytes, optimizer.safetensors 3,704), so that a whole
-// model.safetensors fits in libFuzzer's input length.
+// scratch directory, so that a target changes one file of it per input. The drafter is a small
+// one (H 4, one layer, V 8: 132 parameters; model.safetensors is 1,752 bytes, optimizer.safetensors
+// 3,704), so that a whole tensor file fits in libFuzzer's input length.
 #pragma once
 
 #include <cstdint>
