@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <limits>
 #include <regex>
+#include <string_view>
+#include <utility>
 
 #include "io/errors.hpp"
 #include "io/file_limits.hpp"

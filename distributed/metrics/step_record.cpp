@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <string_view>
 
 #include "io/errors.hpp"
 
@@ -22,15 +24,29 @@ void write_record_statistics(json& into, const RecordStatistics& r) {
   into["acceptance_length"] = r.acceptance_length;
 }
 
+namespace {
+
+// An integer of a record that int64 holds; nlohmann's get<> would truncate 1.5, wrap 2^63 and
+// convert 1e300 with undefined behaviour (found by fuzz/metrics).
+std::int64_t record_integer(const json& value, std::string_view key) {
+  const bool fits = value.is_number_integer() &&
+                    !(value.is_number_unsigned() &&
+                      value.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()));
+  if (!fits) throw_input_error("metrics record", str("'", key, "' is ", value.dump(), ", not a 64-bit integer"));
+  return value.get<std::int64_t>();
+}
+
+}  // namespace
+
 void read_record_statistics(const json& from, RecordStatistics& r) {
-  r.step = from.at("step").get<std::int64_t>();
+  r.step = record_integer(from.at("step"), "step");
   r.loss = from.at("loss").get<double>();
   r.ce = from.at("ce").get<double>();
   r.kl = from.at("kl").get<double>();
   r.accuracy = from.at("accuracy").get<double>();
   r.weight_sum = from.at("weight_sum").get<double>();
-  r.tokens = from.at("tokens").get<std::int64_t>();
-  r.truncated_sequences = from.at("truncated_sequences").get<std::int64_t>();
+  r.tokens = record_integer(from.at("tokens"), "tokens");
+  r.truncated_sequences = record_integer(from.at("truncated_sequences"), "truncated_sequences");
   r.accuracy_by_position = from.at("accuracy_by_position").get<std::vector<double>>();
   r.acceptance_length = from.at("acceptance_length").get<double>();
 }
@@ -51,7 +67,11 @@ StepRecord step_record_from_json(const json& j) {
     r.clipped = j.at("clipped").get<bool>();
     r.tokens_per_s = j.at("tokens_per_s").get<double>();
     r.step_s = j.at("step_s").get<double>();
-    r.peak_bytes = j.at("peak_bytes").get<std::map<std::string, std::int64_t>>();
+    const json& peak = j.at("peak_bytes");
+    if (!peak.is_object()) throw_input_error("metrics record", str("'peak_bytes' is ", peak.dump(), ", not an object"));
+    for (const auto& [category, bytes] : peak.items()) {
+      r.peak_bytes[category] = record_integer(bytes, str("peak_bytes.", category));
+    }
   } catch (const json::exception& e) {
     throw_input_error("metrics record", e.what());
   }

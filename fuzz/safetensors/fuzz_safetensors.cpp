@@ -1,7 +1,7 @@
 // libFuzzer target for the safetensors reader: arbitrary bytes go to the in-memory reader; a file
 // it accepts must then be fully usable (every tensor's bytes read, every float or integer tensor
 // converted to double). The only acceptable failure is dflash::InputError; a crash, a sanitizer
-// report, or any other exception is a finding. Built and run by ci/fuzz-safetensors.
+// report, or any other exception is a finding. Built and run by `ci/fuzz safetensors`.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

@@ -292,6 +292,16 @@ TEST(DrafterConfig, ConfigThatIsNotARegularFileIsRefusedNamingIt) {
   std::filesystem::remove_all(dir);
 }
 
+// A number beyond a double's range is valid JSON grammar that nlohmann refuses with out_of_range, not
+// parse_error (found by fuzz/config): it must still be the file's InputError, not an unknown exception.
+TEST(DrafterConfig, NumberBeyondDoubleRangeIsAnErrorNamingTheFile) {
+  const std::filesystem::path huge = std::filesystem::temp_directory_path() / "dflash-huge-number-config.json";
+  std::ofstream(huge) << "{ \"rms_norm_eps\": 1e999 }";
+  EXPECT_THAT([&] { load_drafter_config(huge); }, ::testing::ThrowsMessage<InputError>(AllOf(
+                                                      HasSubstr("dflash-huge-number-config.json"), HasSubstr("JSON"))));
+  std::filesystem::remove(huge);
+}
+
 TEST(DrafterConfig, CodeBuiltConfigsAreValidatedToo) {
   DrafterConfig c = load_drafter_config(kConfigs / "tiny.json");
   c.num_key_value_heads = 3;

@@ -111,6 +111,43 @@ TEST(RunCheckpoint, MissingFileIsRefusedNamingIt) {
   }
 }
 
+// An integer of trainer_state.json given as a fraction, a float beyond its type or an integer
+// beyond it was converted by nlohmann's get<> (1.5 read as 1; 1e300 undefined behaviour, found by
+// fuzz/trainer_state under UBSan): each is refused, naming the file and the key.
+TEST(RunCheckpoint, StateIntegerThatIsNotOneOfItsTypeIsRefusedNamingTheKey) {
+  using nlohmann::json;
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run;
+  const auto dir = write_run_checkpoint(run.path(), c, example(c, 1));
+  const std::vector<std::byte> bytes = read_whole_file(dir / kTrainerStateFileName);
+  const json good = json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  struct Case {
+    const char* pointer;
+    const char* key;  // as the message names it, with the value
+    json value;
+  };
+  std::vector<Case> cases;
+  for (const auto& [pointer, key] :
+       {std::pair{"/step", "step"}, std::pair{"/data_cursor/epoch", "data_cursor.epoch"},
+        std::pair{"/data_cursor/position", "data_cursor.position"}, std::pair{"/tokens_seen", "tokens_seen"},
+        std::pair{"/world_size", "world_size"}, std::pair{"/seed", "seed"}}) {
+    for (const json& value : {json(1.5), json(1e300), json(-1e300), json("1")}) cases.push_back({pointer, key, value});
+  }
+  cases.push_back({"/step", "step", json(std::uint64_t(1) << 63)});
+  cases.push_back({"/data_cursor/position", "data_cursor.position", json(std::uint64_t(1) << 63)});
+  cases.push_back({"/world_size", "world_size", json(std::int64_t(1) << 40)});
+  cases.push_back({"/seed", "seed", json(-1)});
+  for (const Case& k : cases) {
+    json state = good;
+    state[json::json_pointer(k.pointer)] = k.value;
+    write_whole_file(dir / kTrainerStateFileName, state.dump(2));
+    const std::string message = input_error_message([&] { read_run_checkpoint(dir, c); });
+    EXPECT_THAT(message, HasSubstr((dir / kTrainerStateFileName).string())) << k.pointer << " = " << k.value;
+    EXPECT_THAT(message, HasSubstr(k.key)) << k.pointer << " = " << k.value;
+    EXPECT_THAT(message, HasSubstr(k.value.dump())) << k.pointer << " = " << k.value;
+  }
+}
+
 TEST(RunCheckpoint, ConfigOfOtherShapesIsRefusedNamingTheTensor) {
   const DrafterConfig c = tiny_config();
   ScratchDirectory run;

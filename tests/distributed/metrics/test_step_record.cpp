@@ -57,6 +57,24 @@ TEST(StepRecord, JsonHasEveryFieldOfSection17AndReadsBack) {
   EXPECT_THAT(input_error_message([&] { step_record_from_json(missing); }), HasSubstr("acceptance_length"));
 }
 
+// An integer of a record (step, tokens, truncated_sequences, a peak_bytes value) given as a fraction,
+// a float or an integer beyond int64 was converted by nlohmann's get<> (1.5 read as 1; 1e300
+// undefined behaviour, found by fuzz/metrics under UBSan): each is refused, naming the key and value.
+TEST(StepRecord, IntegerFieldThatIsNotAnInt64IsRefusedNamingKeyAndValue) {
+  using nlohmann::json;
+  const json good = step_record_json(record(3));
+  for (const char* pointer : {"/step", "/tokens", "/truncated_sequences", "/peak_bytes/saved"}) {
+    for (const json& value : {json(1.5), json(1e300), json(-1e300), json(std::uint64_t(1) << 63), json("3")}) {
+      json j = good;
+      j[json::json_pointer(pointer)] = value;
+      const std::string message = input_error_message([&] { step_record_from_json(j); });
+      EXPECT_THAT(message, HasSubstr(std::string(pointer).substr(std::string(pointer).rfind('/') + 1)))
+          << pointer << " = " << value;
+      EXPECT_THAT(message, HasSubstr(value.dump())) << pointer << " = " << value;
+    }
+  }
+}
+
 TEST(MetricsReport, ResumedStepsKeepTheirLastRecordAndTheSvgHasOnePointPerStep) {
   ScratchDirectory run;
   {
