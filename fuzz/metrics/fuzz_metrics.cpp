@@ -1,7 +1,8 @@
 // libFuzzer target for a run's metrics.jsonl (distributed/metrics/svg_report.hpp): the bytes are
 // written as metrics.jsonl and read as `dflash report` reads it (read_metrics_file); the records
 // it yields are drawn (metrics_svg), as report does whenever there is at least one (it refuses a
-// file with none). Records come back sorted by step, one per step. The only acceptable failure is
+// file with none). Records come back sorted by step, one per step, and the drawing holds no
+// non-finite number (issue 22, class 15: +-1e308 drew -nan coordinates). The only acceptable failure is
 // dflash::InputError; a crash, a sanitizer report or any other exception is a finding. Built and
 // run by `ci/fuzz metrics`.
 #include <cstddef>
@@ -25,6 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!records.empty()) {
       const std::string svg = dflash::metrics_svg(records, "fuzz");
       if (svg.rfind("<svg", 0) != 0) std::abort();
+      if (svg.find("nan") != std::string::npos || svg.find("inf") != std::string::npos) std::abort();
     }
   } catch (const dflash::InputError&) {
     // Refused, naming the file and the line: the expected outcome for most bytes.

@@ -4,7 +4,9 @@
 // (checkpoint_config_json, then the drafter config reader). So that inputs get past the hash
 // check, the text "@model.safetensors@" and "@optimizer.safetensors@" in the input is replaced by
 // the real sha256 of that file (the seeds use it where the writer puts the hash). A checkpoint
-// that loads must hold the config's full vectors. The only acceptable failure is
+// that loads must hold the config's full vectors and counters a run can have (issue 22, class 12):
+// the step of its directory (step-00000001) within kMaxCheckpointStep, a cursor, a token count
+// that are not negative, and at least one rank. The only acceptable failure is
 // dflash::InputError; a crash, a sanitizer report or any other exception is a finding. Built and
 // run by `ci/fuzz trainer_state`.
 #include <cstddef>
@@ -40,6 +42,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const dflash::RunCheckpoint c = dflash::read_run_checkpoint(dir, config);
     const auto n = static_cast<std::size_t>(dflash::drafter_parameter_count(config));
     if (c.master.size() != n || c.exp_avg.size() != n || c.exp_avg_sq.size() != n) std::abort();
+    if (dflash::checkpoint_name(c.step) != dir.filename().string() || c.step > dflash::kMaxCheckpointStep) {
+      std::abort();
+    }
+    if (c.data_cursor.epoch < 0 || c.data_cursor.position < 0 || c.tokens_seen < 0 || c.world_size < 1) std::abort();
   } catch (const dflash::InputError&) {
     // Refused, naming the file and the key: the expected outcome for most bytes.
   }

@@ -50,6 +50,17 @@ def seeds():
     yield "bad_config_not_object", state(config="tiny")
     yield "bad_config_invalid", state(config=dict(CONFIG, num_key_value_heads=3))
     yield "bad_number_beyond_double", b'{"step": 1e999}'
+    # Issue 22, class 12: counters no run can have, and a state another writer made.
+    yield "bad_step_of_another_directory", state(step=2)
+    yield "bad_step_negative", state(step=-1)
+    yield "bad_world_size_zero", state(world_size=0)
+    yield "bad_tokens_seen_negative", state(tokens_seen=-12)
+    yield "bad_cursor_position_negative", state(data_cursor={"epoch": 0, "position": -3})
+    yield "bad_format_unknown", state(format="other-trainer")
+    yield "bad_version_unknown", state(version=2)
+    # Class 13: the data set's fingerprint, as save records it.
+    yield "valid_with_data_set", state(data_set={"shards": [{"file": "shard-00000.safetensors", "bytes": 4096,
+                                                             "sequences": 3}], "sequences": 3})
 
 
 def main():
