@@ -66,7 +66,7 @@ void validate_drafter_batch(const DrafterConfig& config, const DrafterBatch<Real
   if (x.rank() != 2 || x.dim(0) < 1 || x.dim(1) < 1) {
     throw_input_error("tokens", str("shape ", shape_string(x.shape()), " is not [nseq, S] with nseq >= 1 and S >= 1"));
   }
-  const std::int64_t nseq = x.dim(0), S = x.dim(1), H = config.hidden_size, K = config.num_target_layers();
+  const std::int64_t nseq = x.dim(0), S = x.dim(1), H = config.hidden_size, K = config.num_feature_layers();
   if (std::uint64_t(sequence_offset) + std::uint64_t(nseq) > kMaxSequenceIndex) {
     throw_input_error("sequence_offset", str(sequence_offset, " + nseq = ", nseq,
                                              " exceeds 2^20 global sequences (SPEC §6 stream layout)"));

@@ -243,6 +243,16 @@ void validate_drafter_config(const DrafterConfig& c, std::string_view source) {
       config_error(str("target_layer_ids[", i, "]"), source, str(c.target_layer_ids[i], " is negative"));
     }
   }
+  if (c.num_target_layers) {
+    require_at_least(*c.num_target_layers, 1, "num_target_layers", source);
+    for (std::size_t i = 0; i < c.target_layer_ids.size(); ++i) {
+      if (c.target_layer_ids[i] >= *c.num_target_layers) {
+        config_error(str("target_layer_ids[", i, "]"), source,
+                     str(c.target_layer_ids[i], " is not below num_target_layers = ", *c.num_target_layers,
+                         " (the target's layer count; its layers are 0 .. ", *c.num_target_layers - 1, ")"));
+      }
+    }
+  }
   if (static_cast<std::int64_t>(c.layer_types.size()) != c.num_hidden_layers) {
     config_error("layer_types", source,
                  str("has ", c.layer_types.size(), " entries for num_hidden_layers = ", c.num_hidden_layers,
@@ -300,6 +310,9 @@ DrafterConfig drafter_config_from_json(const json& j, std::string_view source) {
   for (std::size_t i = 0; i < ids->size(); ++i) {
     c.target_layer_ids.push_back(as_int((*ids)[i], str("target_layer_ids[", i, "]"), source));
   }
+
+  optional_field(j, "num_target_layers", source,
+                 [&](const json& v) { c.num_target_layers = as_int(v, "num_target_layers", source); });
 
   const json* types = find_field(j, "layer_types", source);
   if (types != nullptr && !types->is_null()) {
@@ -369,6 +382,7 @@ json drafter_config_to_json(const DrafterConfig& c) {
   j["block_size"] = c.block_size;
   j["mask_token_id"] = c.mask_token_id;
   j["target_layer_ids"] = c.target_layer_ids;
+  if (c.num_target_layers) j["num_target_layers"] = *c.num_target_layers;  // absent: unknown
   json types = json::array();
   for (LayerType t : c.layer_types) types.push_back(std::string(layer_type_name(t)));
   j["layer_types"] = types;

@@ -62,10 +62,15 @@ struct DrafterConfig {
   TrunkPolicy trunk_policy = TrunkPolicy::per_layer;
   std::int64_t checkpoint_every = 1;
 
-  std::int64_t num_target_layers() const { return static_cast<std::int64_t>(target_layer_ids.size()); }  // K
-  std::int64_t feature_width() const { return num_target_layers() * hidden_size; }                       // K H
-  std::int64_t query_width() const { return num_attention_heads * head_dim; }                            // nh d
-  std::int64_t kv_width() const { return num_key_value_heads * head_dim; }                               // nkv d
+  // The target model's depth (its config's num_hidden_layers), under the name DFlash drafter
+  // configs and their loaders give it (SGLang refuses a target_layer_id at or above it). Not K:
+  // K is num_feature_layers(). Absent until a run learns it from --target, --init or the config.
+  std::optional<std::int64_t> num_target_layers = std::nullopt;
+
+  std::int64_t num_feature_layers() const { return static_cast<std::int64_t>(target_layer_ids.size()); }  // K
+  std::int64_t feature_width() const { return num_feature_layers() * hidden_size; }                       // K H
+  std::int64_t query_width() const { return num_attention_heads * head_dim; }                             // nh d
+  std::int64_t kv_width() const { return num_key_value_heads * head_dim; }                                // nkv d
   std::int64_t heads_per_kv_head() const { return num_attention_heads / num_key_value_heads; }
   bool has_sliding_layer() const;
   // The loss head's options from the training fields (policy, chunk rows, h, s, tau).

@@ -23,9 +23,9 @@ struct DrafterDims {
   std::int64_t L = 0;    // drafter layers
 
   static DrafterDims of(const DrafterConfig& c, std::int64_t context_length, std::int64_t anchor_slots) {
-    return DrafterDims{context_length, anchor_slots,          c.block_size,          anchor_slots * c.block_size,
-                       c.hidden_size,  c.intermediate_size,   c.num_attention_heads, c.num_key_value_heads,
-                       c.head_dim,     c.num_target_layers(), c.vocab_size,          c.num_hidden_layers};
+    return DrafterDims{context_length, anchor_slots,           c.block_size,          anchor_slots * c.block_size,
+                       c.hidden_size,  c.intermediate_size,    c.num_attention_heads, c.num_key_value_heads,
+                       c.head_dim,     c.num_feature_layers(), c.vocab_size,          c.num_hidden_layers};
   }
   std::int64_t q_width() const { return nh * d; }
   std::int64_t kv_width() const { return nkv * d; }

@@ -1,8 +1,8 @@
 #include "distributed/data/synthetic_set.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +39,10 @@ std::int64_t synthetic_successor(const DrafterConfig& c, std::int64_t token) {
   return next >= c.mask_token_id ? next + 1 : next;
 }
 
+std::int64_t synthetic_target_depth(const DrafterConfig& c) {
+  return c.num_target_layers.value_or(*std::max_element(c.target_layer_ids.begin(), c.target_layer_ids.end()) + 1);
+}
+
 namespace {
 
 std::int64_t random_text_token(const DrafterConfig& c, CounterRng& rng) {
@@ -57,6 +61,7 @@ void write_target(const DrafterConfig& c, const SyntheticDataSpec& spec, const F
   w.write_file(dir / "model.safetensors");
   const nlohmann::json config = {{"architectures", {"SyntheticTargetForCausalLM"}},
                                  {"hidden_size", c.hidden_size},
+                                 {"num_hidden_layers", synthetic_target_depth(c)},
                                  {"vocab_size", c.vocab_size},
                                  {"tie_word_embeddings", false},
                                  {"dflash_synthetic_seed", spec.seed}};
@@ -81,7 +86,7 @@ void write_synthetic_data(const DrafterConfig& c, const SyntheticDataSpec& spec,
   }
   MemoryTracker tracker;
   const FrozenWeights<double> frozen = init_frozen_weights<double>(tracker, c, spec.seed);
-  const std::int64_t H = c.hidden_size, K = c.num_target_layers(), V = c.vocab_size;
+  const std::int64_t H = c.hidden_size, K = c.num_feature_layers(), V = c.vocab_size;
 
   // A fixed code per token (unit-RMS rows), the same in each of the K feature slots.
   CounterRng code_rng(spec.seed, 0xC0DE);

@@ -9,7 +9,7 @@
 // predicts most block tokens from the anchor token alone, so the loss falls within a few steps.
 //
 // Written:
-//   <out>/target/config.json        hidden_size, vocab_size, tie_word_embeddings = false
+//   <out>/target/config.json        hidden_size, num_hidden_layers, vocab_size, tie_word_embeddings = false
 //   <out>/target/model.safetensors  model.embed_tokens.weight, lm_head.weight (BF16, as HF ships them)
 //   <out>/features/shard-NNNNN.safetensors   `shards` shards of the feature set
 #pragma once
@@ -37,6 +37,11 @@ void validate_synthetic_data_spec(const SyntheticDataSpec& spec);
 
 // The successor of token t (never mask_token_id; V >= 2).
 std::int64_t synthetic_successor(const DrafterConfig& config, std::int64_t token);
+
+// The synthetic target's depth (its config.json's num_hidden_layers): the config's
+// num_target_layers, else just deep enough for its deepest target_layer_id, so that a run knows it
+// as it would a real target's (TRAINING §16).
+std::int64_t synthetic_target_depth(const DrafterConfig& config);
 
 // Writes <out>/target and <out>/features. `out` must not exist yet or be an empty directory.
 void write_synthetic_data(const DrafterConfig& config, const SyntheticDataSpec& spec, const std::filesystem::path& out);

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <map>
 
@@ -27,6 +26,7 @@
 #include "distributed/weights/target_tensors.hpp"
 #include "io/errors.hpp"
 #include "io/file_write.hpp"
+#include "io/json_fields.hpp"
 
 namespace dflash {
 
@@ -35,16 +35,44 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The drafter config with the training fields merged in: what a checkpoint records.
-json run_config_json(const DrafterConfig& config, const TrainingConfig& training) {
+constexpr const char* kRunTargetDepthKey = "num_target_layers";
+
+// The drafter config with the training fields merged in: what a checkpoint records; with
+// `released`, the --init directory's config.json verbatim under kInitConfigKey, so that an export
+// keeps the keys this project does not model.
+json run_config_json(const DrafterConfig& config, const TrainingConfig& training, const json* released) {
   json j = drafter_config_to_json(config);
   j.update(training_config_to_json(training));
+  if (released != nullptr) j[kInitConfigKey] = *released;
   return j;
+}
+
+// The drafter config with the target's depth (TRAINING §16's num_target_layers) from --target,
+// --config and --init, checked against every target_layer_id.
+DrafterConfig config_with_target_depth(DrafterConfig config, const TrainingRunOptions& o,
+                                       const std::optional<json>& released) {
+  std::optional<DrafterConfig> init;
+  if (released) init = drafter_config_from_json(*released, (*o.init / "config.json").string());
+  const std::string init_source = o.init ? (*o.init / "config.json").string() : std::string();
+  config.num_target_layers =
+      resolve_target_depth({config, o.config.string(), o.target, init ? &*init : nullptr, init_source});
+  validate_drafter_config(config, o.config.string());
+  return config;
+}
+
+// The --init directory's config.json, when a fresh run starts from one that has it (import_drafter
+// names every other problem with the directory).
+std::optional<json> released_config(const TrainingRunOptions& o) {
+  std::error_code ec;
+  if (o.resume || !o.init || !fs::is_regular_file(*o.init / "config.json", ec)) return std::nullopt;
+  return read_json_file(*o.init / "config.json");
 }
 
 // A resumed run must be the same run: every field of the checkpoint's config must match.
 void require_same_run_config(const json& stored, const json& current, const fs::path& checkpoint) {
   for (const auto& [key, value] : current.items()) {
+    // Checkpoints written before runs recorded the target's depth do not hold it.
+    if (key == kRunTargetDepthKey && !stored.contains(key)) continue;
     if (!stored.contains(key) || stored.at(key) != value) {
       throw_input_error(
           key, str("--config has ", value.dump(), " but the checkpoint ", checkpoint.string(), " was written with ",
@@ -127,10 +155,11 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   }
 
   // 1. Config.
-  const DrafterConfig config = load_drafter_config(o.config);
+  const std::optional<json> released = released_config(o);
+  const DrafterConfig config = config_with_target_depth(load_drafter_config(o.config), o, released);
   const TrainingConfig training = load_training_config(o.config);
   require_same_config(comm, config, training);
-  const json config_json = run_config_json(config, training);
+  json config_json = run_config_json(config, training, released ? &*released : nullptr);
 
   // 2. Plan gate.
   const PlanVerdict verdict = plan_verdict(config, training, R, o.backend);
@@ -182,6 +211,8 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       throw_input_error(str((*resume_from / kTrainerStateFileName).string(), ": data_cursor.position"),
                         str(ck.data_cursor.position, " lies past the set's ", dataset.num_sequences(), " sequences"));
     }
+    // The released config an earlier --init brought in stays with the run.
+    if (ck.config.contains(kInitConfigKey)) config_json[kInitConfigKey] = ck.config.at(kInitConfigKey);
     state.params = unflatten(tracker, config, flat, ck.master);
     state.optimizer = restore_optimizer_state(tracker, flat, rank, ck.master, ck.exp_avg, ck.exp_avg_sq, ck.step);
     cursor = ck.data_cursor;

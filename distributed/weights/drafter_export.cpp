@@ -1,8 +1,10 @@
 #include "distributed/weights/drafter_export.hpp"
 
 #include <cmath>
-#include <fstream>
+#include <set>
+#include <stdexcept>
 
+#include "distributed/weights/drafter_init.hpp"
 #include "io/errors.hpp"
 #include "io/file_write.hpp"
 #include "io/hf_checkpoint.hpp"
@@ -22,38 +24,92 @@ constexpr const char* kModelFields[] = {
 
 }  // namespace
 
-json exported_drafter_config(const DrafterConfig& c) {
-  const json all = drafter_config_to_json(c);
-  json j;
-  j["architectures"] = {"DFlashDraftModel"};
-  j["model_type"] = "qwen3";
-  for (const char* field : kModelFields) {
-    if (std::string_view(field) == "mask_token_id" || std::string_view(field) == "target_layer_ids") continue;
-    j[field] = all.at(field);
+json released_auto_map() { return {{"AutoModel", "dflash.DFlashDraftModel"}}; }
+
+namespace {
+
+// Sets `key` to `value` wherever the config already holds it (top level, dflash_config, and for
+// rope_theta rope_parameters) and differs, leaving an equal value as written (1000000 stays an
+// integer); where it holds it nowhere, adds it at the top level or, with `in_dflash_config`, in
+// dflash_config.
+void set_model_key(json& config, const std::string& key, const json& value, bool in_dflash_config) {
+  bool found = false;
+  auto visit = [&](json& object) {
+    if (!object.is_object() || !object.contains(key)) return;
+    found = true;
+    if (object.at(key) != value) object[key] = value;
+  };
+  visit(config);
+  if (config.contains("dflash_config")) visit(config["dflash_config"]);
+  if (key == "rope_theta" && config.contains("rope_parameters")) visit(config["rope_parameters"]);
+  if (!found) (in_dflash_config ? config["dflash_config"] : config)[key] = value;
+}
+
+}  // namespace
+
+json exported_drafter_config(const DrafterConfig& c, const json* released) {
+  if (!c.num_target_layers) {
+    throw_input_error("num_target_layers",
+                      "the target's layer count is unknown (the run did not record it); pass the target "
+                      "directory (--target) so that the export can write it");
   }
-  j["dflash_config"] = {{"mask_token_id", c.mask_token_id}, {"target_layer_ids", c.target_layer_ids}};
-  j["num_target_layers"] = c.num_target_layers();
-  j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["attention_dropout"] = 0.0;
-  j["rope_scaling"] = nullptr;
-  j["use_sliding_window"] = c.has_sliding_layer();
-  j["tie_word_embeddings"] = false;
-  j["torch_dtype"] = "bfloat16";
+  validate_drafter_config(c, "the exported config");
+  json j = released != nullptr ? *released : json::object();
+  if (released == nullptr) {
+    j["architectures"] = {"DFlashDraftModel"};
+    j["auto_map"] = released_auto_map();
+    j["model_type"] = "qwen3";
+    j["hidden_act"] = "silu";
+    j["attention_bias"] = false;
+    j["attention_dropout"] = 0.0;
+    j["rope_scaling"] = nullptr;
+    j["tie_word_embeddings"] = false;
+    j["initializer_range"] = kInitStandardDeviation;
+    j["torch_dtype"] = "bfloat16";
+    j["use_cache"] = true;
+  }
+  const json all = drafter_config_to_json(c);
+  for (const char* field : kModelFields) {
+    const std::string key = field;
+    set_model_key(j, key, all.at(key), key == "mask_token_id" || key == "target_layer_ids");
+  }
+  set_model_key(j, "num_target_layers", *c.num_target_layers, false);
+  set_model_key(j, "use_sliding_window", c.has_sliding_layer(), false);
+  if (!j.contains("architectures")) j["architectures"] = {"DFlashDraftModel"};
   return j;
 }
 
+std::vector<ExportedTensor> exported_tensors(const DrafterConfig& config) {
+  std::vector<ExportedTensor> tensors;
+  for (const ParameterShape& p : drafter_parameter_shapes(config)) tensors.push_back({p.name, kExportDtype, p.shape});
+  return tensors;
+}
+
 void export_drafter(const std::filesystem::path& out, const DrafterConfig& config,
-                    const DrafterParameters<double>& params) {
+                    const DrafterParameters<double>& params, const json* released) {
   validate_drafter_config(config);
+  const std::string config_text = exported_drafter_config(config, released).dump(2) + "\n";
+  // Serving stacks would load a NaN drafter without a word: refuse it before writing anything.
+  params.for_each([&](const std::string& name, const Tensor<double>& t) {
+    for (std::int64_t e = 0; e < t.numel(); ++e) {
+      if (!std::isfinite(t[e])) {
+        throw_input_error(str("tensor '", name, "'"),
+                          str("element ", e, " is ", t[e], "; an exported drafter must hold finite weights"));
+      }
+    }
+  });
+  const std::vector<ExportedTensor> tensors = exported_tensors(config);
   std::filesystem::create_directories(out);
   safetensors::Writer w;
   w.set_metadata("format", "pt");
+  std::size_t index = 0;
   params.for_each([&](const std::string& name, const Tensor<double>& t) {
-    w.add_floats(name, safetensors::Dtype::BF16, t.shape(), t.span());
+    const ExportedTensor& e = tensors.at(index++);
+    if (e.name != name || e.shape != t.shape()) throw std::logic_error(str("export: tensor ", name, " out of order"));
+    w.add_floats(name, e.dtype, t.shape(), t.span());
   });
   w.write_file(out / "model.safetensors");
-  write_file_atomically(out / "config.json", exported_drafter_config(config).dump(2) + "\n");
+  write_file_atomically(out / "config.json", config_text);
 }
 
 void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& imported,
@@ -75,6 +131,18 @@ ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::pa
   // The config first: weights of another shape are explained by the field, not the tensor.
   if (run != nullptr) require_same_model_fields(*run, d.config, (dir / "config.json").string());
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
+  // A tensor the config does not model (a bias without attention_bias, a layer beyond
+  // num_hidden_layers, an embedding) would be silently dropped from training and from the export.
+  std::set<std::string> modelled;
+  for (const ParameterShape& p : drafter_parameter_shapes(d.config)) modelled.insert(p.name);
+  for (const std::string& name : checkpoint.names()) {
+    if (!modelled.contains(name)) {
+      throw_input_error(
+          str("--init ", (dir / checkpoint.shard_of(name)).string()),
+          str("tensor '", name, "' is not a parameter of this drafter config (", d.config.num_hidden_layers,
+              " layers, no biases); remove it, or use a config that models it"));
+    }
+  }
   d.params = make_drafter_parameters<double>(tracker, d.config, MemoryCategory::parameters);
   d.params.for_each([&](const std::string& name, Tensor<double>& t) {
     if (!checkpoint.contains(name))

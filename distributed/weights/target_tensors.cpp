@@ -1,7 +1,8 @@
 #include "distributed/weights/target_tensors.hpp"
 
 #include <cmath>
-#include <fstream>
+#include <cstdint>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -11,17 +12,77 @@
 
 namespace dflash {
 
+namespace {
+
+// The target's config.json, or nothing when the directory has none.
+std::optional<nlohmann::json> target_config(const std::filesystem::path& path) {
+  std::error_code absent;  // a link is not absent: read_json_file refuses a dangling one by name
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, absent))) return std::nullopt;
+  nlohmann::json j = read_json_file(path);
+  if (!j.is_object()) throw_input_error(path.string(), "is not a JSON object");
+  return j;
+}
+
+}  // namespace
+
 bool target_ties_word_embeddings(const std::filesystem::path& target_dir) {
   const auto path = target_dir / "config.json";
-  std::error_code absent;
-  if (!std::filesystem::exists(std::filesystem::symlink_status(path, absent))) return false;
-  const nlohmann::json j = read_json_file(path);
-  if (!j.is_object()) throw_input_error(path.string(), "is not a JSON object");
+  const std::optional<nlohmann::json> config = target_config(path);
+  if (!config) return false;
+  const nlohmann::json& j = *config;
   if (!j.contains("tie_word_embeddings")) return false;
   const nlohmann::json& v = j.at("tie_word_embeddings");
   if (!v.is_boolean())
     throw_input_error(str(path.string(), ": tie_word_embeddings"), str(v.dump(), " is not true or false"));
   return v.get<bool>();
+}
+
+std::optional<std::int64_t> target_num_hidden_layers(const std::filesystem::path& target_dir) {
+  const auto path = target_dir / "config.json";
+  const std::optional<nlohmann::json> config = target_config(path);
+  if (!config) return std::nullopt;
+  // Multimodal targets keep the language model's fields under text_config.
+  const nlohmann::json& j =
+      config->contains("text_config") && config->at("text_config").is_object() && !config->contains("num_hidden_layers")
+          ? config->at("text_config")
+          : *config;
+  if (!j.contains("num_hidden_layers") || j.at("num_hidden_layers").is_null()) return std::nullopt;
+  const nlohmann::json& v = j.at("num_hidden_layers");
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 1 ||
+      (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(INT64_MAX))) {
+    throw_input_error(str(path.string(), ": num_hidden_layers"), str(v.dump(), " is not a positive integer"));
+  }
+  return v.get<std::int64_t>();
+}
+
+std::int64_t resolve_target_depth(const TargetDepthSources& s) {
+  struct Place {
+    std::string name;
+    std::optional<std::int64_t> value;
+  };
+  const Place places[] = {
+      {str("num_hidden_layers of --target ", (s.target_dir / "config.json").string()),
+       target_num_hidden_layers(s.target_dir)},
+      {str("num_target_layers in ", s.config_source), s.config.num_target_layers},
+      {str("num_target_layers in --init ", s.init_source),
+       s.init != nullptr ? s.init->num_target_layers : std::nullopt},
+  };
+  const Place* found = nullptr;
+  for (const Place& place : places) {
+    if (!place.value) continue;
+    if (found != nullptr && *found->value != *place.value) {
+      throw_input_error("num_target_layers", str(found->name, " is ", *found->value, " but ", place.name, " is ",
+                                                 *place.value, " (both must be the target model's layer count)"));
+    }
+    if (found == nullptr) found = &place;
+  }
+  if (found == nullptr) {
+    throw_input_error("num_target_layers", str("the target's layer count is unknown: ", places[0].name,
+                                               " is absent, and neither ", s.config_source,
+                                               " nor --init sets num_target_layers (an export needs it; serving "
+                                               "stacks refuse target_layer_ids at or above it)"));
+  }
+  return *found->value;
 }
 
 namespace {

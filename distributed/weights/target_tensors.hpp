@@ -5,7 +5,10 @@
 // converted exactly to double. Only those two tensors are read, whatever else the target holds.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_parameters.hpp"
@@ -17,6 +20,24 @@ inline constexpr const char* kTargetLmHeadName = "lm_head.weight";
 
 // Whether config.json in `target_dir` sets tie_word_embeddings (absent file or key: false).
 bool target_ties_word_embeddings(const std::filesystem::path& target_dir);
+
+// The target's depth: num_hidden_layers of config.json in `target_dir` (nothing when the file or
+// the key is absent; InputError naming the file when it is not a positive integer).
+std::optional<std::int64_t> target_num_hidden_layers(const std::filesystem::path& target_dir);
+
+// The run's num_target_layers, in the meaning DFlash drafter configs and their loaders give it
+// (the target's depth, not K): the target's num_hidden_layers, which the drafter config's and the
+// --init directory's num_target_layers must equal where they give one; where the target does not
+// say, the value they agree on. InputError naming both values on a disagreement, and naming the
+// three places when none of them gives it. Sources name the files in messages.
+struct TargetDepthSources {
+  const DrafterConfig& config;
+  std::string_view config_source;           // --config's file
+  const std::filesystem::path& target_dir;  // --target
+  const DrafterConfig* init = nullptr;      // --init's config.json, if given
+  std::string_view init_source = {};
+};
+std::int64_t resolve_target_depth(const TargetDepthSources& sources);
 
 // Throws dflash::InputError naming the file and tensor: a missing tensor, a dtype other than
 // BF16/F16/F32, a shape other than [vocab_size, hidden_size] of `config`, a non-finite value.

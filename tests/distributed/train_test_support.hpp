@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "distributed/data/feature_shard_writer.hpp"
+#include "distributed/data/synthetic_set.hpp"
 #include "reference/counter_rng.hpp"
 #include "reference/drafter_config.hpp"
 #include "tests/io/safetensors_test_support.hpp"
@@ -24,6 +25,13 @@ inline std::filesystem::path tiny_train_config_path() {
   return std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "tiny-train.json";
 }
 inline DrafterConfig tiny_config() { return load_drafter_config(tiny_train_config_path()); }
+// tiny_config() with the depth of the target `data synth` writes for it (num_target_layers), as a
+// run on that target records it: what an export needs.
+inline DrafterConfig tiny_export_config() {
+  DrafterConfig c = tiny_config();
+  c.num_target_layers = synthetic_target_depth(c);
+  return c;
+}
 
 // `sequences` valid sequences of lengths 3, 4, 5, ... with random tokens, mask and values.
 inline FeatureShardContents valid_shard(const DrafterConfig& c, std::int64_t sequences, std::uint64_t seed) {

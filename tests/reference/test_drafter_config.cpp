@@ -89,6 +89,8 @@ TEST(DrafterConfig, ReleasedHuggingFaceConfigLoadsWithDefaults) {
   const DrafterConfig c = drafter_config_from_json(released, "released.json");
   EXPECT_EQ(c.mask_token_id, 999);
   EXPECT_EQ(c.target_layer_ids, (std::vector<std::int64_t>{1, 9, 17}));
+  EXPECT_EQ(c.num_target_layers, 36);  // the target's depth, not K = 3
+  EXPECT_EQ(c.num_feature_layers(), 3);
   EXPECT_EQ(c.rope_theta, 1e6);
   EXPECT_EQ(c.layer_types, std::vector<LayerType>(2, LayerType::full_attention));
   EXPECT_FALSE(c.sliding_window.has_value());
@@ -145,9 +147,12 @@ TEST(DrafterConfig, JsonRoundTripKeepsEveryField) {
   c.seed = 0xFFFFFFFFFFFFFFFFull;
   c.trunk_policy = TrunkPolicy::every_k;
   c.checkpoint_every = 3;
+  EXPECT_FALSE(drafter_config_to_json(c).contains("num_target_layers"));  // unknown stays unknown
+  c.num_target_layers = 4;
   const json j = drafter_config_to_json(c);
   EXPECT_EQ(drafter_config_to_json(drafter_config_from_json(j)), j);
   EXPECT_TRUE(j.at("loss_decay_gamma").is_null());
+  EXPECT_EQ(j.at("num_target_layers"), 4);
 }
 
 struct BadField {
@@ -176,8 +181,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "1 entries"},
         BadField{"unknown_layer_type", [](json& j) { j["layer_types"][1] = "local"; }, "layer_types[1]", "local"},
         BadField{"sliding_window_0", [](json& j) { j["sliding_window"] = 0; }, "sliding_window", "0"},
-        BadField{"sliding_window_missing", [](json& j) { j["sliding_window"] = nullptr; }, "sliding_window",
-                 "missing"},
+        BadField{"sliding_window_missing", [](json& j) { j["sliding_window"] = nullptr; }, "sliding_window", "missing"},
         BadField{"attention_dropout_1", [](json& j) { j["attention_dropout"] = 1.0; }, "attention_dropout", "1"},
         BadField{"hidden_dropout_negative", [](json& j) { j["hidden_dropout"] = -0.25; }, "hidden_dropout", "-0.25"},
         BadField{"mask_token_is_vocab", [](json& j) { j["mask_token_id"] = 64; }, "mask_token_id", "64"},
@@ -186,11 +190,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadField{"hidden_size_missing", [](json& j) { j.erase("hidden_size"); }, "hidden_size", "missing"},
         BadField{"no_target_layers", [](json& j) { j["target_layer_ids"] = json::array(); }, "target_layer_ids",
                  "empty"},
-        BadField{"negative_target_layer", [](json& j) { j["target_layer_ids"][1] = -2; }, "target_layer_ids[1]",
-                 "-2"},
+        BadField{"negative_target_layer", [](json& j) { j["target_layer_ids"][1] = -2; }, "target_layer_ids[1]", "-2"},
+        // num_target_layers is the target's depth (SGLang's meaning), not K: every id lies below it.
+        BadField{"target_layer_at_the_target_depth", [](json& j) { j["num_target_layers"] = 3; }, "target_layer_ids[1]",
+                 "3 is not below num_target_layers = 3"},
+        BadField{"nested_target_layer_beyond_depth",
+                 [](json& j) {
+                   j["dflash_config"] = {{"num_target_layers", 2}};
+                 },
+                 "target_layer_ids[1]", "3 is not below num_target_layers = 2"},
+        BadField{"num_target_layers_0", [](json& j) { j["num_target_layers"] = 0; }, "num_target_layers", "0"},
+        BadField{"num_target_layers_bool", [](json& j) { j["num_target_layers"] = true; }, "num_target_layers",
+                 "true is not an integer"},
         BadField{"unknown_loss_policy", [](json& j) { j["loss_policy"] = "stream"; }, "loss_policy", "stream"},
-        BadField{"unknown_trunk_policy", [](json& j) { j["trunk_policy"] = "sometimes"; }, "trunk_policy",
-                 "sometimes"},
+        BadField{"unknown_trunk_policy", [](json& j) { j["trunk_policy"] = "sometimes"; }, "trunk_policy", "sometimes"},
         BadField{"checkpoint_every_0", [](json& j) { j["checkpoint_every"] = 0; }, "checkpoint_every", "0"},
         BadField{"max_anchors_0", [](json& j) { j["max_anchors"] = 0; }, "max_anchors", "0"},
         BadField{"gamma_0", [](json& j) { j["loss_decay_gamma"] = 0.0; }, "loss_decay_gamma", "0"},
@@ -211,17 +224,25 @@ INSTANTIATE_TEST_SUITE_P(
                    j["use_sliding_window"] = true;
                  },
                  "layer_types", "use_sliding_window"},
-        BadField{"nested_mask_token_disagrees", [](json& j) { j["dflash_config"] = {{"mask_token_id", 5}}; },
+        BadField{"nested_mask_token_disagrees",
+                 [](json& j) {
+                   j["dflash_config"] = {{"mask_token_id", 5}};
+                 },
                  "mask_token_id", "63 at the top level disagrees with 5 in dflash_config"},
-        BadField{"nested_training_field_disagrees", [](json& j) { j["dflash_config"] = {{"temperature", 2.0}}; },
+        BadField{"nested_training_field_disagrees",
+                 [](json& j) {
+                   j["dflash_config"] = {{"temperature", 2.0}};
+                 },
                  "temperature", "1.0 at the top level disagrees with 2.0 in dflash_config"},
-        BadField{"nested_bad_value", [](json& j) { j["dflash_config"] = {{"loss_decay_gamma", -3.0}}; },
+        BadField{"nested_bad_value",
+                 [](json& j) {
+                   j["dflash_config"] = {{"loss_decay_gamma", -3.0}};
+                 },
                  "loss_decay_gamma", "-3"},
         BadField{"gamma_negative", [](json& j) { j["loss_decay_gamma"] = -2.5; }, "loss_decay_gamma", "-2.5"},
         // Keys whose non-default value this implementation would silently mis-model (TRAINING §16).
-        BadField{"rope_scaling_yarn",
-                 [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }, "rope_scaling",
-                 "\"yarn\""},
+        BadField{"rope_scaling_yarn", [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
+                 "rope_scaling", "\"yarn\""},
         BadField{"rope_parameters_yarn",
                  [](json& j) { j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}}; },
                  "rope_parameters.rope_type", "\"yarn\""},

@@ -6,6 +6,7 @@
 #include "distributed/data/feature_dataset.hpp"
 #include "distributed/data/synthetic_set.hpp"
 #include "io/hf_checkpoint.hpp"
+#include "io/json_fields.hpp"
 #include "tests/distributed/train_test_support.hpp"
 
 namespace dflash {
@@ -51,6 +52,21 @@ TEST(SyntheticData, SetValidatesAndIsLearnable) {
   const HfCheckpoint target = HfCheckpoint::open(dir / "syn" / "target");
   EXPECT_EQ(target.info("model.embed_tokens.weight").shape, (safetensors::Shape{c.vocab_size, c.hidden_size}));
   EXPECT_EQ(target.info("lm_head.weight").dtype, safetensors::Dtype::BF16);
+}
+
+TEST(SyntheticData, TargetConfigGivesItsDepth) {
+  // Deep enough for the deepest target_layer_id (3 in tiny), or the config's num_target_layers.
+  DrafterConfig c = tiny_config();
+  for (const std::int64_t want : {std::int64_t(4), std::int64_t(9)}) {
+    if (want != 4) c.num_target_layers = want;
+    ScratchDirectory dir;
+    SyntheticDataSpec spec;
+    spec.sequences = 2;
+    spec.shards = 1;
+    write_synthetic_data(c, spec, dir / "syn");
+    EXPECT_EQ(synthetic_target_depth(c), want);
+    EXPECT_EQ(read_json_file(dir / "syn" / "target" / "config.json").at("num_hidden_layers"), want);
+  }
 }
 
 TEST(SyntheticData, BadSpecOrNonEmptyOutWritesNothing) {

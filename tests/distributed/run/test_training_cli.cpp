@@ -186,9 +186,36 @@ TEST(TrainingCli, DataCheckExportAndReport) {
   EXPECT_NE(again.exit_code, 0);
   EXPECT_THAT(again.err, HasSubstr("not an empty directory"));
 
+  // The export says the target's depth (data synth's target: 4), not K = 2.
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "drafter" / "config.json"));
+  EXPECT_EQ(config.at("num_target_layers"), 4);
+
   const auto report = run_dflash("report '" + one_rank_run().string() + "' --out '" + (dir / "r.svg").string() + "'");
   ASSERT_EQ(report.exit_code, 0) << report.err;
   EXPECT_TRUE(std::filesystem::file_size(dir / "r.svg") > 1000);
+}
+
+TEST(TrainingCli, ExportOfACheckpointWithoutTheTargetDepthNeedsTarget) {
+  // A checkpoint written before runs recorded num_target_layers.
+  ScratchDirectory dir;
+  std::filesystem::copy(one_rank_run() / "step-00000020", dir / "old");
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(dir / "old" / kTrainerStateFileName));
+  ASSERT_EQ(state.at("config").erase("num_target_layers"), 1u);
+  std::filesystem::remove(dir / "old" / kTrainerStateFileName);
+  write_whole_file(dir / "old" / kTrainerStateFileName, state.dump());
+
+  const auto refused =
+      run_dflash("export --checkpoint '" + (dir / "old").string() + "' --out '" + (dir / "a").string() + "'");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("num_target_layers"));
+  EXPECT_THAT(refused.err, HasSubstr("--target"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "a"));
+
+  const auto exported =
+      run_dflash("export --checkpoint '" + (dir / "old").string() + "' --out '" + (dir / "b").string() +
+                 "' --target '" + (synthetic_run_data() / "target").string() + "'");
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir / "b" / "config.json")).at("num_target_layers"), 4);
 }
 
 }  // namespace

@@ -85,6 +85,8 @@ TEST(TrainingRun, LossFallsOnTheLearnableSetAndTheRunIsRecorded) {
   EXPECT_EQ(ck.tokens_seen, tokens);
   EXPECT_EQ(ck.data_cursor, (DataCursor{5, 0}));  // 20 steps x 6 sequences = 5 epochs of 24
   EXPECT_EQ(ck.world_size, 1);
+  // The target's depth, from its config.json (data synth: 4), is recorded for the export.
+  EXPECT_EQ(ck.config.at("num_target_layers"), 4);
   EXPECT_TRUE(std::filesystem::exists(run / "step-00000010"));
 }
 
@@ -123,7 +125,7 @@ TEST(TrainingRun, SigtermMidRunSavesAndTheResumedRunIsBitwiseTheUninterruptedOne
 
 TEST(TrainingRun, InitFromAnExportedDrafterStartsFromItsWeights) {
   ScratchDirectory dir;
-  const DrafterConfig c = tiny_config();
+  const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
   export_drafter(dir / "released", c, seeded_drafter_parameters(tracker, c, 77));
   TrainingRunOptions o = options_for(dir / "run");
@@ -191,6 +193,7 @@ TEST(RunBadInput, TargetWithoutTheNamedTensors) {
   safetensors::Writer w;
   w.add_floats("model.embed_tokens.weight", safetensors::Dtype::BF16, {64, 16}, std::vector<double>(64 * 16, 0.5));
   w.write_file(dir / "target" / "model.safetensors");
+  write_whole_file(dir / "target" / "config.json", R"({"num_hidden_layers": 4})");
   TrainingRunOptions o = options_for(dir / "run");
   o.target = dir / "target";
   expect_refused_writing_nothing(o, {"'lm_head.weight' is missing", (dir / "target").string()});
@@ -205,14 +208,51 @@ TEST(RunBadInput, TargetWithAnotherVocabOrHiddenSize) {
     w.add_floats("model.embed_tokens.weight", safetensors::Dtype::BF16, shape, v);
     w.add_floats("lm_head.weight", safetensors::Dtype::BF16, shape, v);
     w.write_file(dir / "target" / "model.safetensors");
+    write_whole_file(dir / "target" / "config.json", R"({"num_hidden_layers": 4})");
     TrainingRunOptions o = options_for(dir / "run");
     o.target = dir / "target";
     expect_refused_writing_nothing(o, {"model.embed_tokens.weight", safetensors::format_shape(shape), "[64, 16]"});
   }
 }
 
+// A copy of the synthetic target whose config.json says it has `depth` layers.
+std::filesystem::path target_of_depth(const std::filesystem::path& dir, std::int64_t depth) {
+  std::filesystem::copy(synthetic_run_data() / "target", dir / "target", std::filesystem::copy_options::recursive);
+  nlohmann::json j = nlohmann::json::parse(file_text(dir / "target" / "config.json"));
+  j["num_hidden_layers"] = depth;
+  std::filesystem::remove(dir / "target" / "config.json");
+  write_whole_file(dir / "target" / "config.json", j.dump());
+  return dir / "target";
+}
+
+TEST(RunBadInput, TargetLayerIdAtOrBeyondTheTargetsDepth) {
+  ScratchDirectory dir;
+  TrainingRunOptions o = options_for(dir / "run");
+  o.target = target_of_depth(dir.path(), 3);  // tiny's ids are [1, 3]: layer 3 does not exist
+  expect_refused_writing_nothing(o, {"target_layer_ids[1]", "3 is not below num_target_layers = 3"});
+}
+
+TEST(RunBadInput, InitWhoseDepthIsNotTheTargets) {
+  ScratchDirectory dir;
+  DrafterConfig c = tiny_export_config();
+  c.num_target_layers = 5;
+  MemoryTracker tracker;
+  export_drafter(dir / "released", c, seeded_drafter_parameters(tracker, c, 1));
+  TrainingRunOptions o = options_for(dir / "run");
+  o.init = dir / "released";
+  expect_refused_writing_nothing(o, {"num_target_layers", "is 4", "is 5", (dir / "released").string()});
+}
+
+TEST(RunBadInput, TargetWithoutItsDepthAndNoneGiven) {
+  ScratchDirectory dir;
+  TrainingRunOptions o = options_for(dir / "run");
+  o.target = target_of_depth(dir.path(), 4);
+  std::filesystem::remove(dir / "target" / "config.json");
+  expect_refused_writing_nothing(o, {"the target's layer count is unknown", (dir / "target").string()});
+}
+
 TEST(RunBadInput, InitWithARefusedConfigKey) {
-  const DrafterConfig c = tiny_config();
+  const DrafterConfig c = tiny_export_config();
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, nlohmann::json>>{{"rope_scaling", {{"rope_type", "yarn"}}},
                                                            {"attention_bias", true},
@@ -241,7 +281,8 @@ TEST(RunBadInput, ConfigThatDoesNotFitThePlan) {
   write_whole_file(dir / "big.json", j.dump());
   TrainingRunOptions o = options_for(dir / "run");
   o.config = dir / "big.json";
-  o.data = dir / "nowhere";  // never reached: the gate comes first
+  o.data = dir / "nowhere";    // never reached: the gate comes first
+  o.target = dir / "nowhere";  // no config.json: the depth is big.json's 64
   expect_refused_writing_nothing(o, {"does not fit", "--force"});
 }
 

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "distributed/weights/drafter_export.hpp"
@@ -30,7 +31,7 @@ json read_json(const std::filesystem::path& p) {
 }
 
 TEST(DrafterExport, ConfigJsonIsTheHuggingFaceDrafterLayout) {
-  const DrafterConfig c = tiny_config();
+  const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
   ScratchDirectory dir;
   export_drafter(dir / "out", c, seeded_drafter_parameters(tracker, c, 3));
@@ -39,6 +40,9 @@ TEST(DrafterExport, ConfigJsonIsTheHuggingFaceDrafterLayout) {
   EXPECT_EQ(j.at("dflash_config"),
             json({{"mask_token_id", c.mask_token_id}, {"target_layer_ids", c.target_layer_ids}}));
   EXPECT_EQ(j.at("block_size"), c.block_size);
+  // The target's depth (4: tiny's synthetic target), not K = 2, and what transformers needs to load it.
+  EXPECT_EQ(j.at("num_target_layers"), 4);
+  EXPECT_EQ(j.at("auto_map"), released_auto_map());
   EXPECT_FALSE(j.contains("is_causal"));
   EXPECT_FALSE(j.at("dflash_config").contains("causal"));
   for (const char* field :
@@ -58,8 +62,50 @@ TEST(DrafterExport, ConfigJsonIsTheHuggingFaceDrafterLayout) {
   EXPECT_EQ(w.names(), names);
 }
 
+TEST(DrafterExport, WithoutTheTargetDepthIsRefusedWritingNothing) {
+  const DrafterConfig c = tiny_config();  // no num_target_layers: a run that did not record it
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  EXPECT_THAT(input_error_message([&] { export_drafter(dir / "out", c, seeded_drafter_parameters(tracker, c, 3)); }),
+              HasSubstr("num_target_layers"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+}
+
+TEST(DrafterExport, NonFiniteWeightIsRefusedNamingTheTensorWritingNothing) {
+  const DrafterConfig c = tiny_export_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  DrafterParameters<double> p = seeded_drafter_parameters(tracker, c, 3);
+  p.layers[1].up_proj[5] = std::nan("");
+  const std::string message = input_error_message([&] { export_drafter(dir / "out", c, p); });
+  EXPECT_THAT(message, HasSubstr("'layers.1.mlp.up_proj.weight'"));
+  EXPECT_THAT(message, HasSubstr("element 5"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+}
+
+TEST(DrafterExport, ReleasedConfigKeepsWhatTheProjectDoesNotModel) {
+  const DrafterConfig c = tiny_export_config();
+  json released = exported_drafter_config(c);
+  released.erase("auto_map");  // a released config without it stays without it
+  released["bos_token_id"] = 7;
+  released["x_unmodelled"] = {{"nested", {1, 2.5, nullptr}}};
+  released["rope_theta"] = 10000;  // an integer, equal to the run's 10000.0: kept as written
+  released["dflash_config"]["unknown_flag"] = "kept";
+  const json j = exported_drafter_config(c, &released);
+  EXPECT_EQ(j, released);
+  EXPECT_TRUE(j.at("rope_theta").is_number_integer());
+  // A modelled key the run changed is written where the released config holds it.
+  DrafterConfig longer = c;
+  longer.block_size = 8;
+  released["dflash_config"]["block_size"] = 4;
+  const json k = exported_drafter_config(longer, &released);
+  EXPECT_EQ(k.at("block_size"), 8);
+  EXPECT_EQ(k.at("dflash_config").at("block_size"), 8);
+  EXPECT_EQ(k.at("dflash_config").at("unknown_flag"), "kept");
+}
+
 TEST(DrafterExport, ImportOfTheExportGivesTheWeightsRoundedToBf16) {
-  const DrafterConfig c = tiny_config();
+  const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
   ScratchDirectory dir;
   const DrafterParameters<double> p = seeded_drafter_parameters(tracker, c, 11);
@@ -80,7 +126,7 @@ TEST(DrafterExport, ImportOfTheExportGivesTheWeightsRoundedToBf16) {
 }
 
 TEST(DrafterExport, ImportReadsF64AndF16WeightsExactly) {
-  const DrafterConfig c = tiny_config();
+  const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
   ScratchDirectory dir;
   export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 1));
@@ -98,7 +144,7 @@ TEST(DrafterExport, ImportReadsF64AndF16WeightsExactly) {
 }
 
 TEST(DrafterExport, ImportWithoutATensorIsRefusedNamingIt) {
-  const DrafterConfig c = tiny_config();
+  const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
   ScratchDirectory dir;
   export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 1));
@@ -110,6 +156,21 @@ TEST(DrafterExport, ImportWithoutATensorIsRefusedNamingIt) {
               HasSubstr("'hidden_norm.weight' is missing"));
 }
 
+TEST(DrafterExport, ImportWithATensorTheConfigDoesNotModelIsRefusedNamingIt) {
+  const DrafterConfig c = tiny_export_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 1));
+  safetensors::Writer w;
+  for (const ParameterShape& s : drafter_parameter_shapes(c))
+    w.add_floats(s.name, Dtype::BF16, s.shape, std::vector<double>(std::size_t(shape_numel(s.shape)), 0.25));
+  w.add_floats("layers.0.self_attn.q_proj.bias", Dtype::BF16, {c.query_width()},
+               std::vector<double>(std::size_t(c.query_width()), 0.0));
+  w.write_file(dir / "d" / "model.safetensors");
+  EXPECT_THAT(input_error_message([&] { import_drafter_for_run(tracker, dir / "d", c); }),
+              HasSubstr("'layers.0.self_attn.q_proj.bias' is not a parameter"));
+}
+
 struct RefusedInit {
   std::string name;
   std::function<void(json&)> change;
@@ -119,7 +180,7 @@ struct RefusedInit {
 class InitConfigRefusal : public ::testing::TestWithParam<RefusedInit> {};
 
 TEST_P(InitConfigRefusal, IsRefusedNamingTheKey) {
-  const DrafterConfig c = tiny_config();
+  const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
   ScratchDirectory dir;
   export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 1));
@@ -155,7 +216,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 TEST(InitModelFields, MismatchNamesBothValues) {
-  const DrafterConfig c = tiny_config();
+  const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
   ScratchDirectory dir;
   DrafterConfig other = c;

@@ -102,5 +102,63 @@ TEST(TargetWeights, IntegerDtypeIsRefused) {
   EXPECT_THAT(input_error_message([&] { load_target_weights(tracker, dir.path(), c); }), HasSubstr("dtype I32"));
 }
 
+// ---- the target's depth: num_hidden_layers, which every other source must agree with ----
+
+TEST(TargetDepth, ReadFromNumHiddenLayersOrTextConfig) {
+  ScratchDirectory dir;
+  EXPECT_EQ(target_num_hidden_layers(dir.path()), std::nullopt);  // no config.json
+  write_whole_file(dir / "config.json", R"({"hidden_size": 16})");
+  EXPECT_EQ(target_num_hidden_layers(dir.path()), std::nullopt);
+  write_whole_file(dir / "config.json", R"({"num_hidden_layers": 36})");
+  EXPECT_EQ(target_num_hidden_layers(dir.path()), 36);
+  // A multimodal target (Qwen3.6-27B's layout) keeps it under text_config.
+  write_whole_file(dir / "config.json", R"({"text_config": {"num_hidden_layers": 64}})");
+  EXPECT_EQ(target_num_hidden_layers(dir.path()), 64);
+}
+
+TEST(TargetDepth, NotAPositiveIntegerIsRefusedNamingTheFile) {
+  for (const char* bad : {"0", "-3", "2.5", "\"36\"", "true"}) {
+    ScratchDirectory dir;
+    write_whole_file(dir / "config.json", std::string(R"({"num_hidden_layers": )") + bad + "}");
+    const std::string message = input_error_message([&] { target_num_hidden_layers(dir.path()); });
+    EXPECT_THAT(message, HasSubstr((dir / "config.json").string() + ": num_hidden_layers")) << bad;
+    EXPECT_THAT(message, HasSubstr("is not a positive integer")) << bad;
+  }
+}
+
+TEST(TargetDepth, TargetConfigAndInitMustAgree) {
+  ScratchDirectory dir;
+  write_whole_file(dir / "config.json", R"({"num_hidden_layers": 36})");
+  DrafterConfig config = tiny_config(), init = tiny_config();
+  EXPECT_EQ(resolve_target_depth({config, "run.json", dir.path()}), 36);
+  config.num_target_layers = 36;
+  init.num_target_layers = 36;
+  EXPECT_EQ(resolve_target_depth({config, "run.json", dir.path(), &init, "init/config.json"}), 36);
+  // Where the target does not say, the config or --init does.
+  ScratchDirectory silent;
+  EXPECT_EQ(resolve_target_depth({config, "run.json", silent.path(), &init, "init/config.json"}), 36);
+
+  config.num_target_layers = 5;  // K of the full-scale drafter: the old, wrong meaning
+  std::string message = input_error_message([&] { resolve_target_depth({config, "run.json", dir.path()}); });
+  EXPECT_THAT(message, HasSubstr("num_hidden_layers of --target " + (dir / "config.json").string() + " is 36"));
+  EXPECT_THAT(message, HasSubstr("num_target_layers in run.json is 5"));
+  config.num_target_layers.reset();
+  init.num_target_layers = 40;
+  message = input_error_message([&] {
+    resolve_target_depth({config, "run.json", dir.path(), &init, "init/config.json"});
+  });
+  EXPECT_THAT(message, HasSubstr("is 36"));
+  EXPECT_THAT(message, HasSubstr("num_target_layers in --init init/config.json is 40"));
+}
+
+TEST(TargetDepth, UnknownEverywhereIsRefusedNamingThePlaces) {
+  ScratchDirectory dir;
+  const DrafterConfig config = tiny_config();
+  const std::string message = input_error_message([&] { resolve_target_depth({config, "run.json", dir.path()}); });
+  EXPECT_THAT(message, HasSubstr("the target's layer count is unknown"));
+  EXPECT_THAT(message, HasSubstr((dir / "config.json").string()));
+  EXPECT_THAT(message, HasSubstr("run.json"));
+}
+
 }  // namespace
 }  // namespace dflash
