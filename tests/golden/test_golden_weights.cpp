@@ -157,6 +157,34 @@ TEST(GoldenWeights, OtherWeightsGiveAnotherGolden) {
   }
 }
 
+TEST(GoldenWeights, ShardedWeightsAreRecordedShardByShard) {
+  Exported e;
+  // The export's tensors split over two shards under an index, as large released drafters ship.
+  const safetensors::Reader whole = safetensors::Reader::open_file(e.weights() / "model.safetensors");
+  safetensors::Writer first, second;
+  json weight_map = json::object();
+  for (const std::string& name : whole.names()) {
+    const bool in_first = name.starts_with("layers.0.");
+    safetensors::TensorData t = whole.tensor(name);
+    (in_first ? first : second).add_bytes(name, t.info.dtype, t.info.shape, t.bytes);
+    weight_map[name] = in_first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  first.write_file(e.weights() / "model-00001-of-00002.safetensors");
+  second.write_file(e.weights() / "model-00002-of-00002.safetensors");
+  std::filesystem::remove(e.weights() / "model.safetensors");
+  safetensors::testing::write_whole_file(e.weights() / "model.safetensors.index.json",
+                                         json({{"metadata", json::object()}, {"weight_map", weight_map}}).dump());
+  const Golden sharded = generate_golden(e.at_weights());
+  EXPECT_EQ(sharded.case_name, "tiny (weights model-00001-of-00002.safetensors sha256 " +
+                                   sha256_file_hex(e.weights() / "model-00001-of-00002.safetensors") +
+                                   ", model-00002-of-00002.safetensors sha256 " +
+                                   sha256_file_hex(e.weights() / "model-00002-of-00002.safetensors") + ")");
+  // The same values as the single file: only the record of where they came from differs.
+  Exported single;
+  const Golden at = generate_golden(single.at_weights());
+  for (const auto& [name, t] : at.results) EXPECT_EQ(sharded.results.at(name).values, t.values) << name;
+}
+
 // ---- every refusal of the import, naming the file and --weights ------------------------------------
 
 json read_json(const std::filesystem::path& p) {
