@@ -155,8 +155,8 @@ def main():
                   seconds(fixed=5 * PROCESS_START_S + TRAIN_FIXED_S + TRAIN_STEPS * 20 * CASE_S),
                   f"{TRAIN_STEPS} steps, host work"),
                  ("torch_export_check",
-                  seconds(fixed=5 * TORCH_IMPORT_S + 6 * PROCESS_START_S + TRAIN_FIXED_S),
-                  "5 CPU torch runs; synth, train, export, golden, compare")]
+                  seconds(fixed=2 * TORCH_IMPORT_S + 12 * PROCESS_START_S + TRAIN_FIXED_S),
+                  "2 CPU torch imports; synth, train, export, 2 goldens, 6 compares")]
         for tool, slowdown in SANITIZER_SLOWDOWN.items():
             rows.append((f"compute-sanitizer --tool {tool}",
                          seconds(fixed=SANITIZER_START_S + slowdown * (PROCESS_START_S + SANITIZED_CASES * CASE_S)),

@@ -43,9 +43,12 @@ from torch_reference import drafter_hidden  # noqa: E402
 NUMPY_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64}
 
 
+class Unusable(Exception):
+    """An export or golden this check cannot use; the message names the file and the problem."""
+
+
 def fail(message):
-    print(f"torch_export_check: {message}", file=sys.stderr)
-    sys.exit(1)
+    raise Unusable(message)
 
 
 def read_safetensors(path):
@@ -157,26 +160,22 @@ def block_rows(tokens, anchors, keep, embed, m):
     return embed[tok], positions, visible
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--export", required=True, help="the Hugging Face drafter directory")
-    parser.add_argument("--golden", required=True, help="`dflash golden generate --weights` of that directory")
-    parser.add_argument("--out", required=True, help="the result file to write (output/hidden)")
-    parser.add_argument("--dtype", choices=("bfloat16", "float64"), default="bfloat16")
-    args = parser.parse_args()
-    dtype = getattr(torch, args.dtype)
-
-    config, weights = read_export(args.export)
+def export_forward(export, golden_path, out, dtype_name="bfloat16"):
+    """Y of the export on the golden's inputs, written to `out` as output/hidden; Unusable if the
+    export or the golden cannot be used. Returns the line main() prints."""
+    dtype = getattr(torch, dtype_name)
+    config, weights = read_export(export)
     m = model_fields(config)
-    golden, metadata = read_safetensors(args.golden)
+    golden, metadata = read_safetensors(golden_path)
     golden_config = json.loads(metadata["config"])
     for p in ("attention_dropout", "hidden_dropout"):
         if golden_config.get(p, 0) != 0:
-            fail(f"{args.golden}: {p} = {golden_config[p]}; this forward has no dropout (generate with --{p.replace('_', '-')} 0)")
+            fail(f"{golden_path}: {p} = {golden_config[p]}; this forward has no dropout "
+                 f"(generate with --{p.replace('_', '-')} 0)")
     features = golden["input/target_features"]
     H, K = m["hidden_size"], len(m["target_layer_ids"])
     if features.shape[2] != K * H:
-        fail(f"{args.golden}: input/target_features has width {features.shape[2]}, the export's K H = {K} x {H}")
+        fail(f"{golden_path}: input/target_features has width {features.shape[2]}, the export's K H = {K} x {H}")
     params = {name: t.to(dtype) for name, t in weights.items()}
     embed = golden["frozen/embed_tokens.weight"].to(dtype)
 
@@ -186,9 +185,23 @@ def main():
             x, positions, visible = block_rows(golden["input/tokens"][b], golden["input/anchors"][b],
                                                golden["input/keep"][b], embed, m)
             hidden.append(drafter_hidden(params, features[b].to(dtype), x, positions, visible, m))
-    write_safetensors(args.out, {"output/hidden": torch.stack(hidden)})
-    print(f"torch_export_check: torch {torch.__version__}, {args.dtype}: Y of {len(hidden)} sequences x "
-          f"{hidden[0].shape[0]} block rows from {args.export} -> {args.out}")
+    write_safetensors(out, {"output/hidden": torch.stack(hidden)})
+    return (f"torch_export_check: torch {torch.__version__}, {dtype_name}: Y of {len(hidden)} sequences x "
+            f"{hidden[0].shape[0]} block rows from {export} -> {out}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--export", required=True, help="the Hugging Face drafter directory")
+    parser.add_argument("--golden", required=True, help="`dflash golden generate --weights` of that directory")
+    parser.add_argument("--out", required=True, help="the result file to write (output/hidden)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float64"), default="bfloat16")
+    args = parser.parse_args()
+    try:
+        print(export_forward(args.export, args.golden, args.out, args.dtype))
+    except Unusable as error:
+        print(f"torch_export_check: {error}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

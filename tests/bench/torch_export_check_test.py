@@ -10,7 +10,8 @@
      `dflash golden compare --rule bf16`, and in float64 `--rule exact`;
   4. each planted broken export (a square tensor transposed, rope_theta off, a sliding layer made
      full) must fail the bf16 rule on output/hidden: the torch side reads what the export says,
-     the golden holds what the project means.
+     the golden holds what the project means;
+  5. a golden with dropout and an export of another K are refused, naming the golden.
 
   torch_export_check_test.py DFLASH SOURCE_DIR WORK_DIR
 
@@ -27,11 +28,15 @@ import sys
 
 dflash, source, work = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
 check = os.path.join(source, "bench", "reference", "torch_export_check.py")
-probe = subprocess.run([sys.executable, "-c", "import numpy, torch"], capture_output=True, text=True)
-if probe.returncode != 0:
-    print(f"SKIPPED: torch (with numpy) is not importable by {sys.executable}: "
-          f"{probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else 'import failed'}")
+try:
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+except ImportError as error:
+    print(f"SKIPPED: torch (with numpy) is not importable by {sys.executable}: {error}")
     sys.exit(77)
+# In this process (torch starts once); the command line once, as a user runs it.
+sys.path.insert(0, os.path.dirname(check))
+import torch_export_check  # noqa: E402
 
 TARGET_DEPTH = 6
 failures = []
@@ -104,11 +109,10 @@ def released_drafter(directory, c):
 
 
 def torch_result(export, golden, out, dtype):
-    r = subprocess.run([sys.executable, check, "--export", export, "--golden", golden, "--out", out, "--dtype", dtype],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"torch_export_check.py on {export} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    print(r.stdout.strip())
+    try:
+        print(torch_export_check.export_forward(export, golden, out, dtype))
+    except torch_export_check.Unusable as error:
+        sys.exit(f"torch_export_check on {export} refused it: {error}")
 
 
 def compare(golden, result, rule):
@@ -148,10 +152,14 @@ out = run(dflash, "golden", "generate", "--config", train_path, "--weights", exp
 if not re.search(r"parameters from ", out):
     failures.append(f"golden generate did not say where the parameters came from:\n{out}")
 
-# 3. The torch drafter on the export agrees: bf16 under the bf16 rule, float64 under the exact rule.
+# 3. The torch drafter on the export agrees: bf16 under the bf16 rule, float64 under the exact rule;
+# bf16 through the command line, as documented.
 for dtype, rule in (("bfloat16", "bf16"), ("float64", "exact")):
     result = os.path.join(work, f"torch-{dtype}.safetensors")
-    torch_result(exported, golden, result, dtype)
+    if dtype == "bfloat16":
+        print(run(sys.executable, check, "--export", exported, "--golden", golden, "--out", result).strip())
+    else:
+        torch_result(exported, golden, result, dtype)
     code, rows = compare(golden, result, rule)
     row = rows.get("output/hidden")
     if row is None or code != 0 or not row["passed"]:
@@ -204,6 +212,27 @@ for what, plant in plants.items():
         failures.append(f"planted '{what}' was not caught: compare exit {code}, {row}")
     else:
         print(f"planted '{what}': output/hidden error {row['error']:.3e} > bound {row['bound']:.3e}: caught")
+
+# 5. What the forward cannot reproduce is refused, naming the file: dropout (its masks are the
+# reference's Philox streams), features of another width than the export's K H.
+dropout_golden = os.path.join(work, "dropout.safetensors")
+run(dflash, "golden", "generate", "--config", train_path, "--weights", exported, "--sequences", "1", "--context", "20",
+    "--hidden-dropout", "0.1", "--out", dropout_golden)
+wide = os.path.join(work, "wide")
+shutil.rmtree(wide, ignore_errors=True)
+shutil.copytree(exported, wide)
+plant_config(lambda c: c["dflash_config"].update(target_layer_ids=[1, 2, 3]))(wide)
+for what, export, golden_file, named in (
+        ("a golden with dropout", exported, dropout_golden, "hidden_dropout = 0.1"),
+        ("an export of another K", wide, golden, "input/target_features has width 32, the export's K H = 3 x 16")):
+    try:
+        torch_export_check.export_forward(export, golden_file, os.path.join(work, "refused.safetensors"))
+        failures.append(f"{what} was not refused")
+    except torch_export_check.Unusable as error:
+        if golden_file not in str(error) or named not in str(error):
+            failures.append(f"{what}: the refusal '{error}' does not name {golden_file} and '{named}'")
+        else:
+            print(f"{what}: refused ({error})")
 
 for f in failures:
     print("FAIL:", f)
