@@ -2,7 +2,8 @@
 // writes one golden file per case (SPEC §9).
 // `dflash golden generate --config FILE --out FILE.safetensors [--sequences N] ...`: one golden at
 // the user's config and shape, after an estimate of its cost (refused above the budget unless
-// --force), with a progress line while the reference runs.
+// --force), with a progress line while the reference runs; `--weights DIR` takes its parameters
+// from a Hugging Face drafter directory (exported or released) instead of the seeded init.
 // `dflash golden compare --golden FILE --result FILE [--rule R] [--json]`: judges a result file
 // written by any implementation; exits 0 when every tensor passes, 1 when any fails, 2 for a file
 // that cannot be read.
@@ -101,7 +102,7 @@ class ProgressLine {
 };
 
 struct RequestFlags {
-  std::string config, out, case_name;
+  std::string config, out, case_name, weights;
   GoldenRequest request;
   std::optional<std::uint64_t> seed;
   std::optional<double> attention_dropout, hidden_dropout;
@@ -118,11 +119,13 @@ void generate_request(const RequestFlags& f) {
   r.hidden_dropout = f.hidden_dropout;
   if (f.step < 0 || f.step > std::int64_t(UINT32_MAX)) throw_input_error("--step", str(f.step, " is not in [0, 2^32)"));
   r.step = static_cast<std::uint32_t>(f.step);
+  if (!f.weights.empty()) r.weights = f.weights;
   const GoldenCase c = golden_request_case(r);
   const GoldenCostEstimate estimate = estimate_golden_cost(c);
   std::cout << "golden generate: case " << c.name << ", " << c.batch.sequences
             << " sequences x S = " << c.batch.context_length << ", N x B = " << c.config.max_anchors << " x "
-            << c.config.block_size << ", seed " << c.config.seed << ", step " << c.step << ": "
+            << c.config.block_size << ", seed " << c.config.seed << ", step " << c.step
+            << (c.weights ? ", parameters from " + c.weights->string() : std::string()) << ": "
             << describe_estimate(estimate) << " (budget " << kGenerateSecondsBudget << " s, "
             << gib_string(kGenerateBytesBudget) << " GiB)\n"
             << std::flush;
@@ -166,6 +169,10 @@ void add_generate(CLI::App& golden) {
   user->add_option("--step", f->step, "Optimizer step, the RNG counter's last word")->capture_default_str();
   user->add_option("--attention-dropout", f->attention_dropout, "Attention dropout p (default: the config's)");
   user->add_option("--hidden-dropout", f->hidden_dropout, "Hidden dropout p (default: the config's)");
+  user->add_option("--weights", f->weights,
+                   "Hugging Face drafter directory (config.json + model.safetensors, from `dflash export` or "
+                   "released): the parameters, instead of the seeded init; its config.json must agree with "
+                   "--config's model fields. The golden's case records each weight file's sha256");
   user->add_flag("--force", f->force, "Generate even if the estimate is over the time or memory budget");
   for (CLI::Option* o : user->get_options()) o->needs(config);
   cmd->callback([case_name, out, f] {
@@ -214,8 +221,8 @@ void add_compare(CLI::App& golden, int& exit_code) {
     if (*json) {
       std::cout << compare_report_json(report).dump(2) << "\n";
     } else {
-      std::cout << "dflash golden compare: " << *result_path << " against " << *golden_path << ", rule " << *rule
-                << "\n";
+      std::cout << "dflash golden compare: " << *result_path << " against " << *golden_path << " (case "
+                << report.golden_case << "), rule " << *rule << "\n";
       print_compare_report(std::cout, report);
     }
     exit_code = report.passed() ? 0 : 1;

@@ -31,6 +31,7 @@ SIMT_ATTENTION_FLOP_PER_S = 0.72e12
 PROCESS_START_S = 1.0  # exec and dynamic loading of a ~50 MB binary, the CUDA context, module loading
 MPI_START_S = 3.0  # mpirun, its PMIx server, the rank's NCCL communicator
 TORCH_START_S = 15.0  # import torch, its CUDA context and cuBLAS handle
+TORCH_IMPORT_S = 4.0  # import torch for a CPU-only script (no CUDA context): 2.6 s measured here
 CASE_S = 0.05  # one GoogleTest case or property case: launches, a synchronisation, a small host reference
 CARD_RATE_S = 1.5  # bench/cuda/gemm_rate: the 8192^3 bf16 product timed over >= 1 s, and its warm-up
 SANITIZER_START_S = 10.0  # compute-sanitizer attaching to the process and patching its modules
@@ -152,7 +153,10 @@ def main():
                   seconds(fixed=PROCESS_START_S + training * GOLDEN_CASE_S), f"{training} files"),
                  ("dflash train --backend cuda (mid, 10 steps) + export",
                   seconds(fixed=5 * PROCESS_START_S + TRAIN_FIXED_S + TRAIN_STEPS * 20 * CASE_S),
-                  f"{TRAIN_STEPS} steps, host work")]
+                  f"{TRAIN_STEPS} steps, host work"),
+                 ("torch_export_check",
+                  seconds(fixed=2 * TORCH_IMPORT_S + 12 * PROCESS_START_S + TRAIN_FIXED_S),
+                  "2 CPU torch imports; synth, train, export, 2 goldens, 6 compares")]
         for tool, slowdown in SANITIZER_SLOWDOWN.items():
             rows.append((f"compute-sanitizer --tool {tool}",
                          seconds(fixed=SANITIZER_START_S + slowdown * (PROCESS_START_S + SANITIZED_CASES * CASE_S)),

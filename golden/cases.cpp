@@ -1,6 +1,11 @@
 #include "golden/cases.hpp"
 
 #include <cstdlib>
+#include <set>
+
+#include "distributed/weights/drafter_export.hpp"
+#include "io/hf_checkpoint.hpp"
+#include "io/sha256.hpp"
 
 namespace dflash {
 
@@ -190,6 +195,17 @@ const GoldenCase& golden_case(std::string_view name) {
 
 std::string golden_file_name(std::string_view case_name) { return str(case_name, ".safetensors"); }
 
+std::string golden_weights_provenance(const std::filesystem::path& dir) {
+  const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
+  std::set<std::string> files;
+  for (const std::string& name : checkpoint.names()) files.insert(checkpoint.shard_of(name));
+  std::string text;
+  for (const std::string& file : files) {
+    text += str(text.empty() ? " (weights " : ", ", file, " sha256 ", sha256_file_hex(dir / file));
+  }
+  return text + ")";
+}
+
 Golden generate_golden(const GoldenCase& c) {
   Golden g;
   g.source = str("generated case ", c.name);
@@ -197,7 +213,12 @@ Golden generate_golden(const GoldenCase& c) {
   g.config = c.config;
   g.step = c.step;
   MemoryTracker& tracker = *g.tracker;
-  g.params = init_drafter_parameters<double>(tracker, c.config, c.parameter_seed, c.norm_jitter);
+  if (c.weights) {
+    g.params = std::move(import_drafter(tracker, *c.weights, &c.config, kGoldenWeightsFlag).params);
+    g.case_name += golden_weights_provenance(*c.weights);
+  } else {
+    g.params = init_drafter_parameters<double>(tracker, c.config, c.parameter_seed, c.norm_jitter);
+  }
   g.frozen = init_frozen_weights<double>(tracker, c.config, c.parameter_seed + 1);
   g.batch = make_drafter_batch<double>(tracker, c.config, c.batch);
   for (std::int64_t b : c.unlabelled_sequences) {

@@ -69,7 +69,7 @@ int CompareReport::failures() const {
 }
 
 CompareReport compare_results(const Golden& golden, const ResultFile& result, CompareRule rule) {
-  CompareReport report{golden.source, result.source, rule, {}, {}, {}};
+  CompareReport report{golden.source, result.source, golden.case_name, rule, {}, {}, {}};
   std::set<std::string> other_golden_names;
   for (const GoldenFloatView& v : golden_float_tensors(golden)) {
     if (!is_result_name(v.name)) other_golden_names.insert(v.name);
@@ -161,9 +161,11 @@ nlohmann::json compare_report_json(const CompareReport& report) {
                        {"passed", r.passed()},
                        {"note", r.note}});
   }
-  return {{"golden", report.golden},   {"result", report.result},       {"rule", compare_rule_name(report.rule)},
-          {"passed", report.passed()}, {"failures", report.failures()}, {"tensors", tensors},
-          {"missing", report.missing}, {"ignored", report.ignored}};
+  return {{"golden", report.golden},   {"case", report.golden_case},
+          {"result", report.result},   {"rule", compare_rule_name(report.rule)},
+          {"passed", report.passed()}, {"failures", report.failures()},
+          {"tensors", tensors},        {"missing", report.missing},
+          {"ignored", report.ignored}};
 }
 
 }  // namespace dflash

@@ -54,6 +54,7 @@ struct CompareRow {
 
 struct CompareReport {
   std::string golden, result;  // the files
+  std::string golden_case;     // the golden's `case`: a golden at real weights names them there
   CompareRule rule = CompareRule::exact;
   std::vector<CompareRow> rows;      // one per result tensor judged, sorted by name
   std::vector<std::string> missing;  // the golden's output/ and grad/ names the result lacks
@@ -69,7 +70,7 @@ CompareReport compare_results(const Golden& golden, const ResultFile& result, Co
 // line; returns the failures.
 int print_compare_report(std::ostream& out, const CompareReport& report);
 
-// The same for machines: {"golden", "result", "rule", "passed", "failures", "tensors": [{"name",
+// The same for machines: {"golden", "case", "result", "rule", "passed", "failures", "tensors": [{"name",
 // "dtype", "error", "bound", "passed", "note"}], "missing": [...], "ignored": [...]}; an error that
 // is infinite is written as null.
 nlohmann::json compare_report_json(const CompareReport& report);

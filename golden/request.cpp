@@ -48,6 +48,7 @@ GoldenCase golden_request_case(const GoldenRequest& r) {
              .mask_hole_fraction = kRequestMaskHoleFraction};
   c.parameter_seed = c.config.seed;
   c.step = r.step;
+  c.weights = r.weights;
   return c;
 }
 

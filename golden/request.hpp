@@ -2,11 +2,13 @@
 // case a request describes, and what generating it will cost, estimated before it runs.
 //
 // The data come from seeds exactly as the built-in cases' do (golden/cases.hpp): inputs and
-// parameters from the request's seed, anchors sampled by SPEC §4 for (seed, step, sequence), one
-// double-precision reference step. The same request always gives the same bytes.
+// parameters from the request's seed (the parameters from a drafter directory instead with
+// `weights`), anchors sampled by SPEC §4 for (seed, step, sequence), one double-precision
+// reference step. The same request (and the same weight files) always gives the same bytes.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -22,6 +24,7 @@ struct GoldenRequest {
   std::optional<std::uint64_t> seed;  // replaces the config's seed (RNG and data); none: the config's
   std::uint32_t step = 0;
   std::optional<double> attention_dropout, hidden_dropout;  // replace the config's
+  std::optional<std::filesystem::path> weights;             // GoldenCase::weights (--weights DIR)
 };
 
 // Loss-mask holes in generated data: enough that some blocks hold holes (SPEC §4's w01 = 0 rows),

@@ -76,7 +76,8 @@ def rope(v, positions, theta):
     half = d // 2
     inv_freq = torch.tensor([theta ** (-2.0 * i / d) for i in range(half)], dtype=torch.float64)
     phi = positions.to(torch.float64)[:, None] * inv_freq[None, :]
-    cos, sin = phi.cos()[:, None, :], phi.sin()[:, None, :]
+    # cos and sin in double, rounded once to v's dtype (bfloat16 in torch_export_check.py)
+    cos, sin = phi.cos()[:, None, :].to(v.dtype), phi.sin()[:, None, :].to(v.dtype)
     a, b = v[..., :half], v[..., half:]
     return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
 
@@ -94,17 +95,17 @@ def dflash_attention(q, k, v, visible):
     return torch.einsum("htk,khd->thd", probs, v).reshape(T, nh * d)
 
 
-def drafter_case(x, s):
-    """One drafter step (SPEC 3-5), dropout off: every trainable parameter and F get a gradient."""
-    params = {name: x[name].clone().requires_grad_(True) for name in s["parameters"]}
-    features = x["target_features"].clone().requires_grad_(True)
+def drafter_hidden(params, features, block_input, block_positions, visible, s):
+    """SPEC 3's trunk, dropout off: Y [T, H] of one sequence from its features F [S, K H], the block
+    rows' embeddings X [T, H] and positions, and each layer's visibility [T, S+T] (bool), in the
+    dtype of the tensors given (float64 here, bfloat16 in bench/reference/torch_export_check.py)."""
     eps, theta = s["rms_norm_eps"], s["rope_theta"]
     nh, nkv, d = s["num_attention_heads"], s["num_key_value_heads"], s["head_dim"]
-    S, T = features.shape[0], x["block_input"].shape[0]
-    ctx_pos, blk_pos = torch.arange(S), x["block_positions"]
+    S, T = features.shape[0], block_input.shape[0]
+    ctx_pos, blk_pos = torch.arange(S), block_positions
 
     context = rms_norm(features @ params["fc.weight"].T, params["hidden_norm.weight"], eps)
-    h = x["block_input"]
+    h = block_input
     for l in range(s["num_hidden_layers"]):
         p = lambda n: params[f"layers.{l}.{n}"]  # noqa: E731
         u = rms_norm(h, p("input_layernorm.weight"), eps)
@@ -113,12 +114,20 @@ def drafter_case(x, s):
         k_blk = rope(rms_norm((u @ p("self_attn.k_proj.weight").T).view(T, nkv, d), p("self_attn.k_norm.weight"), eps), blk_pos, theta)
         v_ctx = (context @ p("self_attn.v_proj.weight").T).view(S, nkv, d)
         v_blk = (u @ p("self_attn.v_proj.weight").T).view(T, nkv, d)
-        o = dflash_attention(q, torch.cat((k_ctx, k_blk)), torch.cat((v_ctx, v_blk)), x[f"visible.{l}"] != 0)
+        o = dflash_attention(q, torch.cat((k_ctx, k_blk)), torch.cat((v_ctx, v_blk)), visible[l])
         h = h + o @ p("self_attn.o_proj.weight").T
         v = rms_norm(h, p("post_attention_layernorm.weight"), eps)
         gate, up = v @ p("mlp.gate_proj.weight").T, v @ p("mlp.up_proj.weight").T
         h = h + (torch.nn.functional.silu(gate) * up) @ p("mlp.down_proj.weight").T
-    y = rms_norm(h, params["norm.weight"], eps)
+    return rms_norm(h, params["norm.weight"], eps)
+
+
+def drafter_case(x, s):
+    """One drafter step (SPEC 3-5), dropout off: every trainable parameter and F get a gradient."""
+    params = {name: x[name].clone().requires_grad_(True) for name in s["parameters"]}
+    features = x["target_features"].clone().requires_grad_(True)
+    visible = [x[f"visible.{l}"] != 0 for l in range(s["num_hidden_layers"])]
+    y = drafter_hidden(params, features, x["block_input"], x["block_positions"], visible, s)
 
     valid = x["valid"] != 0
     t = teacher_logits(x["teacher_hidden"], valid, x["lm_head"])

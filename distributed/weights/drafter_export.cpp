@@ -113,23 +113,23 @@ void export_drafter(const std::filesystem::path& out, const DrafterConfig& confi
 }
 
 void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& imported,
-                               std::string_view imported_source) {
+                               std::string_view imported_source, std::string_view flag) {
   const json a = drafter_config_to_json(run), b = drafter_config_to_json(imported);
   for (const char* field : kModelFields) {
     if (a.at(field) != b.at(field)) {
       throw_input_error(field, str("--config has ", a.at(field).dump(), " but ", imported_source, " has ",
-                                   b.at(field).dump(), " (the --init weights were trained for the latter)"));
+                                   b.at(field).dump(), " (the ", flag, " weights were trained for the latter)"));
     }
   }
 }
 
-ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir, const DrafterConfig* run) {
+ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir, const DrafterConfig* run,
+                               std::string_view flag) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
-    throw_input_error("--init", str("'", dir.string(), "' is not a directory"));
+  if (!std::filesystem::is_directory(dir, ec)) throw_input_error(flag, str("'", dir.string(), "' is not a directory"));
   ImportedDrafter d{load_drafter_config(dir / "config.json"), {}};
   // The config first: weights of another shape are explained by the field, not the tensor.
-  if (run != nullptr) require_same_model_fields(*run, d.config, (dir / "config.json").string());
+  if (run != nullptr) require_same_model_fields(*run, d.config, (dir / "config.json").string(), flag);
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
   // A tensor the config does not model (a bias without attention_bias, a layer beyond
   // num_hidden_layers, an embedding) would be silently dropped from training and from the export.
@@ -138,7 +138,7 @@ ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::pa
   for (const std::string& name : checkpoint.names()) {
     if (!modelled.contains(name)) {
       throw_input_error(
-          str("--init ", (dir / checkpoint.shard_of(name)).string()),
+          str(flag, " ", (dir / checkpoint.shard_of(name)).string()),
           str("tensor '", name, "' is not a parameter of this drafter config (", d.config.num_hidden_layers,
               " layers, no biases); remove it, or use a config that models it"));
     }
@@ -146,7 +146,7 @@ ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::pa
   d.params = make_drafter_parameters<double>(tracker, d.config, MemoryCategory::parameters);
   d.params.for_each([&](const std::string& name, Tensor<double>& t) {
     if (!checkpoint.contains(name))
-      throw_input_error(str("--init ", dir.string()), str("tensor '", name, "' is missing"));
+      throw_input_error(str(flag, " ", dir.string()), str("tensor '", name, "' is missing"));
     const std::string where = str((dir / checkpoint.shard_of(name)).string(), ": tensor '", name, "'");
     const safetensors::TensorInfo& info = checkpoint.info(name);
     if (!safetensors::dtype_is_float(info.dtype)) {

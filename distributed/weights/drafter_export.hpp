@@ -28,6 +28,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -65,10 +66,15 @@ std::vector<ExportedTensor> exported_tensors(const DrafterConfig& config);
 void export_drafter(const std::filesystem::path& out, const DrafterConfig& config,
                     const DrafterParameters<double>& params, const nlohmann::json* released = nullptr);
 
+// The flag that names a drafter directory in messages: the trainer's `--init`, or `golden
+// generate --weights`, which takes a golden's parameters from the same directories.
+inline constexpr std::string_view kInitFlag = "--init";
+
 // Throws dflash::InputError naming the field and both values when a SPEC §1 model field of
-// `imported` differs from `run` (`imported_source` names the directory's config.json).
+// `imported` differs from `run` (`imported_source` names the directory's config.json, `flag` the
+// option that named the directory).
 void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& imported,
-                               std::string_view imported_source);
+                               std::string_view imported_source, std::string_view flag = kInitFlag);
 
 struct ImportedDrafter {
   DrafterConfig config;              // the directory's config.json
@@ -76,9 +82,9 @@ struct ImportedDrafter {
 };
 
 // Reads `dir` (config.json + weights); with `run`, refuses model fields that differ from it before
-// reading any weight. Throws dflash::InputError naming the file, tensor or key.
+// reading any weight. Throws dflash::InputError naming the file, tensor or key (and `flag`).
 ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir,
-                               const DrafterConfig* run = nullptr);
+                               const DrafterConfig* run = nullptr, std::string_view flag = kInitFlag);
 
 // import_drafter against the run's config.
 DrafterParameters<double> import_drafter_for_run(MemoryTracker& tracker, const std::filesystem::path& dir,
