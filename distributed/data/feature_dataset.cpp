@@ -82,12 +82,15 @@ FeatureSequence FeatureDataset::sequence(std::int64_t i, std::int64_t max_contex
   q.loss_mask.resize(std::size_t(S));
   q.target_features.resize(std::size_t(S * KH));
   q.teacher_hidden.resize(std::size_t(S * H));
-  for (std::int64_t p = 0; p < S; ++p) {
-    q.tokens[std::size_t(p)] = shard->token(begin + p);
-    q.loss_mask[std::size_t(p)] = shard->loss_mask(begin + p);
-    shard->feature_row(begin + p, q.target_features.data() + p * KH);
-    shard->teacher_row(begin + p, q.teacher_hidden.data() + p * H);
-  }
+  // Cut after the check above, the copy faults: read_guarded turns that into the same named error.
+  shard->read_guarded([&] {
+    for (std::int64_t p = 0; p < S; ++p) {
+      q.tokens[std::size_t(p)] = shard->token(begin + p);
+      q.loss_mask[std::size_t(p)] = shard->loss_mask(begin + p);
+      shard->feature_row(begin + p, q.target_features.data() + p * KH);
+      shard->teacher_row(begin + p, q.teacher_hidden.data() + p * H);
+    }
+  });
   return q;
 }
 

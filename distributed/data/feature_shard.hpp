@@ -57,6 +57,12 @@ class FeatureShard {
   std::uint64_t file_bytes() const { return file_.size(); }
   // Throws dflash::InputError naming the shard when its file has shrunk since it was opened.
   void require_unshrunk() const { file_.require_unshrunk(); }
+  // Runs `copy` (reads of this shard's rows into memory that already exists) so that the shard
+  // cut under it ends as dflash::InputError naming the file, never SIGBUS (MappedFile::copy_guarded).
+  template <class Copy>
+  void read_guarded(Copy&& copy) const {
+    file_.copy_guarded(copy);
+  }
   const std::string& target_model() const { return target_model_; }  // empty when not given
   std::int64_t num_sequences() const { return std::int64_t(offsets_.size()) - 1; }
   std::int64_t num_rows() const { return offsets_.back(); }

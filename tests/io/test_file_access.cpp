@@ -18,6 +18,7 @@
 #include "io/errors.hpp"
 #include "io/file_read.hpp"
 #include "io/file_write.hpp"
+#include "io/mapped_file.hpp"
 #include "tests/io/safetensors_test_support.hpp"
 
 namespace dflash {
@@ -158,6 +159,49 @@ TEST(RegularFileRead, WhatIsNotARegularFileIsRefusedNamingItWithoutBlocking) {
                 HasSubstr((dir / name).string() + ": " + problem));
     EXPECT_THAT(input_error_message([&] { require_regular_file(dir / name); }), HasSubstr(problem));
   }
+}
+
+// Issue 22, class 4: a shard cut after require_unshrunk's check, while its rows were being copied,
+// killed the process with SIGBUS. A guarded copy ends as an error naming the file and its sizes.
+TEST(MappedFile, FileCutDuringAGuardedCopyIsAnErrorNamingIt) {
+  ScratchDirectory dir;
+  const fs::path path = dir / "shard.safetensors";
+  constexpr std::size_t kBytes = 3 * 4096;
+  write_whole_file(path, std::string(kBytes, '\x01'));
+  const MappedFile file = MappedFile::open(path);
+  ASSERT_NO_THROW(file.require_unshrunk());
+  fs::resize_file(path, 0);  // cut after the check: every page of the map now faults
+  volatile std::size_t copied = 0;
+  const std::string message = input_error_message([&] {
+    file.copy_guarded([&] {
+      for (std::size_t i = 0; i < file.size(); ++i) copied = copied + std::size_t(file.bytes()[i]);
+    });
+  });
+  EXPECT_THAT(message, HasSubstr(path.string()));
+  EXPECT_THAT(message, HasSubstr("shrank from 12288 to 0 bytes"));
+  EXPECT_EQ(copied, 0u);  // the first byte already faulted
+  // The guard is released with the error: a later guarded copy of the regrown file runs to the end.
+  fs::resize_file(path, kBytes);  // the lost bytes read as zeros
+  std::size_t sum = 1;
+  file.copy_guarded([&] {
+    sum = 0;
+    for (std::size_t i = 0; i < file.size(); ++i) sum += std::size_t(file.bytes()[i]);
+  });
+  EXPECT_EQ(sum, 0u);
+}
+
+// An error thrown inside a guarded copy passes through unchanged and releases the guard.
+TEST(MappedFile, AnErrorInsideAGuardedCopyPassesThrough) {
+  ScratchDirectory dir;
+  write_whole_file(dir / "shard.safetensors", std::string(4096, '\x02'));
+  const MappedFile file = MappedFile::open(dir / "shard.safetensors");
+  EXPECT_THAT(input_error_message([&] { file.copy_guarded([] { throw_input_error("row 3", "is bad"); }); }),
+              HasSubstr("row 3"));
+  std::size_t sum = 0;
+  file.copy_guarded([&] {
+    for (std::byte b : file.bytes()) sum += std::size_t(b);
+  });
+  EXPECT_EQ(sum, 2u * 4096);
 }
 
 }  // namespace
