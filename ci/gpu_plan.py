@@ -16,16 +16,49 @@ import argparse
 import glob
 import math
 import os
+import re
 import subprocess
 import sys
 
 # The H200's rates (measured on the card: cuBLAS bf16 on large square products, a device copy).
 BF16_GEMM_FLOP_PER_S = 790e12
 COPY_BYTE_PER_S = 4.3e12
-# The CUDA-core attention kernels (the drafter step benchmark's third configuration): 2.16e13
-# attention FLOPs a step in about 30 s, the rate behind the 120-130 s estimated for that
-# configuration with the shared-memory bank conflicts of its score loops.
-SIMT_ATTENTION_FLOP_PER_S = 0.72e12
+# The CUDA-core attention kernels (cuda/attention/simt_program.hpp; the drafter step benchmark's
+# CUDA-core configuration) are bound by shared memory, not by fp32 arithmetic: every inner loop
+# (the scores q.k and dO.v, (f P) V, dS K, dS^T q, (f P)^T dO) has a warp load one bf16 operand per
+# lane from rows `stride` apart and one it shares (a broadcast), then do 32 FMAs. Shared memory
+# serves one 128-byte wavefront per clock per multiprocessor, and an access whose lanes meet w
+# times in one bank takes w wavefronts: (w + 1) wavefronts per 64 FLOPs. w is the kernels' designed
+# degree, kAttentionSharedBankWays, read from the header (one home; the CPU test
+# test_attention_simt_banks measures it over the real partition). At 1 the ceiling is
+# 64/2 FLOP per clock on each of the H200's 132 multiprocessors at 1.98 GHz: 8.4 TFLOP/s.
+H200_MULTIPROCESSORS = 132
+H200_CLOCK_HZ = 1.98e9
+SHARED_FLOPS_PER_ACCESS_PAIR = 64.0  # 32 lanes x one FMA after one lane-private and one broadcast load
+# The fraction of that ceiling the kernels reach, a planning value until a run measures it: the
+# 0.72 TFLOP/s estimated for the kernels before their rows were padded (30 s a step of 2.16e13
+# attention FLOPs at full scale; issue 20) over the same model's ceiling for that layout, where the
+# score loops (3 of the step's 7 attention products: q.k forward, q.k and dO.v backward) met 32-way
+# and the other 4 loops were conflict-free.
+SIMT_UNPADDED_ESTIMATE_FLOP_PER_S = 0.72e12
+
+
+def simt_ceiling_flop_per_s(wavefronts_per_access_pair):
+    return H200_MULTIPROCESSORS * H200_CLOCK_HZ * SHARED_FLOPS_PER_ACCESS_PAIR / wavefronts_per_access_pair
+
+
+SIMT_EFFICIENCY = SIMT_UNPADDED_ESTIMATE_FLOP_PER_S / simt_ceiling_flop_per_s((3 * (32 + 1) + 4 * 2) / 7)
+
+
+def simt_attention_flop_per_s(root):
+    """The CUDA-core attention rate for the designed bank degree in the tree's header."""
+    header = open(os.path.join(root, "cuda/attention/simt_program.hpp")).read()
+    found = re.search(r"kAttentionSharedBankWays\s*=\s*(\d+)\s*;", header)
+    if not found:
+        raise RuntimeError("cuda/attention/simt_program.hpp declares no kAttentionSharedBankWays")
+    ways = int(found.group(1))
+    return SIMT_EFFICIENCY * simt_ceiling_flop_per_s(ways + 1), ways
+
 
 # Start costs (planning values; results.md shows what the machine measured).
 PROCESS_START_S = 1.0  # exec and dynamic loading of a ~50 MB binary, the CUDA context, module loading
@@ -35,9 +68,11 @@ TORCH_IMPORT_S = 4.0  # import torch for a CPU-only script (no CUDA context): 2.
 CASE_S = 0.05  # one GoogleTest case or property case: launches, a synchronisation, a small host reference
 CARD_RATE_S = 1.5  # bench/cuda/gemm_rate: the 8192^3 bf16 product timed over >= 1 s, and its warm-up
 SANITIZER_START_S = 10.0  # compute-sanitizer attaching to the process and patching its modules
-SANITIZER_SLOWDOWN = {"memcheck": 30, "racecheck": 60, "synccheck": 30}  # x the filtered test's own time
+# x the filtered cases' own time. Not x the process start: exec and dynamic loading run outside the
+# tool's instrumentation, and the context and module patching it slows are SANITIZER_START_S.
+SANITIZER_SLOWDOWN = {"memcheck": 30, "racecheck": 60, "synccheck": 30}
 SANITIZED_CASES = 8  # the filtered test_loss_head_gpu cases (ci/gpu's sanitizer_filter)
-VERIFY_CUDA_ROWS = 50  # the rows `dflash verify --device cuda --group cuda` lists (50 SKIPPED without a GPU, dc66c6c)
+VERIFY_CUDA_ROWS_UNCOUNTED = 50  # where the binary cannot list them (50 at 49414b5)
 VERIFY_CASES_PER_ROW = 4  # a `dflash verify --group cuda` row: a short GPU run and its reference
 GOLDEN_CASE_S = 2.0  # a golden file read and recomputed on the GPU (the files are small shapes)
 TRAIN_STEPS = 10  # the short CUDA training run on configs/mid.json (ci/gpu train-cuda)
@@ -45,8 +80,8 @@ TRAIN_FIXED_S = 8.0  # its two `data synth`, the plan, the checkpoint, `dflash e
 SLACK = 1.25  # every estimate is rounded up by a quarter: a plan that fits exactly does not fit
 
 
-def seconds(flops=0.0, nbytes=0.0, fixed=0.0, simt_flops=0.0):
-    return fixed + flops / BF16_GEMM_FLOP_PER_S + nbytes / COPY_BYTE_PER_S + simt_flops / SIMT_ATTENTION_FLOP_PER_S
+def seconds(flops=0.0, nbytes=0.0, fixed=0.0, simt_flops=0.0, simt_rate=1.0):
+    return fixed + flops / BF16_GEMM_FLOP_PER_S + nbytes / COPY_BYTE_PER_S + simt_flops / simt_rate
 
 
 def shape_flag(shape, flag, default):
@@ -82,6 +117,24 @@ def loss_head_torch(shape):
     return seconds(flops, nbytes, TORCH_START_S + CARD_RATE_S), f"{steps} x (5 + 1.5) products of 2x{T}x{V}x{H}, {nbytes:.2e} B"
 
 
+def verify_cuda_rows(binary):
+    """The rows `dflash verify --device cuda --group cuda` runs, counted by the binary itself with
+    every GPU hidden (CUDA_VISIBLE_DEVICES empty): each row is then listed SKIPPED at once, the
+    same rows a GPU runs (verify/cuda_rows.cpp and cuda_step_rows.cpp skip row by row)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", DFLASH_REQUIRE_GPU="0")
+    try:
+        out = subprocess.run([binary, "verify", "--device", "cuda", "--group", "cuda"], capture_output=True, text=True,
+                             timeout=60, env=env)
+        found = re.search(r"^(\d+) rows: \d+ PASS, \d+ FAIL, (\d+) SKIPPED$", out.stdout, re.M)
+        if found and found.group(1) == found.group(2):
+            return int(found.group(1)), "counted"
+        why = f"exit {out.returncode}, no all-SKIPPED summary"
+    except (OSError, subprocess.SubprocessError) as e:
+        why = str(e)
+    print(f"ci/gpu_plan.py: {binary} listed no cuda rows ({why}): planning {VERIFY_CUDA_ROWS_UNCOUNTED}", file=sys.stderr)
+    return VERIFY_CUDA_ROWS_UNCOUNTED, "not counted"
+
+
 def drafter_step_counts(binary, config, context):
     """What bench_cuda_drafter_step --count says each configuration executes (no GPU used)."""
     out = subprocess.run([binary, "--config", config, "--context", str(context), "--count"], capture_output=True,
@@ -96,7 +149,7 @@ def drafter_step_counts(binary, config, context):
     return counts
 
 
-def drafter_step_bench(binary, config, context):
+def drafter_step_bench(binary, config, context, root):
     """bench_cuda_drafter_step: per_layer x chunk_recompute and x chunk_grad_in_forward with the step's
     attention kernels, then chunk_recompute with the other kind; each warm-up + reps steps of the
     FLOPs the bench itself counts (--count); tensor-core work at the GEMM rate, CUDA-core
@@ -106,12 +159,15 @@ def drafter_step_bench(binary, config, context):
     recompute, recompute_attn = (float(x) for x in c["chunk_recompute"])
     grad_in_forward, _ = (float(x) for x in c["chunk_grad_in_forward"])
     step_simt = c["step_attention"][0] == "cuda_cores"
+    simt_rate, ways = simt_attention_flop_per_s(root)
     runs = [(recompute, recompute_attn, step_simt), (grad_in_forward, recompute_attn, step_simt),
             (recompute, recompute_attn, not step_simt)]
     total = PROCESS_START_S + CARD_RATE_S
     for executed, attention, simt in runs:
-        total += steps * (seconds(executed - attention, simt_flops=attention) if simt else seconds(executed))
-    return total, f"3 configurations x {steps} steps of {recompute:.2e} / {grad_in_forward:.2e} FLOPs, attention {recompute_attn:.2e} (one on CUDA cores)"
+        total += steps * (seconds(executed - attention, simt_flops=attention, simt_rate=simt_rate)
+                          if simt else seconds(executed))
+    return total, (f"3 configurations x {steps} steps of {recompute:.2e} / {grad_in_forward:.2e} FLOPs, attention "
+                   f"{recompute_attn:.2e} (one on CUDA cores at {simt_rate / 1e12:.1f} TFLOP/s, {ways}-way banks)")
 
 
 def drafter_step_torch(binary, config, context):
@@ -142,9 +198,10 @@ def main():
                 rows.append((name, seconds(fixed=fixed + cases * CASE_S), f"{cases} cases"))
         goldens = len(glob.glob(os.path.join(a.root, "golden/data/*.safetensors")))
         training = len(glob.glob(os.path.join(a.root, "golden/data/training/*.safetensors")))
+        verify_rows, how = verify_cuda_rows(os.path.join(a.bin, "dflash"))
         rows += [("dflash verify --device cuda",
-                  seconds(fixed=PROCESS_START_S + VERIFY_CUDA_ROWS * VERIFY_CASES_PER_ROW * CASE_S),
-                  f"{VERIFY_CUDA_ROWS} rows"),
+                  seconds(fixed=PROCESS_START_S + verify_rows * VERIFY_CASES_PER_ROW * CASE_S),
+                  f"{verify_rows} rows ({how})"),
                  ("dflash golden check --impl cuda-loss-head", seconds(fixed=PROCESS_START_S + goldens * GOLDEN_CASE_S),
                   f"{goldens} files"),
                  ("dflash golden check --impl cuda", seconds(fixed=PROCESS_START_S + goldens * GOLDEN_CASE_S),
@@ -159,7 +216,7 @@ def main():
                   "2 CPU torch imports; synth, train, export, 2 goldens, 6 compares")]
         for tool, slowdown in SANITIZER_SLOWDOWN.items():
             rows.append((f"compute-sanitizer --tool {tool}",
-                         seconds(fixed=SANITIZER_START_S + slowdown * (PROCESS_START_S + SANITIZED_CASES * CASE_S)),
+                         seconds(fixed=SANITIZER_START_S + PROCESS_START_S + slowdown * SANITIZED_CASES * CASE_S),
                          f"{SANITIZED_CASES} cases x {slowdown}"))
     if a.stage != "correctness":
         rows.append(("bench_cuda_loss_head",) + loss_head_bench(shape))
@@ -170,7 +227,7 @@ def main():
             config, context = os.path.join(a.root, "configs/qwen3.6-27b.json"), 4096
         binary = os.path.join(a.bin, "bench_cuda_drafter_step")
         try:
-            rows.append(("bench_cuda_drafter_step",) + drafter_step_bench(binary, config, context))
+            rows.append(("bench_cuda_drafter_step",) + drafter_step_bench(binary, config, context, a.root))
             rows.append(("drafter_step_torch.py",) + drafter_step_torch(binary, config, context))
         except (OSError, RuntimeError, subprocess.SubprocessError) as e:
             print(f"ci/gpu_plan.py: no count from {binary}: {e}", file=sys.stderr)
