@@ -1,6 +1,9 @@
 #include "distributed/data/feature_shard.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <string_view>
@@ -112,9 +115,15 @@ FeatureShard FeatureShard::open(const std::filesystem::path& path, const Feature
   const std::string& file = s.source_;
   s.file_ = MappedFile::open(path);
   const std::span<const std::byte> bytes = s.file_.bytes();
+  // Every read of the map here is a guarded copy into memory that already exists: a shard cut
+  // (truncated, rewritten) while it is validated ends as an InputError naming it, never SIGBUS.
+  std::array<std::byte, 8> length_bytes{};
+  const std::size_t length_size = std::min<std::size_t>(bytes.size(), length_bytes.size());
+  if (length_size > 0) s.file_.copy_guarded([&] { std::memcpy(length_bytes.data(), bytes.data(), length_size); });
   const std::uint64_t header_length =
-      safetensors::checked_header_length(file, bytes.first(std::min<std::size_t>(bytes.size(), 8)), bytes.size());
-  const std::string_view header_text(reinterpret_cast<const char*>(bytes.data()) + 8, header_length);
+      safetensors::checked_header_length(file, std::span(length_bytes).first(length_size), bytes.size());
+  std::string header_text(header_length, '\0');
+  s.file_.copy_guarded([&] { std::memcpy(header_text.data(), bytes.data() + 8, header_length); });
   const safetensors::Layout layout = safetensors::parse_layout(file, header_text, bytes.size());
 
   // Metadata: format, version, and the shape the config expects.
@@ -143,9 +152,11 @@ FeatureShard FeatureShard::open(const std::filesystem::path& path, const Feature
   const auto& offsets = required_tensor(layout, file, "offsets", {Dtype::I64}, {n + 1});
   const std::byte* base = bytes.data() + layout.data_start;
   s.offsets_.resize(std::size_t(n + 1));
-  for (std::int64_t i = 0; i <= n; ++i) {
-    s.offsets_[std::size_t(i)] = safetensors::load_integer_element(Dtype::I64, base + offsets.begin + 8 * i);
-  }
+  s.file_.copy_guarded([&] {
+    for (std::int64_t i = 0; i <= n; ++i) {
+      s.offsets_[std::size_t(i)] = safetensors::load_integer_element(Dtype::I64, base + offsets.begin + 8 * i);
+    }
+  });
   if (s.offsets_[0] != 0) shard_error(file, "tensor 'offsets'[0]", str(s.offsets_[0], " is not 0"));
   for (std::int64_t i = 1; i <= n; ++i) {
     if (s.offsets_[std::size_t(i)] <= s.offsets_[std::size_t(i) - 1]) {
@@ -165,35 +176,58 @@ FeatureShard FeatureShard::open(const std::filesystem::path& path, const Feature
   s.loss_mask_ = {mask.dtype, base + mask.begin, 1};
   s.features_ = {features.dtype, base + features.begin, KH};
   s.teacher_ = {teacher.dtype, base + teacher.begin, H};
-  if (read_every_value) s.validate_values(shape);
+  if (read_every_value) s.check_every_value(shape);
   return s;
 }
 
-void FeatureShard::validate_values(const FeatureSetShape& shape) const {
+void FeatureShard::check_every_value(const FeatureSetShape& shape) const {
+  // The scan reads the map under copy_guarded, so it only records the first value that breaks a
+  // rule (plain values, nothing allocated: a fault may leave the scan with a jump); the error is
+  // built after it.
+  struct Problem {
+    const char* tensor = nullptr;  // null: none
+    std::int64_t row = 0, col = -1, integer = 0;
+    double value = 0.0;
+  } problem;
   const std::int64_t rows = num_rows();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t t = token(r);
-    if (t < 0 || t >= shape.vocab_size) {
-      shard_error(source_, str("tensor 'tokens'[", r, "]"),
-                  str(t, " is outside [0, vocab_size = ", shape.vocab_size, ")"));
-    }
-    const std::int64_t m = safetensors::load_integer_element(loss_mask_.dtype, loss_mask_.data + r);
-    if (m != 0 && m != 1) shard_error(source_, str("tensor 'loss_mask'[", r, "]"), str(m, " is not 0 or 1"));
-  }
-  std::vector<double> row;
-  for (const auto& [name, view] : {std::pair<const char*, const View*>{"target_features", &features_},
-                                   std::pair<const char*, const View*>{"teacher_hidden", &teacher_}}) {
-    row.resize(std::size_t(view->width));
+  std::vector<double> row(std::size_t(std::max(features_.width, teacher_.width)));
+  file_.copy_guarded([&] {
     for (std::int64_t r = 0; r < rows; ++r) {
-      load_row(*view, r, row.data());
-      for (std::int64_t c = 0; c < view->width; ++c) {
-        if (!std::isfinite(row[std::size_t(c)])) {
-          shard_error(source_, str("tensor '", name, "'[", r, "][", c, "]"),
-                      str(row[std::size_t(c)], " is not finite (every row of a shard must be)"));
+      const std::int64_t t = token(r);
+      if (t < 0 || t >= shape.vocab_size) {
+        problem = {.tensor = "tokens", .row = r, .integer = t};
+        return;
+      }
+      const std::int64_t m = safetensors::load_integer_element(loss_mask_.dtype, loss_mask_.data + r);
+      if (m != 0 && m != 1) {
+        problem = {.tensor = "loss_mask", .row = r, .integer = m};
+        return;
+      }
+    }
+    for (const auto& [name, view] : {std::pair<const char*, const View*>{"target_features", &features_},
+                                     std::pair<const char*, const View*>{"teacher_hidden", &teacher_}}) {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        load_row(*view, r, row.data());
+        for (std::int64_t c = 0; c < view->width; ++c) {
+          if (!std::isfinite(row[std::size_t(c)])) {
+            problem = {.tensor = name, .row = r, .col = c, .value = row[std::size_t(c)]};
+            return;
+          }
         }
       }
     }
+  });
+  if (problem.tensor == nullptr) return;
+  const std::string_view tensor = problem.tensor;
+  if (tensor == "tokens") {
+    shard_error(source_, str("tensor 'tokens'[", problem.row, "]"),
+                str(problem.integer, " is outside [0, vocab_size = ", shape.vocab_size, ")"));
   }
+  if (tensor == "loss_mask") {
+    shard_error(source_, str("tensor 'loss_mask'[", problem.row, "]"), str(problem.integer, " is not 0 or 1"));
+  }
+  shard_error(source_, str("tensor '", tensor, "'[", problem.row, "][", problem.col, "]"),
+              str(problem.value, " is not finite (every row of a shard must be)"));
 }
 
 std::int64_t FeatureShard::token(std::int64_t row) const {

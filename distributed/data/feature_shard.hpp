@@ -53,6 +53,11 @@ class FeatureShard {
   static FeatureShard open(const std::filesystem::path& path, const FeatureSetShape& shape,
                            bool read_every_value = true);
 
+  // Reads every value and checks it (open does, with read_every_value): token ids in [0, V), loss
+  // mask 0 or 1, features and teacher states finite; throws as open at the first problem, and an
+  // InputError naming the file when it is cut under the scan (MappedFile::copy_guarded).
+  void check_every_value(const FeatureSetShape& shape) const;
+
   const std::string& source() const { return source_; }
   std::uint64_t file_bytes() const { return file_.size(); }
   // Throws dflash::InputError naming the shard when its file has shrunk since it was opened.
@@ -83,7 +88,6 @@ class FeatureShard {
     std::int64_t width = 1;  // elements per row
   };
   void load_row(const View& v, std::int64_t row, double* out) const;
-  void validate_values(const FeatureSetShape& shape) const;
 
   std::string source_;
   std::string target_model_;

@@ -59,6 +59,23 @@ TEST(FeatureShards, LongSequenceKeepsItsFirstMaxContextRowsAndIsCounted) {
   EXPECT_FALSE(d.sequence(1, 4).truncated);  // exactly max_context rows
 }
 
+// Issue 22's class 4 at open: the whole-shard scan read the map unguarded, so a shard cut while it
+// was being validated (before step 0) killed the run with SIGBUS. The scan is a guarded copy: the
+// cut is an InputError naming the file and its sizes.
+TEST(FeatureShards, ShardCutWhileItsValuesAreCheckedIsAnErrorNamingIt) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  const std::filesystem::path path = dir / "a.safetensors";
+  write_feature_shard(path, valid_shard(c, 2, 5), safetensors::Dtype::F32);
+  const FeatureShard shard = FeatureShard::open(path, FeatureSetShape::of(c), /*read_every_value=*/false);
+  EXPECT_NO_THROW(shard.check_every_value(FeatureSetShape::of(c)));
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, 0);  // every page of the map now faults
+  const std::string message = input_error_message([&] { shard.check_every_value(FeatureSetShape::of(c)); });
+  EXPECT_THAT(message, HasSubstr(path.string()));
+  EXPECT_THAT(message, HasSubstr(str("shrank from ", size, " to 0 bytes")));
+}
+
 TEST(FeatureShards, DirectoryWithoutShardsIsRefused) {
   ScratchDirectory dir;
   EXPECT_THAT(input_error_message([&] { FeatureDataset::open(dir.path(), FeatureSetShape::of(tiny_config())); }),
