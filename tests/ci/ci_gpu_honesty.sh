@@ -3,6 +3,7 @@
 # from ctest's JSON) names six tests; two are shell stubs that "pass", one is an ELF stub that
 # needs a library nowhere to be found, one an ELF stub that takes a library from this machine
 # rather than the carry, two are missing; dflash's verify exits 0 while reporting a SKIPPED row.
+# A binary beside them needs a symbol version its carried library lacks (an older glibc, say).
 # Run 1 (DFLASH_REQUIRE_GPU=1): ci/gpu must exit 1 and name each reason: the unresolved and the
 # outside library, the missing binaries, the SKIPPED verify row, the missing benchmarks; a
 # compute-sanitizer that cannot attach is NOT AVAILABLE, one that finds errors a failure.
@@ -41,6 +42,21 @@ cat > "$work/build/stub.c" << 'C'
 int LIBRARY_CALL(void);
 int main(void) { puts("[  PASSED  ] 1 test."); return LIBRARY_CALL() * 0; }
 C
+# A third, versioned_stub (not a test), needs version DFLASH_2 of libdflash_versioned.so, and the
+# carry's copy of that library has only DFLASH_1: as a machine's glibc older than the build's.
+cat > "$work/build/versioned.c" << 'C'
+int dflash_old(void) { return 0; }
+int dflash_new(void) { return 0; }
+C
+printf 'DFLASH_1 { global: dflash_old; local: *; };\nDFLASH_2 { global: dflash_new; } DFLASH_1;\n' > "$work/build/v2.map"
+printf 'DFLASH_1 { global: dflash_old; dflash_new; local: *; };\n' > "$work/build/v1.map"
+mkdir -p "$work/build/v2"
+cc -shared -fPIC -Wl,--version-script="$work/build/v2.map" -Wl,-soname,libdflash_versioned.so \
+   -o "$work/build/v2/libdflash_versioned.so" "$work/build/versioned.c" &&
+  cc -DLIBRARY_CALL=dflash_new -o "$u/bin/versioned_stub" "$work/build/stub.c" -L"$work/build/v2" -ldflash_versioned &&
+  cc -shared -fPIC -Wl,--version-script="$work/build/v1.map" -Wl,-soname,libdflash_versioned.so \
+   -o "$u/lib/libdflash_versioned.so" "$work/build/versioned.c" ||
+  { echo "ci_gpu_honesty: cannot build the versioned stub"; exit 1; }
 zlib=$(ldconfig -p | awk '/libz.so.1 /{print $NF; exit}')
 cc -shared -fPIC -o "$work/build/libdflash_gone.so" "$work/build/gone.c" &&
   cc -DLIBRARY_CALL=dflash_gone -o "$u/bin/test_trunk_gpu" "$work/build/stub.c" -L"$work/build" -ldflash_gone &&
@@ -79,6 +95,7 @@ rc=$?
 expect 1 "FAILED: library closure:"
 expect 1 "test_trunk_gpu needs libdflash_gone.so: not found"
 expect 1 "test_attention_gpu takes libz.so.1 from $zlib, outside the carry"
+expect 1 "versioned_stub needs version DFLASH_2 of libdflash_versioned.so, which the libdflash_versioned.so it loads lacks"
 expect 1 "FAILED: test_cuda_memory_plan_gpu: not in the carry"
 expect 1 "FAILED: test_cuda_training_golden_gpu: not in the carry"
 expect 1 "FAILED: test_trunk_gpu: exit 127"
@@ -93,7 +110,7 @@ expect 1 "ci/gpu: FAIL"
 tail -1 "$work/log1" | grep -q "^ci/gpu: FAIL" || { echo "ci_gpu_honesty: run 1: the verdict is not the last line"; failed=1; }
 
 # run 2: a drafter-step benchmark that counts nothing is planned at 240 s, more than a 100 s budget
-cp "$work/build/libdflash_gone.so" "$zlib" "$u/lib/"
+cp "$work/build/libdflash_gone.so" "$zlib" "$work/build/v2/libdflash_versioned.so" "$u/lib/"
 printf '#!/usr/bin/env bash\nexit 0\n' > "$u/bin/bench_cuda_drafter_step"
 chmod +x "$u/bin/bench_cuda_drafter_step"
 rm -rf "$work/out"
