@@ -253,10 +253,13 @@ void add_check(CLI::App& golden, int& exit_code) {
     if (skipped_without_gpu("golden check", chosen.name, chosen.needs_gpu, exit_code)) return;
     std::vector<GoldenCheckRow> rows;
     for (const std::filesystem::path& f : files) {
-      for (GoldenCheckRow& r : check_golden_file(f, chosen)) {
+      std::string case_name;
+      for (GoldenCheckRow& r : check_golden_file(f, chosen, &case_name)) {
         if (r.tensor == "(file)") std::cerr << "dflash golden check: " << f.string() << ": " << r.note << "\n";
         rows.push_back(std::move(r));
       }
+      // What each golden is of: a golden made at a user's weights names their files and sha256.
+      if (!case_name.empty()) std::cout << "  " << f.filename().string() << ": case " << case_name << "\n";
     }
     exit_code = print_golden_check_table(std::cout, rows) > 0 ? 1 : 0;
   });

@@ -111,13 +111,14 @@ std::vector<GoldenCheckRow> check_golden(const Golden& golden, const GoldenImple
 }
 
 std::vector<GoldenCheckRow> check_golden_file(const std::filesystem::path& path,
-                                              const GoldenImplementation& implementation) {
+                                              const GoldenImplementation& implementation, std::string* case_name) {
   std::optional<Golden> golden;
   try {
     golden.emplace(read_golden(path));
   } catch (const InputError& e) {
     return {failed_file_row(path.string(), e.what())};
   }
+  if (case_name != nullptr) *case_name = golden->case_name;
   return check_golden(*golden, implementation);
 }
 

@@ -82,8 +82,11 @@ std::vector<GoldenCheckRow> compare_golden_outputs(const Golden& golden, const G
 std::vector<GoldenCheckRow> check_golden(const Golden& golden, const GoldenImplementation& implementation);
 
 // Reads the file first: a file that is not a valid golden gives one failed row with the reason.
+// `case_name`, when given, receives the golden's case (SPEC §9 metadata `case`: for a golden made
+// at a user's weights, their files and sha256), left empty when the file cannot be read.
 std::vector<GoldenCheckRow> check_golden_file(const std::filesystem::path& path,
-                                              const GoldenImplementation& implementation);
+                                              const GoldenImplementation& implementation,
+                                              std::string* case_name = nullptr);
 
 // The *.safetensors files of a directory, sorted. InputError naming the directory if it does not
 // exist, is not a directory, or holds no golden.

@@ -293,6 +293,10 @@ TEST(GoldenWeightsCli, GenerateWritesTheLibrarysBytesAndCompareNamesTheWeights) 
   EXPECT_THAT(cmp.out, HasSubstr("(case tiny (weights model.safetensors sha256 " + hash + "))"));
   const CliRun js = dflash("golden compare --json --golden '" + file + "' --result '" + file + "'");
   EXPECT_EQ(nlohmann::json::parse(js.out).at("case"), "tiny (weights model.safetensors sha256 " + hash + ")");
+  // golden check says which weights each golden it recomputes was made at
+  const CliRun check = dflash("golden check --dir '" + e.dir.path().string() + "'");
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+  EXPECT_THAT(check.out, HasSubstr("g.safetensors: case tiny (weights model.safetensors sha256 " + hash + ")"));
 }
 
 TEST(GoldenWeightsCli, ARefusedDirectoryExitsTwoNamingTheFileAndWritesNothing) {
