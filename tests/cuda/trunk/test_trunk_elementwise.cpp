@@ -5,6 +5,7 @@
 // reference run in float, plus a floor), dropout masks and gathers bitwise.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -160,6 +161,29 @@ TEST_P(HeadNormRope, ForwardAndBackwardWithinFp32Rule) {
   expect_rule("rstd", rstd, plain.rstd, exact.rstd);
   expect_rule("d_proj", d_proj, plain.d_proj, exact.d_proj);
   expect_rule("dw", dw, plain.dw, exact.dw);
+}
+
+// The fp32 rule above cannot see how the kernels get RoPE's cos and sin: its plain fp32 computation
+// (RopeTable<float>) takes the angle in float, off by up to ~2e-3 rad at position 4e4, so a kernel
+// making the same mistake stays inside 2 x its error. The contract (common/rope_rotation.hpp) is the
+// angle in double, its cos and sin each rounded once to float: within one fp32 unit of the double
+// values at every position up to and past the full-scale context, for both RoPE bases in use.
+TEST(TrunkElementwise, RopeCosSinAreTheDoubleAngleRoundedOnce) {
+  for (const double theta : {1e4, 1e6}) {
+    for (const std::int64_t d : {std::int64_t(4), std::int64_t(128)}) {
+      for (const std::int64_t position : {0, 1, 4095, 36863, 65535, 262143}) {
+        for (std::int64_t i = 0; i < d / 2; ++i) {
+          float c = 0, s = 0;
+          rope_cos_sin(position, i, d, theta, c, s);
+          const double phi = rope_angle(position, i, d, theta);
+          ASSERT_LE(std::abs(double(c) - std::cos(phi)), kFp32Unit)
+              << "cos, theta " << theta << ", d " << d << ", position " << position << ", pair " << i;
+          ASSERT_LE(std::abs(double(s) - std::sin(phi)), kFp32Unit)
+              << "sin, theta " << theta << ", d " << d << ", position " << position << ", pair " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(TrunkElementwise, SwigluForwardAndBackwardWithinFp32Rule) {
