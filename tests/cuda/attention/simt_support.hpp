@@ -65,13 +65,15 @@ inline void expect_within_rule(const char* name, const std::vector<float>& got, 
 // Anchors hit the edges: a_0 = 0 (no context key), blocks with kappa = 0, an anchor at S - 2, an
 // anchor on a tile boundary (tiny: 12 = 3 KT), and sliding windows whose first key is the last key
 // of a tile (tiny: 12 - 5 = 7, KT 4; mid: 286 - 255 = 31, KT 32), so that a window one key short
-// skips a whole tile.
+// skips a whole tile. tiny_block_over_tile has a block tile (B 8) larger than a context tile (KT 4):
+// shared key rows sized by the context tile alone overrun.
 inline std::vector<AttentionCase> attention_cases() {
   return {
       {"tiny_sliding", 20, 4, 4, 4, 2, 4, true, 6, 4, 0.0, {0, 5, 12, 18}, {1, 1, 0, 1}},
       {"tiny_sliding_window_edge", 20, 4, 4, 4, 2, 4, true, 6, 4, 0.2, {0, 5, 12, 18}, {1, 1, 1, 1}},
       {"tiny_full_dropout", 20, 4, 4, 4, 2, 4, false, 6, 4, 0.3, {0, 5, 11, 18}, {1, 1, 0, 1}},
       {"tiny_sliding_dropout", 20, 4, 4, 4, 2, 4, true, 6, 8, 0.5, {2, 3, 9, 17}, {1, 1, 1, 1}},
+      {"tiny_block_over_tile", 20, 3, 8, 4, 2, 4, true, 6, 4, 0.2, {1, 9, 18}, {1, 1, 1}},
       {"mid_sliding", 300, 5, 16, 8, 2, 32, true, 256, 32, 0.0, {3, 40, 150, 286, 298}, {1, 1, 1, 1, 0}},
       {"mid_full_dropout", 300, 5, 16, 8, 2, 32, false, 256, 32, 0.1, {3, 40, 150, 270, 298}, {1, 1, 1, 0, 1}},
       {"d128_sliding_dropout", 80, 3, 8, 4, 1, 128, true, 40, 32, 0.25, {1, 37, 78}, {1, 1, 1}},
