@@ -7,6 +7,8 @@
   check_tree.py ROOT tolerances  every constexpr tolerance, floor or bound lives in common/tolerances.hpp
   check_tree.py ROOT doc-paths   every repository path a README or CONTRIBUTING.md names exists
   check_tree.py ROOT doc-words   the reference READMEs stay within their word limit
+  check_tree.py ROOT mutants     every row of tests/mutants/*.tsv still matches the tree (ci/mutate's
+                                 rule: its text occurs once, its tests exist and are not gpu tests)
   check_tree.py ROOT self-test   each check above fails on a planted violation (so none passes vacuously)
 
 Exit 0 when the rule holds, 1 with one line per violation otherwise. The layer table is read from
@@ -16,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 SOURCE_SUFFIXES = (".hpp", ".cpp", ".cu", ".cuh", ".h", ".inl")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
@@ -269,6 +272,57 @@ def check_doc_words(root, files, overrides=None):
     return problems
 
 
+# ---- mutants -------------------------------------------------------------------------------------
+
+def declared_tests(root, files, overrides=None):
+    """{test name: labels} of every dflash_add_test / dflash_add_property_test / dflash_add_mpi_test
+    call in the tree's CMakeLists, without a build (a foreach(name ...) test is each of its names)."""
+    tests = {}
+    for cmake in files:
+        if not cmake.endswith("CMakeLists.txt"):
+            continue
+        text = overrides.get(cmake) if overrides and cmake in overrides else read(root, cmake)
+        for_each = re.search(r"foreach\(\s*name\s+([^)]*)\)", text)
+        for kind in ("test", "property_test"):
+            for args in cmake_calls(text, "dflash_add_" + kind):
+                names = for_each.group(1).split() if args[0] == "${name}" and for_each else [args[0]]
+                for n in names:
+                    tests[n] = keyword_values(args, "LABELS")
+        for args in cmake_calls(text, "dflash_add_mpi_test"):
+            for n in keyword_values(args, "NAME"):
+                tests[n] = keyword_values(args, "LABELS")
+    return tests
+
+
+def load_mutate(root):
+    """ci/mutate as a module: its table reader and staleness rule are the one home of the format."""
+    import importlib.machinery
+    import importlib.util
+    sys.dont_write_bytecode = True
+    loader = importlib.machinery.SourceFileLoader("ci_mutate", os.path.join(root, "ci", "mutate"))
+    spec = importlib.util.spec_from_loader("ci_mutate", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def check_mutants(root, files, overrides=None, tables=None):
+    mutate = load_mutate(root)
+    known = declared_tests(root, files, overrides)
+    problems = []
+    for table in tables or [f for f in files if f.startswith("tests/mutants/") and f.endswith(".tsv")]:
+        try:
+            rows = mutate.read_table(os.path.join(root, table))
+        except SystemExit as e:
+            problems.append(str(e))
+            continue
+        for number, row in rows:
+            why = mutate.staleness(root, row, known)
+            if why:
+                problems.append(f"{table}:{number}: {row['id']}: {why}")
+    return problems
+
+
 # ---- self-test ------------------------------------------------------------------------------------
 
 def self_test(root, files, contributing_text):
@@ -295,6 +349,16 @@ def self_test(root, files, contributing_text):
     planted = {"cuda/README.md": read(root, "cuda/README.md") + " word" * 1500}
     if not check_doc_words(root, files, planted):
         failures.append("doc-words: cuda/README.md at 1,500 words more was not reported")
+    handle, stale = tempfile.mkstemp(suffix=".tsv")
+    with os.fdopen(handle, "w", encoding="utf-8") as f:
+        f.write("P01\tcommon/hd.hpp\tno such text in hd.hpp\tx\ttest_philox\tplanted\n"
+                "P02\tcommon/hd.hpp\t#pragma once\t#pragma twice\ttest_planted_nothing\tplanted\n")
+    try:
+        found = check_mutants(root, files, tables=[stale])
+    finally:
+        os.remove(stale)
+    if not any("P01: 'no such text" in p for p in found) or not any("P02: no test named" in p for p in found):
+        failures.append("mutants: a row whose text is gone and one naming no test were not reported")
     return failures
 
 
@@ -311,6 +375,7 @@ def main(argv):
         "tolerances": lambda: check_tolerances(root, files),
         "doc-paths": lambda: check_doc_paths(root, files),
         "doc-words": lambda: check_doc_words(root, files),
+        "mutants": lambda: check_mutants(root, files),
         "self-test": lambda: self_test(root, files, contributing),
     }
     if what not in checks:
