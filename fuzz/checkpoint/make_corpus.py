@@ -9,9 +9,12 @@ python3 fuzz/checkpoint/make_corpus.py
 import json
 import math
 import pathlib
+import sys
 import struct
 
-CORPUS = pathlib.Path(__file__).resolve().parent / "corpus"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from seed_corpus import write_corpus  # noqa: E402 (fuzz/seed_corpus.py)
+
 
 SHAPES = [("fc.weight", [4, 4]), ("hidden_norm.weight", [4]), ("layers.0.input_layernorm.weight", [4]),
           ("layers.0.mlp.down_proj.weight", [4, 4]), ("layers.0.mlp.gate_proj.weight", [4, 4]),
@@ -66,11 +69,7 @@ def seeds():
 
 
 def main():
-    CORPUS.mkdir(exist_ok=True)
-    for old in CORPUS.glob("*.bin"):
-        old.unlink()
-    for name, data in seeds():
-        (CORPUS / f"{name}.bin").write_bytes(data)
+    write_corpus(__file__, ".bin", seeds())
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ time in each way the readers must refuse (bad_) or accept (valid_). Run: python3
 """
 import json
 import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from seed_corpus import write_corpus  # noqa: E402 (fuzz/seed_corpus.py)
 
 HERE = pathlib.Path(__file__).resolve().parent
-CORPUS = HERE / "corpus"
 CONFIGS = HERE.parent.parent / "configs"
 
 
@@ -55,11 +58,7 @@ def seeds():
 
 
 def main():
-    CORPUS.mkdir(exist_ok=True)
-    for old in CORPUS.glob("*.json"):
-        old.unlink()
-    for name, data in seeds():
-        (CORPUS / f"{name}.json").write_bytes(data)
+    write_corpus(__file__, ".json", seeds())
 
 
 if __name__ == "__main__":

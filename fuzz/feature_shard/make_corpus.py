@@ -6,9 +6,12 @@ shard and one malformed shard per kind of rejection. Run: python3 fuzz/feature_s
 """
 import json
 import pathlib
+import sys
 import struct
 
-CORPUS = pathlib.Path(__file__).resolve().parent / "corpus"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from seed_corpus import write_corpus  # noqa: E402 (fuzz/seed_corpus.py)
+
 
 
 def shard(rows=(2, 1), meta_over=None, drop=None, token=3, mask=1, feature=0.5):
@@ -49,11 +52,7 @@ def seeds():
 
 
 def main():
-    CORPUS.mkdir(exist_ok=True)
-    for old in CORPUS.glob("*.safetensors"):
-        old.unlink()
-    for name, data in seeds():
-        (CORPUS / f"{name}.safetensors").write_bytes(data)
+    write_corpus(__file__, ".safetensors", seeds())
 
 
 if __name__ == "__main__":

@@ -9,10 +9,13 @@ python3 fuzz/golden_result/make_corpus.py
 import json
 import math
 import pathlib
+import sys
 import struct
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from seed_corpus import write_corpus  # noqa: E402 (fuzz/seed_corpus.py)
+
 HERE = pathlib.Path(__file__).resolve().parent
-CORPUS = HERE / "corpus"
 GOLDEN = HERE.parent.parent / "golden" / "data" / "tiny-full.safetensors"
 EXACT, FP32, BF16 = 0, 1, 2
 
@@ -87,11 +90,7 @@ def seeds():
 
 
 def main():
-    CORPUS.mkdir(exist_ok=True)
-    for old in CORPUS.glob("*.bin"):
-        old.unlink()
-    for name, data in seeds():
-        (CORPUS / f"{name}.bin").write_bytes(data)
+    write_corpus(__file__, ".bin", seeds())
 
 
 if __name__ == "__main__":

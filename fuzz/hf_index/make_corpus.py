@@ -6,8 +6,11 @@ then one per refusal. Run: python3 fuzz/hf_index/make_corpus.py
 """
 import json
 import pathlib
+import sys
 
-CORPUS = pathlib.Path(__file__).resolve().parent / "corpus"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from seed_corpus import write_corpus  # noqa: E402 (fuzz/seed_corpus.py)
+
 FIRST, SECOND = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
 MAP = {"embed_tokens.weight": FIRST, "norm.weight": FIRST, "lm_head.weight": SECOND, "position_ids": SECOND}
 
@@ -46,11 +49,7 @@ def seeds():
 
 
 def main():
-    CORPUS.mkdir(exist_ok=True)
-    for old in CORPUS.glob("*.json"):
-        old.unlink()
-    for name, data in seeds():
-        (CORPUS / f"{name}.json").write_bytes(data)
+    write_corpus(__file__, ".json", seeds())
 
 
 if __name__ == "__main__":

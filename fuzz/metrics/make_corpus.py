@@ -6,8 +6,11 @@ thing wrong each. Run: python3 fuzz/metrics/make_corpus.py
 """
 import json
 import pathlib
+import sys
 
-CORPUS = pathlib.Path(__file__).resolve().parent / "corpus"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from seed_corpus import write_corpus  # noqa: E402 (fuzz/seed_corpus.py)
+
 
 
 def record(step, **changes):
@@ -48,11 +51,7 @@ def seeds():
 
 
 def main():
-    CORPUS.mkdir(exist_ok=True)
-    for old in CORPUS.glob("*.jsonl"):
-        old.unlink()
-    for name, data in seeds():
-        (CORPUS / f"{name}.jsonl").write_bytes(data)
+    write_corpus(__file__, ".jsonl", seeds())
 
 
 if __name__ == "__main__":

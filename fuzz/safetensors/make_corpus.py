@@ -8,9 +8,12 @@ Run from anywhere: python3 fuzz/safetensors/make_corpus.py
 """
 import json
 import pathlib
+import sys
 import struct
 
-CORPUS = pathlib.Path(__file__).resolve().parent / "corpus"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from seed_corpus import write_corpus  # noqa: E402 (fuzz/seed_corpus.py)
+
 
 
 def file_bytes(header: str, data: bytes = b"", pad: bool = True) -> bytes:
@@ -78,11 +81,7 @@ def seeds():
 
 
 def main():
-    CORPUS.mkdir(exist_ok=True)
-    for old in CORPUS.glob("*.safetensors"):
-        old.unlink()
-    for name, data in seeds():
-        (CORPUS / f"{name}.safetensors").write_bytes(data)
+    write_corpus(__file__, ".safetensors", seeds())
 
 
 if __name__ == "__main__":

@@ -9,8 +9,11 @@ python3 fuzz/trainer_state/make_corpus.py
 import copy
 import json
 import pathlib
+import sys
 
-CORPUS = pathlib.Path(__file__).resolve().parent / "corpus"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from seed_corpus import write_corpus  # noqa: E402 (fuzz/seed_corpus.py)
+
 
 CONFIG = {"hidden_size": 4, "intermediate_size": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
           "head_dim": 2, "num_hidden_layers": 1, "vocab_size": 8, "block_size": 2, "mask_token_id": 7,
@@ -64,11 +67,7 @@ def seeds():
 
 
 def main():
-    CORPUS.mkdir(exist_ok=True)
-    for old in CORPUS.glob("*.json"):
-        old.unlink()
-    for name, data in seeds():
-        (CORPUS / f"{name}.json").write_bytes(data)
+    write_corpus(__file__, ".json", seeds())
 
 
 if __name__ == "__main__":
