@@ -9,6 +9,8 @@
   check_tree.py ROOT doc-words   the reference READMEs stay within their word limit
   check_tree.py ROOT mutants     every row of tests/mutants/*.tsv still matches the tree (ci/mutate's
                                  rule: its text occurs once, its tests exist and are not gpu tests)
+  check_tree.py ROOT corpora     every fuzz/<reader>/corpus/ is what its make_corpus.py writes, byte for
+                                 byte (a seed added by hand, or a corpus not remade after a change, fails)
   check_tree.py ROOT self-test   each check above fails on a planted violation (so none passes vacuously)
 
 Exit 0 when the rule holds, 1 with one line per violation otherwise. The layer table is read from
@@ -323,6 +325,39 @@ def check_mutants(root, files, overrides=None, tables=None):
     return problems
 
 
+# ---- corpora --------------------------------------------------------------------------------------
+
+def corpus_difference(expected_dir, committed_dir):
+    """The files that differ between two corpus folders: missing, extra, or other bytes."""
+    def contents(d):
+        return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))} if os.path.isdir(d) else {}
+    expected, committed = contents(expected_dir), contents(committed_dir)
+    problems = [f"{n}: not committed" for n in expected if n not in committed]
+    problems += [f"{n}: committed, but make_corpus.py does not write it" for n in committed if n not in expected]
+    problems += [f"{n}: other bytes than make_corpus.py writes" for n in expected
+                 if n in committed and committed[n] != expected[n]]
+    return problems
+
+
+def check_corpora(root, files, committed=None):
+    """Regenerates each reader's corpus into a temporary folder and compares it with the committed
+    one (`committed(reader)` replaces the committed folder in the self-test)."""
+    problems = []
+    scripts = sorted(f for f in files if re.fullmatch(r"fuzz/[^/]+/make_corpus\.py", f))
+    for script in scripts:
+        reader = script.split("/")[1]
+        with tempfile.TemporaryDirectory() as out:
+            ran = subprocess.run([sys.executable, os.path.join(root, script), out], capture_output=True, text=True)
+            if ran.returncode != 0:
+                problems.append(f"{script}: exit {ran.returncode}: {ran.stderr.strip()[-300:]}")
+                continue
+            target = committed(reader) if committed else os.path.join(root, "fuzz", reader, "corpus")
+            problems += [f"fuzz/{reader}/corpus/{p} (run {script})" for p in corpus_difference(out, target)]
+    if not scripts:
+        problems.append("no fuzz/<reader>/make_corpus.py found")
+    return problems
+
+
 # ---- self-test ------------------------------------------------------------------------------------
 
 def self_test(root, files, contributing_text):
@@ -359,6 +394,16 @@ def self_test(root, files, contributing_text):
         os.remove(stale)
     if not any("P01: 'no such text" in p for p in found) or not any("P02: no test named" in p for p in found):
         failures.append("mutants: a row whose text is gone and one naming no test were not reported")
+    with tempfile.TemporaryDirectory() as planted_corpus:
+        source = os.path.join(root, "fuzz", "metrics", "corpus")
+        names = sorted(os.listdir(source))
+        for n in names[1:]:  # the first seed left out
+            with open(os.path.join(source, n), "rb") as f, open(os.path.join(planted_corpus, n), "wb") as g:
+                g.write(f.read() + (b" " if n == names[-1] else b""))  # and the last one changed
+        found = check_corpora(root, [f for f in files if f == "fuzz/metrics/make_corpus.py"],
+                              committed=lambda reader: planted_corpus)
+    if not any("not committed" in p for p in found) or not any("other bytes" in p for p in found):
+        failures.append("corpora: a seed left out of the corpus and one changed were not reported")
     return failures
 
 
@@ -376,6 +421,7 @@ def main(argv):
         "doc-paths": lambda: check_doc_paths(root, files),
         "doc-words": lambda: check_doc_words(root, files),
         "mutants": lambda: check_mutants(root, files),
+        "corpora": lambda: check_corpora(root, files),
         "self-test": lambda: self_test(root, files, contributing),
     }
     if what not in checks:
