@@ -6,7 +6,10 @@
 // bytes each policy keeps exactly as cuda/trunk/stack.hpp lists them.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "common/tolerances.hpp"
 #include "harness/cuda/host_backend.hpp"
@@ -59,6 +62,27 @@ TEST_P(TrunkTwin, PoliciesBitwiseEqualWithTheDocumentedSavedBytes) {
     ASSERT_EQ(other->grads, none.grads);
     ASSERT_EQ(other->features_grad, none.features_grad);
   }
+}
+
+// TrunkGrads are accumulated (+=): a sequence's gradients add to what the step's earlier sequences
+// left, dL/dF included. The other tests start every buffer at 0, where writing over and adding
+// give the same bits. Buffers that start as NaN must end as NaN in every element (NaN + x is NaN);
+// an element written over instead of added to comes out finite.
+TEST_P(TrunkTwin, GradientsAddToWhatTheirBuffersHold) {
+  TrunkProblem p(GetParam());
+  MemoryTracker tracker;
+  const TrunkValues<float> r = run_trunk(HostBackend<float>{tracker}, p, TrunkPolicy::every_k, 2, nullptr,
+                                         std::numeric_limits<float>::quiet_NaN());
+  auto expect_all_nan = [](const std::string& name, const std::vector<float>& values) {
+    for (std::size_t e = 0; e < values.size(); ++e) {
+      ASSERT_TRUE(std::isnan(values[e])) << name << " element " << e << " was written over: " << values[e];
+    }
+  };
+  std::vector<std::string> names;
+  p.params.for_each([&](const std::string& name, const Tensor<double>&) { names.push_back(name); });
+  ASSERT_EQ(names.size(), r.grads.size());
+  for (std::size_t i = 0; i < r.grads.size(); ++i) expect_all_nan(names[i], r.grads[i]);
+  expect_all_nan("dL/dF", r.features_grad);
 }
 
 }  // namespace

@@ -119,10 +119,11 @@ struct TrunkAnnouncement {
 
 // The trunk on `be` under `policy`: Y (widened to float), every gradient and dL/dF. The
 // backend provides from_host / to_host besides what cuda/trunk/layer.hpp lists. `announcements`,
-// when given, receives each GradientsFinal call of the backward.
+// when given, receives each GradientsFinal call of the backward. Every gradient buffer (and dL/dF's)
+// starts at `gradient_start` in every element: 0 as a step's first sequence finds them.
 template <class Backend>
 TrunkValues<float> run_trunk(const Backend& be, const TrunkProblem& p, TrunkPolicy policy, std::int64_t every,
-                             std::vector<TrunkAnnouncement>* announcements = nullptr) {
+                             std::vector<TrunkAnnouncement>* announcements = nullptr, float gradient_start = 0.0f) {
   using Storage = typename Backend::Storage;
   auto narrowed = [](const std::vector<double>& x) {
     std::vector<Storage> out(x.size());
@@ -141,12 +142,12 @@ TrunkValues<float> run_trunk(const Backend& be, const TrunkProblem& p, TrunkPoli
       vectors.push_back(be.from_host(params, std::vector<float>(t.values().begin(), t.values().end())));
       values.push_back(vectors.back().data());
     }
-    grads.push_back(be.from_host(MemoryCategory::gradients, std::vector<float>(t.values().size(), 0.0f)));
+    grads.push_back(be.from_host(MemoryCategory::gradients, std::vector<float>(t.values().size(), gradient_start)));
   });
   const auto embed = be.from_host(params, narrowed(p.frozen.embed_tokens.values()));
   const auto features = be.from_host(in, narrowed(p.batch.target_features.values()));
-  auto features_grad =
-      be.from_host(MemoryCategory::gradients, std::vector<float>(p.batch.target_features.values().size(), 0.0f));
+  auto features_grad = be.from_host(MemoryCategory::gradients,
+                                    std::vector<float>(p.batch.target_features.values().size(), gradient_start));
   const auto anchors = be.from_host(in, p.seq.slots.anchors);
   const auto keep = be.from_host(in, p.seq.slots.keep);
   const auto positions = be.from_host(in, p.seq.blocks.positions);
