@@ -89,7 +89,7 @@ TEST(SharedCarver, ProgramLayoutsAre16ByteAligned) {
   tl.B = 5;
   tl.nh = 6;
   tl.nkv = 2;
-  tl.d = 6;  // bf16 rows of 7 words (odd): 14 bytes, so only rounding keeps the next region aligned
+  tl.d = 6;  // bf16 rows of 3 words (12 bytes); R = 15 rows: q is 180 bytes, so only rounding aligns k
   tl.key_tile = 7;
   ASSERT_EQ(attention_tiling_problem(tl), nullptr);
 
