@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/bf16.hpp"
+#include "common/storage.hpp"
 
 namespace dflash {
 namespace {
@@ -34,6 +35,30 @@ TEST(Bf16, RoundsToNearestTiesToEven) {
   // Just above the tie rounds up, just below rounds down.
   EXPECT_EQ(bf16_bits_from_float(from_bits(0x3F808001u)), 0x3F81u);
   EXPECT_EQ(bf16_bits_from_float(from_bits(0x3F807FFFu)), 0x3F80u);
+}
+
+// What the kernels store (common/storage.hpp): narrow_into a bf16 element rounds to nearest even,
+// and widen gives the stored value back exactly. SPEC §10's bf16 rule cannot tell truncation from
+// rounding (truncation's error is within twice rounding's), yet truncation pulls every stored value
+// toward zero, step after step: so the known answers are held here, on both signs.
+TEST(Bf16, StorageNarrowsToNearestEvenAndWidensExactly) {
+  struct Case {
+    std::uint32_t value;
+    std::uint16_t stored;
+  };
+  for (const Case c : {Case{0x3F80C000u, 0x3F81u},     // 1 + 1.5 2^-8: above the half, up (truncation: 0x3F80)
+                       Case{0xBF80C000u, 0xBF81u},     // its negative: away from zero too
+                       Case{0x3F808000u, 0x3F80u},     // a tie to the even 1
+                       Case{0x3F818000u, 0x3F82u},     // a tie up to the even 1 + 2^-6
+                       Case{0x3F80FFFFu, 0x3F81u}}) {  // just below 1 + 2^-7: up
+    std::uint16_t stored = 0;
+    narrow_into(from_bits(c.value), stored);
+    EXPECT_EQ(stored, c.stored) << std::hex << c.value;
+    EXPECT_EQ(widen(stored), from_bits(std::uint32_t(c.stored) << 16)) << std::hex << c.value;
+  }
+  float kept = 0.0f;
+  narrow_into(from_bits(0x3F80C000u), kept);  // fp32 storage keeps the value as it is
+  EXPECT_EQ(kept, from_bits(0x3F80C000u));
 }
 
 TEST(Bf16, RoundingErrorIsAtMostHalfAnUlp) {

@@ -8,7 +8,8 @@
   check_tree.py ROOT doc-paths   every repository path a README or CONTRIBUTING.md names exists
   check_tree.py ROOT doc-words   the reference READMEs stay within their word limit
   check_tree.py ROOT mutants     every row of tests/mutants/*.tsv still matches the tree (ci/mutate's
-                                 rule: its text occurs once, its tests exist and are not gpu tests)
+                                 rule: its text occurs once, its tests exist and are not gpu tests), and
+                                 every production header with DFLASH_HD code has a row
   check_tree.py ROOT corpora     every fuzz/<reader>/corpus/ is what its make_corpus.py writes, byte for
                                  byte (a seed added by hand, or a corpus not remade after a change, fails)
   check_tree.py ROOT self-test   each check above fails on a planted violation (so none passes vacuously)
@@ -308,10 +309,29 @@ def load_mutate(root):
     return module
 
 
+# Kernel-logic headers that need no mutant rows: the macro itself.
+MUTANT_EXEMPT = {"common/hd.hpp": "defines DFLASH_HD, no logic"}
+NOT_PRODUCTION = ("tests/", "harness/", "bench/", "properties/", "fuzz/")
+
+
+def kernel_logic_headers(root, files, overrides=None):
+    """Production headers with DFLASH_HD code: what the GPU runs and CI runs only on the CPU
+    (device-only .cuh files have nothing a CPU test can run)."""
+    headers = []
+    for f in files:
+        if not f.endswith(".hpp") or f.startswith(NOT_PRODUCTION) or f in MUTANT_EXEMPT:
+            continue
+        text = overrides.get(f) if overrides and f in overrides else read(root, f)
+        if "DFLASH_HD" in text:
+            headers.append(f)
+    return headers
+
+
 def check_mutants(root, files, overrides=None, tables=None):
     mutate = load_mutate(root)
     known = declared_tests(root, files, overrides)
     problems = []
+    covered = set()
     for table in tables or [f for f in files if f.startswith("tests/mutants/") and f.endswith(".tsv")]:
         try:
             rows = mutate.read_table(os.path.join(root, table))
@@ -319,9 +339,14 @@ def check_mutants(root, files, overrides=None, tables=None):
             problems.append(str(e))
             continue
         for number, row in rows:
+            covered.add(row["file"])
             why = mutate.staleness(root, row, known)
             if why:
                 problems.append(f"{table}:{number}: {row['id']}: {why}")
+    for header in kernel_logic_headers(root, files, overrides):
+        if header not in covered:
+            problems.append(f"{header}: DFLASH_HD code with no row in tests/mutants/*.tsv (add the bugs its "
+                            f"cpu tests must catch; CONTRIBUTING.md, \"Adding a kernel\")")
     return problems
 
 
@@ -394,6 +419,10 @@ def self_test(root, files, contributing_text):
         os.remove(stale)
     if not any("P01: 'no such text" in p for p in found) or not any("P02: no test named" in p for p in found):
         failures.append("mutants: a row whose text is gone and one naming no test were not reported")
+    planted = {"common/zz_planted.hpp": "DFLASH_HD inline int planted() { return 1; }\n"}
+    found = check_mutants(root, files + list(planted), overrides=planted)
+    if not any(p.startswith("common/zz_planted.hpp: DFLASH_HD code with no row") for p in found):
+        failures.append("mutants: a DFLASH_HD header with no mutant row was not reported")
     with tempfile.TemporaryDirectory() as planted_corpus:
         source = os.path.join(root, "fuzz", "metrics", "corpus")
         names = sorted(os.listdir(source))
