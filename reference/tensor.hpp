@@ -129,7 +129,7 @@ class Tensor {
     if constexpr (kPooled) {
       return zeroed_storage(n);
     } else {
-      return std::vector<T>(n, T(0));
+      return std::vector<T>(n, T{});  // value-initialised: 0 for numbers, members zeroed for records
     }
   }
 

@@ -44,6 +44,7 @@
 #include "common/gpu_required.hpp"
 #include "common/tolerances.hpp"
 #include "cuda/drafter/sequence_step.hpp"
+#include "cuda/loss_head/head.hpp"
 #include "cuda/optimizer/adamw_kernels.hpp"
 #include "cuda/runtime/device_probe.hpp"
 #include "cuda/trunk/device_backend.hpp"

@@ -66,13 +66,14 @@ struct AttentionProblem {
   AttentionTiling tiling;
   AttentionMaskView mask;
   DropoutSiteView dropout;  // site 1 (attention probabilities)
-  // The backward programs' plain bf16-operand variant (off: nothing rounded). A bf16 tensor-core
-  // backward (cuda/attention/tensor_core_backward_program.hpp) feeds f P and dS to its matrix products as
-  // bf16 operands with fp32 accumulation, as every bf16 flash-attention backward does: the
-  // textbook computation of such a kernel is this program with f P and dS rounded to bf16 where
-  // they are produced (before dV = (fP)^T dO, dK = dS^T Q, dQ = dS K consume them) and every
-  // other step as here. It is the plain computation SPEC §10 holds that kernel to; the default
-  // keeps f P and dS in fp32 (a more precise computation than the kernel's).
+  // The programs' plain bf16-operand variant (off: nothing rounded). The bf16 tensor-core kernels
+  // feed f P (forward: O += (fP) V, cuda/attention/tensor_core_program.hpp; backward: dV = (fP)^T dO)
+  // and dS (dK = dS^T Q, dQ = dS K, tensor_core_backward_program.hpp) to their matrix products as
+  // bf16 operands with fp32 accumulation, as every bf16 flash attention does: the textbook
+  // computation of such a kernel is this program with f P and dS rounded to bf16 where they are
+  // produced and every other step as here (the row sums stay fp32, as the kernels keep them). It
+  // is the plain computation SPEC §10 holds those kernels to; the default keeps f P and dS in fp32
+  // (a more precise computation than the kernels').
   bool round_product_operands_to_bf16 = false;
 };
 
@@ -384,7 +385,7 @@ DFLASH_HD void attention_forward_block(Exec& exec, const AttentionProblem& pb, c
           const std::uint64_t element = attention_dropout_element(h, i, kt.first + c, tl.S, tl.T());
           const float f = pb.dropout.factor(element);
           if (pb.dropout.active) exec.drew(element, f);  // only a live site draws
-          row[c] = e * f;
+          row[c] = pb.round_product_operands_to_bf16 ? round_to_bf16(e * f) : e * f;
         }
         sm.row_sum[r] = sm.row_sum[r] * alpha + sum;
         sm.row_max[r] = m_new;

@@ -5,14 +5,17 @@
 // callers that build their inputs on the device (the full-scale benchmark: 27B-class frozen
 // weights are 10 GB each in double) call it directly.
 //
-// Backend is CudaBackend, or a type derived from it (the benchmark's attention timer).
+// Backend is the trunk's (CudaBackend, or a type derived from it: the benchmark's attention timer;
+// HostBackend<Bf16Bits> on the CPU), Head the loss head on the matching backend (CudaLossHead;
+// ChunkedLossHead<HostLossHeadBackend> on the CPU: tests/cuda/drafter/test_drafter_sequence_step_cpu.cpp
+// runs this file's code in every CI).
 #pragma once
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-#include "cuda/loss_head/head.hpp"
+#include "cuda/loss_head/chunked_head.hpp"
 #include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/trunk/stack.hpp"
 #include "cuda/trunk/step_context.hpp"
@@ -20,7 +23,7 @@
 
 namespace dflash {
 
-// One sequence's inputs on the device (SPEC §2, §4: anchor slots and block rows as
+// One sequence's inputs in the backend's memory (SPEC §2, §4: anchor slots and block rows as
 // prepare_sequences makes them).
 struct CudaSequenceInputs {
   const std::int64_t* anchors = nullptr;            // [N]
@@ -34,7 +37,7 @@ struct CudaSequenceInputs {
   float* features_grad = nullptr;                   // dL/dF [S, K H] (fp32, +=); null: not wanted
 };
 
-// The frozen and trainable weights on the device, bound per parameter (bind_trunk_parameters).
+// The frozen and trainable weights in the backend's memory, bound per parameter (bind_trunk_parameters).
 struct CudaDrafterWeights {
   TrunkWeights<Bf16Bits> trunk;
   TrunkGrads grads;
@@ -55,12 +58,12 @@ Trunk<Backend> sequence_trunk(const Backend& backend, const DrafterConfig& confi
 }
 
 // The trunk forward, then the loss head's forward on its Y (freed once the head has read it).
-template <class Backend>
-CudaLossHeadForward sequence_forward(Trunk<Backend>& trunk, CudaLossHead& head, const DrafterDims& dims,
-                                     const CudaLossHeadTargets& targets, double weight_sum,
-                                     std::vector<std::uint8_t>* hits) {
-  DeviceBuffer<Bf16Bits> y = trunk.forward();
-  CudaLossHeadForward f = head.forward(y.data(), CudaLossHeadShape{dims.T, dims.H, dims.V}, targets, weight_sum);
+template <class Backend, class Head>
+typename Head::Forward sequence_forward(Trunk<Backend>& trunk, Head& head, const DrafterDims& dims,
+                                        const CudaLossHeadTargets& targets, double weight_sum,
+                                        std::vector<std::uint8_t>* hits) {
+  auto y = trunk.forward();
+  typename Head::Forward f = head.forward(y.data(), CudaLossHeadShape{dims.T, dims.H, dims.V}, targets, weight_sum);
   y.release();
   if (hits != nullptr) *hits = std::move(f.hits);
   return f;
@@ -70,18 +73,18 @@ CudaLossHeadForward sequence_forward(Trunk<Backend>& trunk, CudaLossHead& head, 
 
 // Returns the sequence's loss statistics (over the global W, weight_sum); `hits`, when given,
 // receives the loss head's per-row flags [T] (CudaLossHeadForward::hits).
-template <class Backend>
-LossHeadStats<double> cuda_drafter_sequence_step(const Backend& backend, CudaLossHead& head,
-                                                 const DrafterConfig& config, const DrafterDims& dims,
-                                                 const CudaDrafterWeights& weights, const CudaSequenceInputs& in,
-                                                 const DrafterStepOptions& options, std::uint32_t sequence,
-                                                 double weight_sum, std::vector<std::uint8_t>* hits = nullptr) {
+template <class Backend, class Head>
+LossHeadStats<double> cuda_drafter_sequence_step(const Backend& backend, Head& head, const DrafterConfig& config,
+                                                 const DrafterDims& dims, const CudaDrafterWeights& weights,
+                                                 const CudaSequenceInputs& in, const DrafterStepOptions& options,
+                                                 std::uint32_t sequence, double weight_sum,
+                                                 std::vector<std::uint8_t>* hits = nullptr) {
   TrunkGrads grads = weights.grads;
   grads.target_features = in.features_grad;
   Trunk<Backend> trunk = drafter_sequence_detail::sequence_trunk(backend, config, dims, weights, in, options, sequence);
   const CudaLossHeadTargets targets{in.teacher_rows, weights.lm_head, in.rows};
-  CudaLossHeadForward f = drafter_sequence_detail::sequence_forward(trunk, head, dims, targets, weight_sum, hits);
-  DeviceBuffer<float> d_hidden = head.backward(targets, std::move(f.saved));
+  typename Head::Forward f = drafter_sequence_detail::sequence_forward(trunk, head, dims, targets, weight_sum, hits);
+  auto d_hidden = head.backward(targets, std::move(f.saved));
   GradientsFinal on_final;  // as the reference step: the observer learns the sequence too
   if (options.gradients_final != nullptr) {
     on_final = [&observer = *options.gradients_final, sequence](std::size_t first) { observer(sequence, first); };
@@ -93,12 +96,12 @@ LossHeadStats<double> cuda_drafter_sequence_step(const Backend& backend, CudaLos
 // The forward alone (evaluation, TRAINING §17): the trunk forward and the loss head's forward, no
 // backward, so no gradient is made (dL/dY, dL/dF, the parameters' are not touched); what the
 // policies keep for a backward is freed on return. Returns what cuda_drafter_sequence_step returns.
-template <class Backend>
-LossHeadStats<double> cuda_drafter_sequence_forward(const Backend& backend, CudaLossHead& head,
-                                                    const DrafterConfig& config, const DrafterDims& dims,
-                                                    const CudaDrafterWeights& weights, const CudaSequenceInputs& in,
-                                                    const DrafterStepOptions& options, std::uint32_t sequence,
-                                                    double weight_sum, std::vector<std::uint8_t>* hits = nullptr) {
+template <class Backend, class Head>
+LossHeadStats<double> cuda_drafter_sequence_forward(const Backend& backend, Head& head, const DrafterConfig& config,
+                                                    const DrafterDims& dims, const CudaDrafterWeights& weights,
+                                                    const CudaSequenceInputs& in, const DrafterStepOptions& options,
+                                                    std::uint32_t sequence, double weight_sum,
+                                                    std::vector<std::uint8_t>* hits = nullptr) {
   Trunk<Backend> trunk = drafter_sequence_detail::sequence_trunk(backend, config, dims, weights, in, options, sequence);
   const CudaLossHeadTargets targets{in.teacher_rows, weights.lm_head, in.rows};
   return drafter_sequence_detail::sequence_forward(trunk, head, dims, targets, weight_sum, hits).stats;

@@ -23,39 +23,23 @@ __device__ inline T* shared_slots() {
   return reinterpret_cast<T*>(raw);
 }
 
-// Every phase of loss_head_row_phases.hpp in order, with a barrier between phases. Block r: compact
-// row r of the chunk, global row list[r] (valid).
+// The row kernels run their block programs (row_program.hpp). Block r: compact row r of the chunk,
+// global row list[r] (valid).
 __global__ void __launch_bounds__(kRowThreads)
     hybrid_row_stats_kernel(const Bf16Bits* __restrict__ z, const Bf16Bits* __restrict__ t, std::int32_t vocab,
                             const std::int32_t* __restrict__ list, DeviceRowTargets in, HybridWeights hw,
                             DeviceRowOutputs out, bool vector) {
-  const std::int64_t r = blockIdx.x;
-  const std::int64_t i = global_row_of(list, r);
-  const auto label = static_cast<std::int32_t>(in.labels[i]);
-  const RowScales sc = row_scales(hw);
-  KernelRowStats* partial = shared_slots<KernelRowStats, kRowThreads>();
-  const int thread = static_cast<int>(threadIdx.x);
-  new (&partial[thread])
-      KernelRowStats(row_stats_thread_partial(z + r * vocab, t + r * vocab, vocab, label, sc, thread, vector));
-  __syncthreads();
-  for (int half = kRowThreads / 2; half > 0; half /= 2) {
-    merge_tree_level(partial, half, thread);
-    __syncthreads();
-  }
-  if (thread == 0) write_row_outputs(partial[0], i, label, hw, sc, out);
+  DeviceBlockExec exec;
+  hybrid_row_stats_program(exec, z, t, vocab, list, in, hw, out, vector, shared_slots<KernelRowStats, kRowThreads>(),
+                           blockIdx.x);
 }
 
 __global__ void __launch_bounds__(kRowThreads)
     hybrid_logit_grad_kernel(Bf16Bits* __restrict__ z, const Bf16Bits* __restrict__ t, std::int32_t vocab,
                              const std::int32_t* __restrict__ list, DeviceRowTargets in, HybridWeights hw,
                              const float* __restrict__ row_stats, float weight_sum, bool vector) {
-  const std::int64_t r = blockIdx.x;
-  const std::int64_t i = global_row_of(list, r);
-  const float scale = row_logit_grad_scale(in, i, weight_sum);
-  const std::int32_t label = scale == 0.0f ? -1 : static_cast<std::int32_t>(in.labels[i]);
-  const HybridRowResult<float> row = scale == 0.0f ? HybridRowResult<float>{} : load_row_stats(row_stats, i);
-  logit_grad_thread(z + r * vocab, t + r * vocab, vocab, label, row, hw, row_scales(hw), scale,
-                    static_cast<int>(threadIdx.x), vector);
+  DeviceBlockExec exec;
+  hybrid_logit_grad_program(exec, z, t, vocab, list, in, hw, row_stats, weight_sum, vector, blockIdx.x);
 }
 
 __global__ void __launch_bounds__(kCompactThreads)
@@ -76,15 +60,8 @@ __global__ void __launch_bounds__(kGatherThreads)
 
 __global__ void __launch_bounds__(kTotalsThreads)
     loss_totals_kernel(DeviceRowOutputs rows_out, DeviceRowTargets in, std::int64_t T, LossHeadStats<double>* totals) {
-  LossHeadStats<double>* partial = shared_slots<LossHeadStats<double>, kTotalsThreads>();
-  const int thread = static_cast<int>(threadIdx.x);
-  new (&partial[thread]) LossHeadStats<double>(totals_thread_partial(rows_out, in, T, thread));
-  __syncthreads();
-  for (int half = kTotalsThreads / 2; half > 0; half /= 2) {
-    totals_tree_level(partial, half, thread);
-    __syncthreads();
-  }
-  if (thread == 0) *totals = partial[0];
+  DeviceBlockExec exec;
+  loss_totals_program(exec, rows_out, in, T, shared_slots<LossHeadStats<double>, kTotalsThreads>(), totals);
 }
 
 __global__ void find_row_target_faults_kernel(DeviceRowTargets in, std::int64_t T, std::int64_t vocab,
@@ -92,17 +69,14 @@ __global__ void find_row_target_faults_kernel(DeviceRowTargets in, std::int64_t 
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < T;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const auto row = static_cast<unsigned long long>(i);
-    const std::uint8_t valid = in.valid[i];
-    const float w = in.weights[i];
-    if (valid > 1) atomicMin(&faults->valid_not_01, row);
-    if (!isfinite(w) || w < 0.0f) atomicMin(&faults->bad_weight, row);
-    if (valid == 0 && w != 0.0f) atomicMin(&faults->weight_on_invalid, row);
-    if (valid == 1 && (in.labels[i] < 0 || in.labels[i] >= vocab)) atomicMin(&faults->label_out_of_range, row);
-    if (w > 0.0f) atomicMin(&faults->positive_weight, row);
+    const RowTargetFlags f = row_target_faults_of(in, i, vocab);
+    if (f.valid_not_01) atomicMin(&faults->valid_not_01, row);
+    if (f.bad_weight) atomicMin(&faults->bad_weight, row);
+    if (f.weight_on_invalid) atomicMin(&faults->weight_on_invalid, row);
+    if (f.label_out_of_range) atomicMin(&faults->label_out_of_range, row);
+    if (f.positive_weight) atomicMin(&faults->positive_weight, row);
   }
 }
-
-__device__ inline bool bf16_non_finite(unsigned int bits16) { return (bits16 & 0x7F80u) == 0x7F80u; }
 
 template <bool kVector>
 __global__ void find_non_finite_bf16_kernel(const Bf16Bits* __restrict__ x, std::int64_t rows, std::int64_t cols,
@@ -117,7 +91,7 @@ __global__ void find_non_finite_bf16_kernel(const Bf16Bits* __restrict__ x, std:
       const unsigned int words[4] = {p.x, p.y, p.z, p.w};
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        if (bf16_non_finite(k % 2 == 0 ? words[k / 2] & 0xFFFFu : words[k / 2] >> 16)) {
+        if (bf16_bits_non_finite(k % 2 == 0 ? words[k / 2] & 0xFFFFu : words[k / 2] >> 16)) {
           atomicMin(first, static_cast<unsigned long long>(8 * g + k));
         }
       }
@@ -125,15 +99,9 @@ __global__ void find_non_finite_bf16_kernel(const Bf16Bits* __restrict__ x, std:
   } else {
     for (std::int64_t e = start; e < rows * cols; e += stride) {
       if (row_mask != nullptr && row_mask[e / cols] == 0) continue;
-      if (bf16_non_finite(x[e])) atomicMin(first, static_cast<unsigned long long>(e));
+      if (bf16_bits_non_finite(x[e])) atomicMin(first, static_cast<unsigned long long>(e));
     }
   }
-}
-
-// The 16-byte path needs every row of both operands to start 16-byte aligned.
-bool vector_rows(const Bf16Bits* z, const Bf16Bits* t, std::int64_t vocab) {
-  return vocab % 8 == 0 && reinterpret_cast<std::uintptr_t>(z) % 16 == 0 &&
-         reinterpret_cast<std::uintptr_t>(t) % 16 == 0;
 }
 
 // One block per chunk row (a grid's x dimension holds 2^31 - 1 blocks).
@@ -159,8 +127,8 @@ void launch_hybrid_row_stats(const Bf16Bits* z, const Bf16Bits* t, std::int64_t 
                              const std::int32_t* list, DeviceRowTargets targets, HybridWeights weights,
                              DeviceRowOutputs out, cudaStream_t stream) {
   if (rows == 0) return;
-  hybrid_row_stats_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(z, t, column_count(vocab), list, targets,
-                                                                        weights, out, vector_rows(z, t, vocab));
+  hybrid_row_stats_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(
+      z, t, column_count(vocab), list, targets, weights, out, rows_take_vector_path(z, t, vocab));
   DFLASH_CUDA_CHECK_LAUNCH("hybrid_row_stats_kernel");
 }
 
@@ -169,7 +137,7 @@ void launch_hybrid_logit_grad(Bf16Bits* z, const Bf16Bits* t, std::int64_t rows,
                               const float* row_stats, float weight_sum, cudaStream_t stream) {
   if (rows == 0) return;
   hybrid_logit_grad_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(
-      z, t, column_count(vocab), list, targets, weights, row_stats, weight_sum, vector_rows(z, t, vocab));
+      z, t, column_count(vocab), list, targets, weights, row_stats, weight_sum, rows_take_vector_path(z, t, vocab));
   DFLASH_CUDA_CHECK_LAUNCH("hybrid_logit_grad_kernel");
 }
 

@@ -46,14 +46,7 @@ void launch_hybrid_logit_grad(Bf16Bits* z, const Bf16Bits* t, std::int64_t rows,
 void launch_loss_totals(const DeviceRowOutputs& rows_out, DeviceRowTargets targets, std::int64_t T,
                         LossHeadStats<double>* totals, cudaStream_t stream);
 
-// Lowest offending row of each kind, or T when there is none.
-struct RowTargetFaults {
-  unsigned long long valid_not_01;        // valid_i not in {0, 1}
-  unsigned long long bad_weight;          // w_i negative or not finite
-  unsigned long long weight_on_invalid;   // w_i != 0 where valid_i = 0
-  unsigned long long label_out_of_range;  // valid_i = 1 and y_i outside [0, V)
-  unsigned long long positive_weight;     // w_i > 0 (W = 0 is then inconsistent)
-};
+// Lowest offending row of each kind (RowTargetFaults, row_program.hpp), or T when there is none.
 void launch_find_row_target_faults(DeviceRowTargets targets, std::int64_t T, std::int64_t vocab,
                                    RowTargetFaults* faults, cudaStream_t stream);
 

@@ -18,17 +18,25 @@
 //                     computed once (row_log2_offsets): one multiply and one exp2 per term
 //                     instead of a subtraction and an exp. The statistics stay in natural-log units.
 // Totals kernel:      totals_thread_partial, then the same fixed tree over LossHeadStats
+//
+// Each kernel's phases are a block program (cuda/exec/block_program.hpp) at the end of this file:
+// hybrid_row_stats_program, hybrid_logit_grad_program, loss_totals_program. The kernels run them
+// with DeviceBlockExec; the CPU backend (harness/cuda/host_loss_head_backend.hpp) and the tests run
+// them with HostBlockExec over the same grid. The input checks' per-element rules
+// (row_target_faults_of, bf16_bits_non_finite) are here too, for the same reason.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "common/bf16.hpp"
 #include "common/hd.hpp"
 #include "common/loss_head_stats.hpp"
 #include "common/loss_row.hpp"
 #include "common/row_stats.hpp"
+#include "cuda/loss_head/row_gather_program.hpp"
 #include "cuda/runtime/bf16_bits.hpp"
 
 namespace dflash {
@@ -262,5 +270,94 @@ DFLASH_HD inline LossHeadStats<double> totals_thread_partial(const DeviceRowOutp
 DFLASH_HD inline void totals_tree_level(LossHeadStats<double>* partial, int half, int thread) {
   if (thread < half) partial[thread].merge(partial[thread + half]);
 }
+
+// ---- the kernels as block programs --------------------------------------------------------------
+
+// Whether the row kernels take the 16-byte path: V a multiple of 8 and both chunks' rows (r V
+// elements in) 16-byte aligned, which their starts being 16-byte aligned then implies.
+DFLASH_HD inline bool rows_take_vector_path(const Bf16Bits* z, const Bf16Bits* t, std::int64_t vocab) {
+  return vocab % 8 == 0 && reinterpret_cast<std::uintptr_t>(z) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(t) % 16 == 0;
+}
+
+// Block r of the statistics kernel: compact row r of the chunks z, t (global row list[r]).
+// `partial`: the block's kRowThreads shared slots.
+template <class Exec>
+DFLASH_HD void hybrid_row_stats_program(Exec& exec, const Bf16Bits* z, const Bf16Bits* t, std::int32_t vocab,
+                                        const std::int32_t* list, const DeviceRowTargets& in, const HybridWeights& hw,
+                                        const DeviceRowOutputs& out, bool vector, KernelRowStats* partial,
+                                        std::int64_t r) {
+  const std::int64_t i = global_row_of(list, r);
+  const auto label = static_cast<std::int32_t>(in.labels[i]);
+  const RowScales sc = row_scales(hw);
+  const Bf16Bits* zr = z + r * vocab;
+  const Bf16Bits* tr = t + r * vocab;
+  exec.phase([&](int thread) {
+    new (&partial[thread]) KernelRowStats(row_stats_thread_partial(zr, tr, vocab, label, sc, thread, vector));
+  });
+  for (int half = kRowThreads / 2; half > 0; half /= 2) {
+    exec.phase([&](int thread) { merge_tree_level(partial, half, thread); });
+  }
+  exec.phase([&](int thread) {
+    if (thread == 0) write_row_outputs(partial[0], i, label, hw, sc, out);
+  });
+}
+
+// Block r of the gradient kernel: compact row r of z becomes dL/dz in place.
+template <class Exec>
+DFLASH_HD void hybrid_logit_grad_program(Exec& exec, Bf16Bits* z, const Bf16Bits* t, std::int32_t vocab,
+                                         const std::int32_t* list, const DeviceRowTargets& in, const HybridWeights& hw,
+                                         const float* row_stats, float weight_sum, bool vector, std::int64_t r) {
+  const std::int64_t i = global_row_of(list, r);
+  const float scale = row_logit_grad_scale(in, i, weight_sum);
+  const std::int32_t label = scale == 0.0f ? -1 : static_cast<std::int32_t>(in.labels[i]);
+  const HybridRowResult<float> row = scale == 0.0f ? HybridRowResult<float>{} : load_row_stats(row_stats, i);
+  const RowScales sc = row_scales(hw);
+  exec.phase([&](int thread) {
+    logit_grad_thread(z + r * vocab, t + r * vocab, vocab, label, row, hw, sc, scale, thread, vector);
+  });
+}
+
+// The totals kernel's one block of kTotalsThreads threads over all T rows; `partial`: its shared slots.
+template <class Exec>
+DFLASH_HD void loss_totals_program(Exec& exec, const DeviceRowOutputs& rows_out, const DeviceRowTargets& in,
+                                   std::int64_t T, LossHeadStats<double>* partial, LossHeadStats<double>* totals) {
+  exec.phase([&](int thread) {
+    new (&partial[thread]) LossHeadStats<double>(totals_thread_partial(rows_out, in, T, thread));
+  });
+  for (int half = kTotalsThreads / 2; half > 0; half /= 2) {
+    exec.phase([&](int thread) { totals_tree_level(partial, half, thread); });
+  }
+  exec.phase([&](int thread) {
+    if (thread == 0) *totals = partial[0];
+  });
+}
+
+// ---- input checks -----------------------------------------------------------------------------------
+
+// The lowest offending row of each kind, or T when there is none (the device finds them with
+// atomicMin over a grid-stride loop, the CPU backend in one ascending pass: the same rows).
+struct RowTargetFaults {
+  unsigned long long valid_not_01;        // valid_i not in {0, 1}
+  unsigned long long bad_weight;          // w_i negative or not finite
+  unsigned long long weight_on_invalid;   // w_i != 0 where valid_i = 0
+  unsigned long long label_out_of_range;  // valid_i = 1 and y_i outside [0, V)
+  unsigned long long positive_weight;     // w_i > 0 (W = 0 is then inconsistent)
+};
+
+// Which kinds of fault row i has, one flag per RowTargetFaults member, in its order.
+struct RowTargetFlags {
+  bool valid_not_01, bad_weight, weight_on_invalid, label_out_of_range, positive_weight;
+};
+DFLASH_HD inline RowTargetFlags row_target_faults_of(const DeviceRowTargets& in, std::int64_t i, std::int64_t vocab) {
+  const std::uint8_t valid = in.valid[i];
+  const float w = in.weights[i];
+  return RowTargetFlags{valid > 1,
+                        !(w >= 0.0f && w <= 3.402823466e+38f),  // negative, NaN or infinite
+                        valid == 0 && w != 0.0f, valid == 1 && (in.labels[i] < 0 || in.labels[i] >= vocab), w > 0.0f};
+}
+
+// A bf16 value that is inf or NaN: every exponent bit set.
+DFLASH_HD inline bool bf16_bits_non_finite(unsigned int bits16) { return (bits16 & 0x7F80u) == 0x7F80u; }
 
 }  // namespace dflash

@@ -65,6 +65,10 @@ struct HostBackend {
   // supports (attention_backward_uses_tensor_cores); other shapes run on CUDA cores on the device
   // too, with fp32 operands.
   bool round_attention_product_operands = false;
+  // The same for the CUDA-core forward as the plain computation of the tensor-core one: f P rounded
+  // to bf16 where it becomes the operand of O += (fP) V, on the shapes the tensor-core forward
+  // supports (attention_forward_uses_tensor_cores).
+  bool round_attention_forward_operands = false;
 
   template <class T>
   Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
@@ -147,9 +151,12 @@ struct HostBackend {
         return;
       }
     }
+    AttentionProblem plain = pb;
+    plain.round_product_operands_to_bf16 =
+        round_attention_forward_operands && attention_forward_uses_tensor_cores<Storage>(pb.tiling);
     run_grid_on_host(pb.tiling.query_tiles(), attention_forward_shared_bytes<Storage>(pb.tiling), kAttentionThreads,
                      false, [&](HostBlockExec& exec, unsigned char* shared, std::int64_t b) {
-                       attention_forward_block(exec, pb, in, out, shared, b);
+                       attention_forward_block(exec, plain, in, out, shared, b);
                      });
   }
   void attention_backward(const AttentionProblem& pb, const AttentionOperands<Storage>& in,

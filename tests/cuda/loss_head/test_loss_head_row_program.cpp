@@ -1,4 +1,4 @@
-// The loss head's row kernels run on the CPU: their phase functions (cuda/loss_head/row_program.hpp)
+// The loss head's row kernels run on the CPU: their block programs (cuda/loss_head/row_program.hpp)
 // driven over the kernels' real grid and thread partition - one block of kRowThreads threads per
 // row, phase by phase between the barriers - against a double reference streamed over the same
 // bf16 values. At V = 248320 (the vector path, and the scalar path on the same rows) and at
@@ -95,11 +95,6 @@ struct RowOutputs {
   }
 };
 
-template <class F>
-void each_thread(int threads, bool descending, F&& f) {
-  for (int k = 0; k < threads; ++k) f(descending ? threads - 1 - k : k);
-}
-
 // The valid rows as compact_valid_rows_kernel lists them: its program on the host, one block of
 // kCompactThreads threads, the shared offsets poisoned.
 std::vector<std::int32_t> list_valid_rows(const std::vector<std::uint8_t>& valid, bool descending) {
@@ -135,18 +130,15 @@ void scatter_chunk(const std::vector<T>& src, const std::int32_t* list, std::int
   }
 }
 
-// One block of hybrid_row_stats_kernel, phase by phase: row zr, tr of global row i.
+// One block of hybrid_row_stats_kernel (its program, hybrid_row_stats_program): row zr, tr of global
+// row i, as compact row 0 of a one-row chunk listing i. The shared slots poisoned.
 void run_row_stats_block(const RowProblem& p, const Bf16Bits* zr, const Bf16Bits* tr, std::int64_t i, bool vector,
                          bool descending, RowOutputs& out) {
-  const RowScales sc = row_scales(p.hw);
-  const auto label = static_cast<std::int32_t>(p.labels[i]);
+  const std::int32_t list[1] = {static_cast<std::int32_t>(i)};
   std::vector<KernelRowStats> partial(kRowThreads);
-  each_thread(kRowThreads, descending,
-              [&](int j) { partial[j] = row_stats_thread_partial(zr, tr, p.vocab, label, sc, j, vector); });
-  for (int half = kRowThreads / 2; half > 0; half /= 2) {
-    each_thread(kRowThreads, descending, [&](int j) { merge_tree_level(partial.data(), half, j); });
-  }
-  write_row_outputs(partial[0], i, label, p.hw, sc, out.view());
+  for (KernelRowStats& s : partial) s.count = -7;
+  HostBlockExec exec(kRowThreads, descending);
+  hybrid_row_stats_program(exec, zr, tr, p.vocab, list, p.targets(), p.hw, out.view(), vector, partial.data(), 0);
   out.count[i] = partial[0].count;
   out.argmax[i] = partial[0].argmax;
 }
@@ -181,15 +173,12 @@ RowOutputs run_row_stats_gathered(const RowProblem& p, const std::vector<std::in
   return out;
 }
 
-// One block of hybrid_logit_grad_kernel (one phase), in place on row zr of global row i.
+// One block of hybrid_logit_grad_kernel (its program), in place on row zr of global row i.
 void run_logit_grad_block(const RowProblem& p, const std::vector<float>& row_stats, Bf16Bits* zr, const Bf16Bits* tr,
                           std::int64_t i, bool vector, bool descending) {
-  const DeviceRowTargets in = p.targets();
-  const float scale = row_logit_grad_scale(in, i, p.weight_sum);
-  const std::int32_t label = scale == 0.0f ? -1 : static_cast<std::int32_t>(p.labels[i]);
-  const HybridRowResult<float> row = scale == 0.0f ? HybridRowResult<float>{} : load_row_stats(row_stats.data(), i);
-  each_thread(kRowThreads, descending,
-              [&](int j) { logit_grad_thread(zr, tr, p.vocab, label, row, p.hw, row_scales(p.hw), scale, j, vector); });
+  const std::int32_t list[1] = {static_cast<std::int32_t>(i)};
+  HostBlockExec exec(kRowThreads, descending);
+  hybrid_logit_grad_program(exec, zr, tr, p.vocab, list, p.targets(), p.hw, row_stats.data(), p.weight_sum, vector, 0);
 }
 
 // The un-gathered gradient pass over every row; returns the [T, V] chunk after the in-place update.
@@ -246,13 +235,13 @@ GatheredGradient run_logit_grad_gathered(const RowProblem& p, const std::vector<
   return g;
 }
 
+// The totals kernel's program: one block of kTotalsThreads threads over all rows.
 LossHeadStats<double> totals_of(const RowProblem& p, RowOutputs& out) {
   std::vector<LossHeadStats<double>> partial(kTotalsThreads);
-  for (int j = 0; j < kTotalsThreads; ++j) partial[j] = totals_thread_partial(out.view(), p.targets(), p.rows, j);
-  for (int half = kTotalsThreads / 2; half > 0; half /= 2) {
-    for (int j = 0; j < kTotalsThreads; ++j) totals_tree_level(partial.data(), half, j);
-  }
-  return partial[0];
+  LossHeadStats<double> totals;
+  HostBlockExec exec(kTotalsThreads, false);
+  loss_totals_program(exec, out.view(), p.targets(), p.rows, partial.data(), &totals);
+  return totals;
 }
 
 struct DoubleRow {

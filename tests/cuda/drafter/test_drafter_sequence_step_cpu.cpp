@@ -1,0 +1,98 @@
+// The device step's own code on the CPU, in every CI run: cuda_drafter_sequence_step
+// (cuda/drafter/sequence_step.hpp) over a batch's sequences, the trunk on HostBackend<Bf16Bits> and
+// the loss head's chunk loop on HostLossHeadBackend (harness/cuda/drafter_step_twin.hpp,
+// host_drafter_step), on the tiny and mid configs with dropout:
+//  - every trunk policy x loss policy gives the same bits (the CPU backend's arithmetic for a value
+//    does not depend on what is kept or recomputed, nor on how rows are chunked), so a wrong
+//    recompute boundary, a gradient handed to the wrong sequence or a row listed wrongly shows;
+//  - the result is within SPEC §10's rule of the double reference step, the plain bf16 step
+//    (plain_bf16_drafter_step) being the plain computation: the device's code computes the step.
+//    The cases with 4 anchor slots are the GPU rule test's (test_drafter_step_rule_gpu.cpp), so this
+//    previews it; mid with 2 slots is the one that showed the plain step must round the
+//    tensor-core forward's f P to bf16 as the kernel does (AttentionProblem::round_product_operands_to_bf16);
+//  - each sequence's per-row hit flags are those of its labelled rows whose argmax is the label:
+//    never set on an unlabelled row, and as many as the step counts correct.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harness/cuda/config_path.hpp"
+#include "harness/cuda/drafter_step_twin.hpp"
+#include "reference/drafter_problem.hpp"
+
+namespace dflash {
+namespace {
+
+struct PolicyPair {
+  TrunkPolicy trunk;
+  LossPolicy loss;
+};
+const PolicyPair kPolicies[] = {
+    {TrunkPolicy::per_layer, LossPolicy::chunk_recompute},
+    {TrunkPolicy::none, LossPolicy::chunk_recompute},
+    {TrunkPolicy::every_k, LossPolicy::chunk_recompute},
+    {TrunkPolicy::per_layer, LossPolicy::chunk_grad_in_forward},
+    {TrunkPolicy::every_k, LossPolicy::chunk_grad_in_forward},
+    {TrunkPolicy::none, LossPolicy::materialize},
+};
+
+class HostSequenceStep : public ::testing::TestWithParam<StepProblemCase> {};
+
+TEST_P(HostSequenceStep, EveryPolicyTheSameBitsWithinTheRuleOfTheReference) {
+  const StepProblemCase c = GetParam();
+  DeviceFormatStepProblem p(load_drafter_config(test_config_file(c.config)), c);
+  const DrafterStepOptions base = p.options(TrunkPolicy::per_layer, LossPolicy::chunk_recompute);
+  const StepValues exact = step_values(drafter_step(p.tracker, p.config, p.params, p.frozen, p.batch, base));
+  const StepValues plain = plain_bf16_drafter_step(p.config, p.params, p.frozen, p.batch, base);
+  ASSERT_GT(exact.valid_rows, 0);
+
+  std::vector<std::vector<std::uint8_t>> hits;
+  const StepValues first = host_drafter_step(p.config, p.params, p.frozen, p.batch, base, &hits);
+  const std::vector<RuleLine> lines = step_rule_lines(p.params, first, plain, exact);
+  for (const RuleLine& l : lines) {
+    std::printf("  %-28s error %.2e (plain %.2e, bound %.2e)\n", l.name.c_str(), l.error, l.plain_error, l.bound);
+  }
+  EXPECT_LE(worst_ratio(lines), 1.0) << describe(lines);
+  EXPECT_EQ(first.valid_rows, exact.valid_rows);
+
+  // Hits: only on labelled rows, and as many as the step counts correct.
+  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(p.config, p.batch, base);
+  ASSERT_EQ(hits.size(), seqs.size());
+  std::int64_t hit_count = 0;
+  for (std::size_t b = 0; b < seqs.size(); ++b) {
+    ASSERT_EQ(hits[b].size(), seqs[b].blocks.valid.size());
+    for (std::size_t i = 0; i < hits[b].size(); ++i) {
+      EXPECT_TRUE(hits[b][i] == 0 || (hits[b][i] == 1 && seqs[b].blocks.valid[i] == 1))
+          << "sequence " << b << " row " << i;
+      hit_count += hits[b][i];
+    }
+  }
+  EXPECT_EQ(hit_count, first.correct);
+
+  for (const PolicyPair& policy : kPolicies) {
+    SCOPED_TRACE(str(trunk_policy_name(policy.trunk), " x ", loss_policy_name(policy.loss)));
+    const StepValues other =
+        host_drafter_step(p.config, p.params, p.frozen, p.batch, p.options(policy.trunk, policy.loss));
+    const std::vector<double> a = flattened(other), b = flattened(first);
+    ASSERT_EQ(a.size(), b.size());
+    const auto differ = std::mismatch(a.begin(), a.end(), b.begin());
+    EXPECT_TRUE(differ.first == a.end()) << "the policies disagree in their bits: value " << (differ.first - a.begin())
+                                         << " of " << a.size() << " is " << *differ.first << " vs " << *differ.second;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyAndMid, HostSequenceStep,
+                         ::testing::Values(StepProblemCase{"tiny.json", 11, 4, 5, 0.0},
+                                           StepProblemCase{"tiny.json", 11, 4, 5, 0.1},
+                                           StepProblemCase{"mid.json", 300, 4, 24, 0.1},
+                                           StepProblemCase{"mid.json", 300, 2, 7, 0.1}),
+                         [](const ::testing::TestParamInfo<StepProblemCase>& info) {
+                           return str(info.param.config[0] == 't' ? "tiny" : "mid", "_A", info.param.max_anchors,
+                                      info.param.dropout > 0 ? "_dropout" : "");
+                         });
+
+}  // namespace
+}  // namespace dflash
