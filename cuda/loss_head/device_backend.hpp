@@ -15,36 +15,8 @@
 
 namespace dflash {
 
-struct CudaLossHeadBackend {
-  template <class T>
-  using Buffer = DeviceBuffer<T>;
-
-  DeviceAllocator& allocator;
+struct CudaLossHeadBackend : DeviceMemory {
   CublasGemm& gemm;
-
-  cudaStream_t stream() const { return allocator.stream(); }
-
-  template <class T>
-  Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
-    return Buffer<T>(allocator, category, n);
-  }
-  template <class T>
-  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
-    Buffer<T> b(allocator, category, values.size());
-    b.upload(values);
-    return b;
-  }
-  template <class T>
-  std::vector<T> to_host(const Buffer<T>& b) const {
-    return b.download();
-  }
-  template <class T>
-  T element(const T* array, std::int64_t index) const {
-    T value{};
-    copy_to_host(allocator, &value, array + index, sizeof(T));
-    return value;
-  }
-  void copy(void* to, const void* from, std::size_t bytes) const { copy_on_device(allocator, to, from, bytes); }
 
   void compact_valid_rows(const std::uint8_t* valid, std::int64_t T, std::int32_t* list, std::int32_t* count) const {
     launch_compact_valid_rows(valid, T, list, count, stream());

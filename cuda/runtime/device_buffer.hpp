@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <utility>
 #include <vector>
@@ -84,6 +85,40 @@ class DeviceBuffer {
   MemoryCategory category_ = MemoryCategory::transient;
   std::size_t count_ = 0;
   T* data_ = nullptr;
+};
+
+// What a backend on one allocator (CudaBackend, the trunk's; CudaLossHeadBackend, the loss head's)
+// does with memory: makes buffers, fills them from and reads them back to the host, copies within
+// the device. Every call runs on the allocator's stream; a read back waits for it.
+struct DeviceMemory {
+  template <class T>
+  using Buffer = DeviceBuffer<T>;
+
+  DeviceAllocator& allocator;
+
+  cudaStream_t stream() const { return allocator.stream(); }
+  template <class T>
+  Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
+    return Buffer<T>(allocator, category, n);
+  }
+  template <class T>
+  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
+    Buffer<T> b(allocator, category, values.size());
+    b.upload(values);
+    return b;
+  }
+  template <class T>
+  std::vector<T> to_host(const Buffer<T>& b) const {
+    return b.download();
+  }
+  // array[index], one value back to the host.
+  template <class T>
+  T element(const T* array, std::int64_t index) const {
+    T value{};
+    copy_to_host(allocator, &value, array + index, sizeof(T));
+    return value;
+  }
+  void copy(void* to, const void* from, std::size_t bytes) const { copy_on_device(allocator, to, from, bytes); }
 };
 
 }  // namespace dflash

@@ -14,31 +14,12 @@
 
 namespace dflash {
 
-struct CudaBackend {
+struct CudaBackend : DeviceMemory {
   using Storage = Bf16Bits;
-  template <class T>
-  using Buffer = DeviceBuffer<T>;
 
-  DeviceAllocator& allocator;
   LinearGemm& gemm;
   AttentionForwardKernel attention_forward_kernel = kDrafterStepAttentionForward;
   AttentionBackwardKernel attention_backward_kernel = kDrafterStepAttentionBackward;
-
-  template <class T>
-  Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
-    return Buffer<T>(allocator, category, n);
-  }
-  template <class T>
-  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
-    Buffer<T> b(allocator, category, values.size());
-    b.upload(values);
-    return b;
-  }
-  template <class T>
-  std::vector<T> to_host(const Buffer<T>& b) const {
-    return b.download();
-  }
-  cudaStream_t stream() const { return allocator.stream(); }
 
   void narrow(const float* x, std::int64_t n, Storage* y) const { launch_narrow(x, n, y, stream()); }
   void embedding_gather(const std::int64_t* tokens, const Storage* table, std::int64_t T, std::int64_t H,

@@ -26,6 +26,7 @@
 #include "reference/bf16_tolerance.hpp"
 #include "reference/loss_head_compare.hpp"
 #include "tests/cuda/loss_head/cases.hpp"
+#include "tests/planner/expect_input_error.hpp"
 
 namespace dflash {
 namespace {
@@ -145,14 +146,9 @@ TEST(HostLossHeadMemory, EachPolicyHoldsWhatThePlanSaysAndNothingAfterBackward) 
       const HostBuffer<float> g = head.backward(p.targets(), std::move(f.saved));
       left = memory.current(MemoryCategory::loss_saved) + memory.current(MemoryCategory::transient);
     }
-    const LossHeadShape s{.rows = spec.rows,
-                          .hidden = spec.hidden,
-                          .vocab = spec.vocab,
-                          .chunk_rows = chunk,
-                          .element_bytes = 2,
-                          .statistic_bytes = 4,
-                          .lm_head_grad = false,
-                          .gradient_bytes = 4};
+    // The production formats: bf16 rows and logits, fp32 statistics and dL/dY.
+    const LossHeadShape s{
+        .rows = spec.rows, .hidden = spec.hidden, .vocab = spec.vocab, .chunk_rows = chunk, .gradient_bytes = 4};
     const CategoryBytes plan = cuda_loss_head_memory(s, policy);
     EXPECT_EQ(saved_after_forward, std::size_t(plan[PlanCategory::loss_saved]));
     EXPECT_EQ(memory.peak(MemoryCategory::loss_saved), std::size_t(plan[PlanCategory::loss_saved]));
@@ -179,15 +175,8 @@ class HostLossHeadInputs : public ::testing::Test {
   }
   void forward() { forward(p_.weight_sum, p_.targets()); }
   // The forward throws InputError whose message names `argument` and contains `value`.
-  void expect_input_error(const std::function<void()>& run, const std::string& argument, const std::string& value) {
-    try {
-      run();
-      FAIL() << "no exception for " << argument;
-    } catch (const InputError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("invalid " + argument + ":"), std::string::npos) << m;
-      EXPECT_NE(m.find(value), std::string::npos) << m;
-    }
+  static void expect_rejected(const std::function<void()>& run, const std::string& argument, const std::string& value) {
+    expect_input_error(run, {"invalid " + argument + ":", value});
   }
 
   static constexpr LossHeadProblemSpec kSpec{
@@ -205,58 +194,58 @@ TEST_F(HostLossHeadInputs, RejectsALabelOutsideTheVocabularyNamingTheLowestRow) 
   const std::int64_t a = valid_rows_[0], b = valid_rows_[1];
   p_.labels.data()[b] = -4;
   p_.labels.data()[a] = kSpec.vocab;
-  expect_input_error([&] { forward(); }, "labels[" + std::to_string(a) + "]", std::to_string(kSpec.vocab));
+  expect_rejected([&] { forward(); }, "labels[" + std::to_string(a) + "]", std::to_string(kSpec.vocab));
 }
 
 TEST_F(HostLossHeadInputs, RejectsBadWeightsNamingTheLowestRow) {
   const std::int64_t a = valid_rows_[0], b = valid_rows_[1];
   p_.weights.data()[b] = std::numeric_limits<float>::quiet_NaN();
   p_.weights.data()[a] = -0.5f;
-  expect_input_error([&] { forward(); }, "weights[" + std::to_string(a) + "]", "-0.5");
+  expect_rejected([&] { forward(); }, "weights[" + std::to_string(a) + "]", "-0.5");
   p_.weights.data()[a] = std::numeric_limits<float>::infinity();
-  expect_input_error([&] { forward(); }, "weights[" + std::to_string(a) + "]", "inf");
+  expect_rejected([&] { forward(); }, "weights[" + std::to_string(a) + "]", "inf");
 }
 
 TEST_F(HostLossHeadInputs, RejectsAWeightOnAnInvalidRow) {
   const std::int64_t i = invalid_rows_[0];
   p_.weights.data()[i] = 0.25f;
-  expect_input_error([&] { forward(); }, "weights[" + std::to_string(i) + "]", "valid = 0");
+  expect_rejected([&] { forward(); }, "weights[" + std::to_string(i) + "]", "valid = 0");
 }
 
 TEST_F(HostLossHeadInputs, RejectsAValidFlagThatIsNotZeroOrOne) {
   const std::int64_t i = valid_rows_[1];
   p_.valid.data()[i] = 2;
-  expect_input_error([&] { forward(); }, "valid[" + std::to_string(i) + "]", "2 is not 0 or 1");
+  expect_rejected([&] { forward(); }, "valid[" + std::to_string(i) + "]", "2 is not 0 or 1");
 }
 
 TEST_F(HostLossHeadInputs, RejectsAZeroWeightSumWithPositiveWeights) {
-  expect_input_error([&] { forward(0.0, p_.targets()); }, "weight_sum", "zero while some row weights are positive");
+  expect_rejected([&] { forward(0.0, p_.targets()); }, "weight_sum", "zero while some row weights are positive");
 }
 
 TEST_F(HostLossHeadInputs, RejectsNonFiniteHiddenLmHeadAndValidTeacherRowsNamingTheFirst) {
   const std::int64_t e = 5 * kSpec.hidden + 3;
   p_.hidden.data()[e + 40] = bf16_bits_from_float(std::numeric_limits<float>::infinity());
   p_.hidden.data()[e] = bf16_bits_from_float(std::numeric_limits<float>::quiet_NaN());
-  expect_input_error([&] { forward(); }, "hidden", "element " + std::to_string(e) + " (row 5) is nan");
+  expect_rejected([&] { forward(); }, "hidden", "element " + std::to_string(e) + " (row 5) is nan");
   p_.hidden.data()[e] = p_.hidden.data()[e + 40] = 0;
 
   const std::int64_t w = 100 * kSpec.hidden + 15;
   p_.lm_head.data()[w] = bf16_bits_from_float(-std::numeric_limits<float>::infinity());
-  expect_input_error([&] { forward(); }, "lm_head", "element " + std::to_string(w) + " (row 100) is -inf");
+  expect_rejected([&] { forward(); }, "lm_head", "element " + std::to_string(w) + " (row 100) is -inf");
   p_.lm_head.data()[w] = 0;
 
   const std::int64_t i = valid_rows_[1];
   p_.teacher_hidden.data()[i * kSpec.hidden] = bf16_bits_from_float(std::numeric_limits<float>::infinity());
-  expect_input_error([&] { forward(); }, "teacher_hidden", "(row " + std::to_string(i) + ") is inf");
+  expect_rejected([&] { forward(); }, "teacher_hidden", "(row " + std::to_string(i) + ") is inf");
 }
 
 TEST_F(HostLossHeadInputs, RejectsMissingTensors) {
   CudaLossHeadTargets targets = p_.targets();
   targets.lm_head = nullptr;
-  expect_input_error([&] { forward(p_.weight_sum, targets); }, "lm_head", "missing");
+  expect_rejected([&] { forward(p_.weight_sum, targets); }, "lm_head", "missing");
   targets = p_.targets();
   targets.rows.valid = nullptr;
-  expect_input_error([&] { forward(p_.weight_sum, targets); }, "labels/weights/valid", "missing");
+  expect_rejected([&] { forward(p_.weight_sum, targets); }, "labels/weights/valid", "missing");
 }
 
 TEST_F(HostLossHeadInputs, RejectsBackwardUnderAnotherPolicy) {
@@ -265,15 +254,15 @@ TEST_F(HostLossHeadInputs, RejectsBackwardUnderAnotherPolicy) {
   HostHead forward_head(be_, o);
   HostHead::Forward f = forward_head.forward(p_.hidden.data(), p_.shape, p_.targets(), p_.weight_sum);
   HostHead backward_head(be_, LossHeadOptions{});
-  expect_input_error([&] { backward_head.backward(p_.targets(), std::move(f.saved)); }, "loss_policy",
-                     "chunk_grad_in_forward");
+  expect_rejected([&] { backward_head.backward(p_.targets(), std::move(f.saved)); }, "loss_policy",
+                  "chunk_grad_in_forward");
 }
 
 TEST_F(HostLossHeadInputs, RejectsBadOptionsBeforeTouchingTheBackend) {
   LossHeadOptions o;
   o.policy = LossPolicy::chunk_retain;
   const std::size_t before = memory_.current(MemoryCategory::transient);
-  expect_input_error([&] { HostHead head(be_, o); }, "loss_policy", "chunk_retain");
+  expect_rejected([&] { HostHead head(be_, o); }, "loss_policy", "chunk_retain");
   EXPECT_EQ(memory_.current(MemoryCategory::transient), before);
 }
 
