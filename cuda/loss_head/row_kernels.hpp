@@ -2,7 +2,9 @@
 // the host compiler can drive them. Each row of a logits chunk is one thread block: it streams the
 // row's V columns once (common/row_stats.hpp, fp32) and merges the threads' partial statistics
 // in a fixed tree, so results are bitwise reproducible run to run. The kernels' bodies are the
-// host/device phase functions of loss_head_row_phases.hpp (run on the CPU by its test).
+// block programs of row_program.hpp and row_gather_program.hpp, which the CPU backend
+// (harness/cuda/host_loss_head_backend.hpp) runs over the same grids; the fault finders' per-element
+// rules are row_program.hpp's too.
 #pragma once
 
 #include <cstdint>

@@ -178,7 +178,7 @@ TrunkValues<float> run_trunk(const Backend& be, const TrunkProblem& p, TrunkPoli
   Trunk<Backend> trunk(be, w, ctx, p.dims.K, features.data(), tokens.data(), policy, every);
   TrunkValues<float> r;
   for (const Storage& y : be.to_host(trunk.forward())) r.hidden.push_back(widen(y));
-  // dL/dY arrives as the step's loss head hands it back: a gradient (cuda/loss_head/head.cpp), so
+  // dL/dY arrives as the step's loss head hands it back: a gradient (cuda/loss_head/chunked_head.hpp), so
   // that the transient bytes are the trunk's own (planner/cuda_trunk_memory.hpp).
   GradientsFinal on_final;
   if (announcements != nullptr) {
