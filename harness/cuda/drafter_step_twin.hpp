@@ -205,12 +205,17 @@ struct HostStepSequence {
 // over the batch's sequences as cuda_drafter_step runs it, on HostBackend<Bf16Bits> (the attention
 // programs the device step takes, tensor-core ones with the mma emulated) and the loss head's chunk
 // loop on HostLossHeadBackend, under `options`' trunk and loss policies. `params`, `frozen`, `batch`
-// already in the device formats. `hits`, when given, receives each sequence's per-row flags.
+// already in the device formats. `hits`, when given, receives each sequence's per-row flags;
+// `memory`, when given, counts every buffer the backends hold (as the device allocator counts the
+// device step's), and nothing else.
 inline StepValues host_drafter_step(const DrafterConfig& config, const DrafterParameters<double>& params,
                                     const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch,
                                     const DrafterStepOptions& options,
-                                    std::vector<std::vector<std::uint8_t>>* hits = nullptr) {
-  MemoryTracker host;
+                                    std::vector<std::vector<std::uint8_t>>* hits = nullptr,
+                                    MemoryTracker* memory = nullptr) {
+  MemoryTracker scratch;  // the host's own tensors (the gathered teacher rows before upload)
+  MemoryTracker own;
+  MemoryTracker& host = memory != nullptr ? *memory : own;
   HostBackend<Bf16Bits> be{host};
   be.attention_forward_kernel = kDrafterStepAttentionForward;
   be.attention_backward_kernel = kDrafterStepAttentionBackward;
@@ -229,7 +234,7 @@ inline StepValues host_drafter_step(const DrafterConfig& config, const DrafterPa
   StepValues out;
   LossHeadStats<double> stats;
   for (std::int64_t b = 0; b < batch.num_sequences(); ++b) {
-    HostStepSequence seq(be, host, batch, b, seqs[static_cast<std::size_t>(b)]);
+    HostStepSequence seq(be, scratch, batch, b, seqs[static_cast<std::size_t>(b)]);
     const std::uint32_t sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
     std::vector<std::uint8_t>* sequence_hits = hits != nullptr ? &hits->emplace_back() : nullptr;
     stats.merge(cuda_drafter_sequence_step(be, head, config, dims, w.weights, seq.view(ctx_pos), options, sequence,

@@ -11,7 +11,9 @@
 //    previews it; mid with 2 slots is the one that showed the plain step must round the
 //    tensor-core forward's f P to bf16 as the kernel does (AttentionProblem::round_product_operands_to_bf16);
 //  - each sequence's per-row hit flags are those of its labelled rows whose argmax is the label:
-//    never set on an unlabelled row, and as many as the step counts correct.
+//    never set on an unlabelled row, and as many as the step counts correct;
+//  - the step's peaks per category are what `dflash plan` plans for the same shapes (the CPU twin
+//    of test_drafter_step_gpu's PeaksPerCategoryAsPlanned).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -21,6 +23,7 @@
 
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
+#include "planner/training_plan.hpp"
 #include "reference/drafter_problem.hpp"
 
 namespace dflash {
@@ -93,6 +96,47 @@ INSTANTIATE_TEST_SUITE_P(TinyAndMid, HostSequenceStep,
                            return str(info.param.config[0] == 't' ? "tiny" : "mid", "_A", info.param.max_anchors,
                                       info.param.dropout > 0 ? "_dropout" : "");
                          });
+
+// Production precision, one GPU, ZeRO-0 (the step holds no optimizer state): exact in every
+// category but transient, which lies between the plan and the plan plus the loss head's small
+// records (at most 3 x 64 B); this backend has no cuBLAS workspaces. The case's rows are partly
+// unlabelled: the plan holds whatever their number.
+TEST(HostSequenceStepMemory, PeaksPerCategoryAsPlanned) {
+  const StepProblemCase c{"mid.json", 300, 2, 7, 0.1};
+  DeviceFormatStepProblem p(load_drafter_config(test_config_file(c.config)), c);
+  const PolicyPair runs[] = {{TrunkPolicy::none, LossPolicy::chunk_recompute},
+                             {TrunkPolicy::per_layer, LossPolicy::chunk_recompute},
+                             {TrunkPolicy::every_k, LossPolicy::chunk_recompute},
+                             {TrunkPolicy::per_layer, LossPolicy::chunk_grad_in_forward},
+                             {TrunkPolicy::per_layer, LossPolicy::materialize}};
+  for (const PolicyPair& policy : runs) {
+    SCOPED_TRACE(str(trunk_policy_name(policy.trunk), " x ", loss_policy_name(policy.loss)));
+    const DrafterStepOptions o = p.options(policy.trunk, policy.loss);
+    MemoryTracker memory;
+    host_drafter_step(p.config, p.params, p.frozen, p.batch, o, nullptr, &memory);
+    PlanRequest r = PlanRequest::from_config(p.config);
+    r.tokens = p.batch.anchor_slots(p.config) * p.config.block_size;
+    r.context = p.batch.context_length();
+    r.sequences = p.batch.num_sequences();
+    r.loss_policy = o.loss_policy;
+    r.loss_chunk_rows = o.loss_chunk_rows;
+    r.trunk_policy = o.trunk_policy;
+    r.checkpoint_every = o.checkpoint_every;
+    r.layout = {.gpus = 1, .zero_stage = 0};
+    r.features_grad = true;  // the step hands dL/dF back
+    const CategoryBytes plan = plan_training_memory(r).categories;
+    const auto peak = [&](MemoryCategory m) { return static_cast<std::int64_t>(memory.peak(m)); };
+    EXPECT_EQ(peak(MemoryCategory::parameters), plan[PlanCategory::parameters]);
+    EXPECT_EQ(peak(MemoryCategory::frozen), plan[PlanCategory::frozen]);
+    EXPECT_EQ(peak(MemoryCategory::gradients), plan[PlanCategory::gradients]);
+    EXPECT_EQ(peak(MemoryCategory::inputs), plan[PlanCategory::inputs]);
+    EXPECT_EQ(peak(MemoryCategory::saved), plan[PlanCategory::saved]);
+    EXPECT_EQ(peak(MemoryCategory::loss_saved), plan[PlanCategory::loss_saved]);
+    EXPECT_EQ(peak(MemoryCategory::outputs), plan[PlanCategory::outputs]);
+    EXPECT_GE(peak(MemoryCategory::transient), plan[PlanCategory::transient]);
+    EXPECT_LE(peak(MemoryCategory::transient), plan[PlanCategory::transient] + 3 * 64);
+  }
+}
 
 }  // namespace
 }  // namespace dflash
