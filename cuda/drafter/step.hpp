@@ -2,7 +2,8 @@
 // drafter_step, with the same inputs (config, parameters, frozen weights, batch, step options)
 // and the same outputs (loss statistics over W, every trainable parameter's gradient and dL/dF).
 //
-// Per sequence, in order: anchors and block rows exactly as the reference prepares them
+// The uploads and the loop are cuda/drafter/step_loop.hpp's, on CudaBackend and CudaLossHead here
+// (on the CPU backends in the CPU tests). Per sequence, in order: anchors and block rows exactly as the reference prepares them
 // (prepare_sequences, SPEC §4), the trunk (cuda/trunk/stack.hpp on cuda/trunk/device_backend.hpp, under options.trunk_policy), the
 // CUDA loss head (cuda/loss_head/head.hpp, under options.loss_policy), the loss head's backward
 // and the trunk's backward, accumulating the gradients on the device in fp32 (sequence order).
@@ -18,18 +19,12 @@
 #include <vector>
 
 #include "cuda/drafter/sequence_step.hpp"
+#include "cuda/drafter/step_loop.hpp"
 #include "cuda/runtime/device_allocator.hpp"
 #include "cuda/runtime/device_buffer.hpp"
 #include "reference/drafter.hpp"
 
 namespace dflash {
-
-struct CudaDrafterStepResult {
-  LossHeadStats<double> stats;          // loss, ce, kl over W; correct, valid_rows
-  double weight_sum = 0;                // W
-  DrafterParameters<double> grads;      // host copies, MemoryCategory::gradients of the host tracker
-  Tensor<double> target_features_grad;  // dL/dF [nseq, S, K H]
-};
 
 // Validates everything the reference validates first (config, parameters, batch, policies) and
 // throws InputError naming the problem before touching the device.

@@ -24,8 +24,8 @@
 
 #include "common/storage.hpp"
 #include "common/tolerances.hpp"
-#include "cuda/drafter/sequence_step.hpp"
 #include "cuda/drafter/step.hpp"
+#include "cuda/drafter/step_loop.hpp"
 #include "cuda/loss_head/chunked_head.hpp"
 #include "cuda/runtime/bf16_bits.hpp"
 #include "cuda/trunk/stack.hpp"
@@ -122,131 +122,28 @@ struct DeviceFormatStepProblem {
   }
 };
 
-// Doubles rounded to bf16 as the device's upload rounds them.
-inline std::vector<Bf16Bits> bf16_rounded(const double* x, std::int64_t n) {
-  std::vector<Bf16Bits> out(static_cast<std::size_t>(n));
-  for (std::size_t e = 0; e < out.size(); ++e) narrow_into(static_cast<float>(x[e]), out[e]);
-  return out;
-}
-
-// The step's weights in a CPU backend's memory as cuda_drafter_step puts them on the device:
-// trainable matrices, E and W_lm in bf16, norm weights in fp32, one fp32 gradient buffer per
-// parameter (zeros), bound per parameter (bind_trunk_parameters).
-struct HostStepWeights {
-  std::vector<HostBuffer<Bf16Bits>> matrices;
-  std::vector<HostBuffer<float>> vectors, grads;
-  HostBuffer<Bf16Bits> embed, lm_head;
-  CudaDrafterWeights weights;
-
-  HostStepWeights(const HostBackend<Bf16Bits>& be, const DrafterConfig& config, const DrafterParameters<double>& params,
-                  const FrozenWeights<double>& frozen) {
-    std::vector<const void*> values;
-    params.for_each([&](const std::string&, const Tensor<double>& t) {
-      if (t.rank() == 2) {
-        matrices.push_back(be.from_host(MemoryCategory::parameters, bf16_rounded(t.data(), t.numel())));
-        values.push_back(matrices.back().data());
-      } else {
-        vectors.push_back(
-            be.from_host(MemoryCategory::parameters, std::vector<float>(t.values().begin(), t.values().end())));
-        values.push_back(vectors.back().data());
-      }
-      grads.push_back(be.from_host(MemoryCategory::gradients, std::vector<float>(t.values().size(), 0.0f)));
-    });
-    std::vector<float*> grad_of;
-    for (auto& g : grads) grad_of.push_back(g.data());
-    embed = be.from_host(MemoryCategory::frozen, bf16_rounded(frozen.embed_tokens.data(), frozen.embed_tokens.numel()));
-    lm_head = be.from_host(MemoryCategory::frozen, bf16_rounded(frozen.lm_head.data(), frozen.lm_head.numel()));
-    weights.lm_head = lm_head.data();
-    bind_trunk_parameters(config, values, grad_of, embed.data(), weights.trunk, weights.grads);
-  }
-
-  // Every gradient, in DrafterParameters order, widened.
-  std::vector<std::vector<double>> gradients() const {
-    std::vector<std::vector<double>> out;
-    for (const auto& g : grads) out.emplace_back(g.data(), g.data() + g.size());
-    return out;
-  }
-};
-
-// One sequence's inputs in a CPU backend's memory as cuda_drafter_step uploads them.
-struct HostStepSequence {
-  HostBuffer<std::int64_t> anchors, positions, tokens, labels;
-  HostBuffer<std::uint8_t> keep, valid;
-  HostBuffer<Bf16Bits> features, teacher_rows;
-  HostBuffer<float> weights, features_grad;
-
-  HostStepSequence(const HostBackend<Bf16Bits>& be, MemoryTracker& host, const DrafterBatch<double>& batch,
-                   std::int64_t b, const PreparedSequence<double>& s) {
-    const MemoryCategory in = MemoryCategory::inputs;
-    const std::int64_t SKH = batch.target_features.numel() / batch.num_sequences();
-    anchors = be.from_host(in, s.slots.anchors);
-    keep = be.from_host(in, s.slots.keep);
-    positions = be.from_host(in, s.blocks.positions);
-    tokens = be.from_host(in, s.blocks.input_tokens);
-    features = be.from_host(in, bf16_rounded(batch.target_features.data() + b * SKH, SKH));
-    const Tensor<double> teacher = gather_teacher_rows(host, batch, b, s.blocks);
-    teacher_rows = be.from_host(in, bf16_rounded(teacher.data(), teacher.numel()));
-    labels = be.from_host(in, s.blocks.labels);
-    weights = be.from_host(in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
-    valid = be.from_host(in, s.blocks.valid);
-    features_grad = be.from_host(MemoryCategory::gradients, std::vector<float>(static_cast<std::size_t>(SKH), 0.0f));
-  }
-
-  CudaSequenceInputs view(const HostBuffer<std::int64_t>& context_positions) {
-    return {anchors.data(),      keep.data(),
-            positions.data(),    context_positions.data(),
-            tokens.data(),       features.data(),
-            teacher_rows.data(), DeviceRowTargets{labels.data(), weights.data(), valid.data()},
-            features_grad.data()};
-  }
-};
-
-// The device step's own code on the CPU: cuda_drafter_sequence_step (cuda/drafter/sequence_step.hpp)
-// over the batch's sequences as cuda_drafter_step runs it, on HostBackend<Bf16Bits> (the attention
-// programs the device step takes, tensor-core ones with the mma emulated) and the loss head's chunk
-// loop on HostLossHeadBackend, under `options`' trunk and loss policies. `params`, `frozen`, `batch`
-// already in the device formats. `hits`, when given, receives each sequence's per-row flags;
-// `memory`, when given, counts every buffer the backends hold (as the device allocator counts the
-// device step's), and nothing else.
+// The device step's own code on the CPU: drafter_step_on (cuda/drafter/step_loop.hpp: the uploads,
+// cuda_drafter_sequence_step over the sequences, the gradients read back) after the same checks
+// as cuda_drafter_step, on HostBackend<Bf16Bits> (the attention programs the device step takes,
+// tensor-core ones with the mma emulated) and the loss head's chunk loop on HostLossHeadBackend,
+// under `options`' trunk and loss policies. `params`, `frozen`, `batch` already in the device
+// formats. `hits`, when given, receives each sequence's per-row flags; `memory`, when given, counts
+// every buffer the backends hold (as the device allocator counts the device step's), nothing else.
 inline StepValues host_drafter_step(const DrafterConfig& config, const DrafterParameters<double>& params,
                                     const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch,
                                     const DrafterStepOptions& options,
                                     std::vector<std::vector<std::uint8_t>>* hits = nullptr,
                                     MemoryTracker* memory = nullptr) {
-  MemoryTracker scratch;  // the host's own tensors (the gathered teacher rows before upload)
+  const CheckedDrafterStep c = check_drafter_step(config, params, frozen, batch, options);
+  MemoryTracker host;  // the host's own tensors (gathered teacher rows, the result)
   MemoryTracker own;
-  MemoryTracker& host = memory != nullptr ? *memory : own;
-  HostBackend<Bf16Bits> be{host};
+  MemoryTracker& buffers = memory != nullptr ? *memory : own;
+  HostBackend<Bf16Bits> be{buffers};
   be.attention_forward_kernel = kDrafterStepAttentionForward;
   be.attention_backward_kernel = kDrafterStepAttentionBackward;
-  const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
-  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
-  drafter_detail::validate_teacher_rows(batch, seqs);
-  const std::int64_t S = batch.context_length();
-  const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
-  const double weight_sum = drafter_detail::total_weight(seqs);
-  HostStepWeights w(be, config, params, frozen);
-  std::vector<std::int64_t> context_positions(static_cast<std::size_t>(S));
-  for (std::int64_t j = 0; j < S; ++j) context_positions[static_cast<std::size_t>(j)] = j;
-  const auto ctx_pos = be.from_host(MemoryCategory::inputs, context_positions);
-  ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{host}, loss_options);
-
-  StepValues out;
-  LossHeadStats<double> stats;
-  for (std::int64_t b = 0; b < batch.num_sequences(); ++b) {
-    HostStepSequence seq(be, scratch, batch, b, seqs[static_cast<std::size_t>(b)]);
-    const std::uint32_t sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
-    std::vector<std::uint8_t>* sequence_hits = hits != nullptr ? &hits->emplace_back() : nullptr;
-    stats.merge(cuda_drafter_sequence_step(be, head, config, dims, w.weights, seq.view(ctx_pos), options, sequence,
-                                           weight_sum, sequence_hits));
-    out.features_grad.insert(out.features_grad.end(), seq.features_grad.data(),
-                             seq.features_grad.data() + seq.features_grad.size());
-  }
-  out.losses = {stats.loss, stats.ce, stats.kl};
-  out.correct = stats.correct;
-  out.valid_rows = stats.valid_rows;
-  out.grads = w.gradients();
-  return out;
+  ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{buffers}, c.loss_options);
+  return step_values(
+      drafter_step_on(be, head, host, config, params, frozen, batch, options, c.seqs, c.weight_sum, hits));
 }
 
 // The plain bf16 step on `params`, `frozen`, `batch` (already in the device formats).
@@ -263,14 +160,40 @@ inline StepValues plain_bf16_drafter_step(const DrafterConfig& config, const Dra
       kDrafterStepAttentionForward == AttentionForwardKernel::tensor_cores_where_supported;
   be.round_attention_product_operands =
       kDrafterStepAttentionBackward == AttentionBackwardKernel::tensor_cores_where_supported;
-  const LossHeadOptions loss_options = validate_drafter_step(config, params, frozen, batch, options);
-  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
+  const CheckedDrafterStep checked = check_drafter_step(config, params, frozen, batch, options);
+  const LossHeadOptions& loss_options = checked.loss_options;
+  const std::vector<PreparedSequence<double>>& seqs = checked.seqs;
+  const double weight_sum = checked.weight_sum;
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
   const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
-  const double weight_sum = drafter_detail::total_weight(seqs);
-  HostStepWeights weights(be, config, params, frozen);
-  const TrunkWeights<Storage>& w = weights.weights.trunk;
-  TrunkGrads g = weights.weights.grads;
+  // Its own uploads, not step_loop.hpp's: a judge that shared the production path's inputs would
+  // share its bugs (every sequence given the first one's F passed the rule when it did).
+  auto narrowed = [](const double* x, std::int64_t n) {
+    std::vector<Storage> out(static_cast<std::size_t>(n));
+    for (std::size_t e = 0; e < out.size(); ++e) narrow_into(static_cast<float>(x[e]), out[e]);
+    return out;
+  };
+  std::vector<HostBuffer<Storage>> matrices;
+  std::vector<HostBuffer<float>> vectors, grads;
+  std::vector<const void*> values;
+  params.for_each([&](const std::string&, const Tensor<double>& t) {
+    if (t.rank() == 2) {
+      matrices.push_back(be.from_host(MemoryCategory::parameters, narrowed(t.data(), t.numel())));
+      values.push_back(matrices.back().data());
+    } else {
+      vectors.push_back(
+          be.from_host(MemoryCategory::parameters, std::vector<float>(t.values().begin(), t.values().end())));
+      values.push_back(vectors.back().data());
+    }
+    grads.push_back(be.from_host(MemoryCategory::gradients, std::vector<float>(t.values().size(), 0.0f)));
+  });
+  std::vector<float*> grad_of;
+  for (auto& grad : grads) grad_of.push_back(grad.data());
+  const auto embed =
+      be.from_host(MemoryCategory::frozen, narrowed(frozen.embed_tokens.data(), frozen.embed_tokens.numel()));
+  TrunkWeights<Storage> w;
+  TrunkGrads g;
+  bind_trunk_parameters(config, values, grad_of, embed.data(), w, g);
   std::vector<std::int64_t> context_positions(static_cast<std::size_t>(S));
   for (std::int64_t j = 0; j < S; ++j) context_positions[static_cast<std::size_t>(j)] = j;
   const auto ctx_pos = be.from_host(MemoryCategory::inputs, context_positions);
@@ -279,14 +202,21 @@ inline StepValues plain_bf16_drafter_step(const DrafterConfig& config, const Dra
   LossHeadStats<double> stats;
   for (std::int64_t b = 0; b < nseq; ++b) {
     const PreparedSequence<double>& s = seqs[static_cast<std::size_t>(b)];
-    HostStepSequence seq(be, host, batch, b, s);
-    g.target_features = seq.features_grad.data();
+    const std::int64_t KH = dims.feature_width();
+    const auto anchors = be.from_host(MemoryCategory::inputs, s.slots.anchors);
+    const auto keep = be.from_host(MemoryCategory::inputs, s.slots.keep);
+    const auto positions = be.from_host(MemoryCategory::inputs, s.blocks.positions);
+    const auto tokens = be.from_host(MemoryCategory::inputs, s.blocks.input_tokens);
+    const auto features =
+        be.from_host(MemoryCategory::inputs, narrowed(batch.target_features.data() + b * S * KH, S * KH));
+    auto d_features =
+        be.from_host(MemoryCategory::gradients, std::vector<float>(static_cast<std::size_t>(S * KH), 0.0f));
+    g.target_features = d_features.data();
 
     const TrunkLayerContext<Storage> ctx =
         step_layer_context<Storage>(config, dims, options, options.sequence_offset + static_cast<std::uint32_t>(b),
-                                    seq.anchors.data(), seq.keep.data(), seq.positions.data(), ctx_pos.data());
-    Trunk<HostBackend<Storage>> trunk(be, w, ctx, dims.K, seq.features.data(), seq.tokens.data(),
-                                      TrunkPolicy::per_layer, 1);
+                                    anchors.data(), keep.data(), positions.data(), ctx_pos.data());
+    Trunk<HostBackend<Storage>> trunk(be, w, ctx, dims.K, features.data(), tokens.data(), TrunkPolicy::per_layer, 1);
 
     // The loss head's plain computation on this Y (bf16, as the trunk stores it) and the targets
     // in the device formats, with the batch's W (as cuda_drafter_step passes it).
@@ -307,13 +237,12 @@ inline StepValues plain_bf16_drafter_step(const DrafterConfig& config, const Dra
     const Tensor<double>& dy = e.result.hidden_grad;
     trunk.backward(be.from_host(MemoryCategory::transient, std::vector<float>(dy.values().begin(), dy.values().end())),
                    g);
-    out.features_grad.insert(out.features_grad.end(), seq.features_grad.data(),
-                             seq.features_grad.data() + seq.features_grad.size());
+    out.features_grad.insert(out.features_grad.end(), d_features.data(), d_features.data() + d_features.size());
   }
   out.losses = {stats.loss, stats.ce, stats.kl};
   out.correct = stats.correct;
   out.valid_rows = stats.valid_rows;
-  out.grads = weights.gradients();
+  for (const auto& grad : grads) out.grads.emplace_back(grad.data(), grad.data() + grad.size());
   return out;
 }
 

@@ -1,0 +1,207 @@
+// The drafter step's host side over a backend: the uploads (parameters, frozen weights, each
+// sequence's inputs) and the loop of cuda_drafter_sequence_step over the batch's sequences. The
+// GPU runs it on CudaBackend and CudaLossHead (cuda/drafter/step.cpp: cuda_drafter_step,
+// cuda_drafter_sequences); the CPU tests on HostBackend<Bf16Bits> and the loss head's chunk loop on
+// HostLossHeadBackend (harness/cuda/drafter_step_twin.hpp, host_drafter_step), so that every line
+// between the reference's inputs and the device's results runs in CI.
+//
+// A backend here is the trunk's (cuda/trunk/layer.hpp), which also makes, fills and reads buffers:
+// buffer<T>(category, n), from_host(category, values), to_host(buffer).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/bf16.hpp"
+#include "cuda/drafter/sequence_step.hpp"
+#include "reference/drafter.hpp"
+
+namespace dflash {
+
+struct CudaDrafterStepResult {
+  LossHeadStats<double> stats;          // loss, ce, kl over W; correct, valid_rows
+  double weight_sum = 0;                // W
+  DrafterParameters<double> grads;      // host copies, MemoryCategory::gradients of the host tracker
+  Tensor<double> target_features_grad;  // dL/dF [nseq, S, K H]
+};
+
+// x[0, n) rounded to bf16 (through float, nearest even) in a new buffer of category c.
+template <class Backend>
+typename Backend::template Buffer<Bf16Bits> upload_bf16_to(const Backend& be, MemoryCategory c, const double* x,
+                                                           std::int64_t n) {
+  std::vector<Bf16Bits> bits(static_cast<std::size_t>(n));
+  for (std::size_t e = 0; e < bits.size(); ++e) bits[e] = bf16_bits_from_float(static_cast<float>(x[e]));
+  return be.from_host(c, bits);
+}
+
+// Every trainable parameter in DrafterParameters::for_each order: matrices in bf16 (GEMM
+// operands), vectors (norm weights) in fp32; and one fp32 gradient buffer each, zeroed.
+template <class Backend>
+struct StepParameters {
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+  std::vector<Buffer<Bf16Bits>> matrices;
+  std::vector<Buffer<float>> vectors;
+  std::vector<Buffer<float>> grads;
+  std::vector<const void*> values;  // per parameter, in order
+  std::vector<float*> grad_of;      // per parameter, in order
+
+  StepParameters(const Backend& be, const DrafterParameters<double>& p) {
+    p.for_each([&](const std::string&, const Tensor<double>& t) {
+      if (t.rank() == 2) {
+        matrices.push_back(upload_bf16_to(be, MemoryCategory::parameters, t.data(), t.numel()));
+        values.push_back(matrices.back().data());
+      } else {
+        vectors.push_back(be.from_host(MemoryCategory::parameters, std::vector<float>(t.data(), t.data() + t.numel())));
+        values.push_back(vectors.back().data());
+      }
+      grads.push_back(be.template buffer<float>(MemoryCategory::gradients, static_cast<std::size_t>(t.numel())));
+      grads.back().zero();
+      grad_of.push_back(grads.back().data());
+    });
+  }
+};
+
+// One sequence's inputs (SPEC §2, §4) in the backend's memory: anchor slots and block rows as
+// prepare_sequences made them, F rounded to bf16, the teacher rows G[a_n + k - 1] gathered on the
+// host (counted by `host`) and rounded to bf16, labels, fp32 weights, w01; dL/dF zeroed when wanted.
+template <class Backend>
+struct SequenceUpload {
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+  Buffer<std::int64_t> anchors;
+  Buffer<std::uint8_t> keep;
+  Buffer<std::int64_t> positions, tokens;
+  Buffer<Bf16Bits> features, teacher_rows;
+  Buffer<std::int64_t> labels;
+  Buffer<float> weights;
+  Buffer<std::uint8_t> valid;
+  Buffer<float> features_grad;  // empty when not wanted
+
+  SequenceUpload(const Backend& be, MemoryTracker& host, const DrafterBatch<double>& batch, std::int64_t b,
+                 const PreparedSequence<double>& s, bool want_features_grad) {
+    const MemoryCategory in = MemoryCategory::inputs;
+    const std::int64_t SKH = batch.context_length() * batch.target_features.dim(2);
+    anchors = be.from_host(in, s.slots.anchors);
+    keep = be.from_host(in, s.slots.keep);
+    positions = be.from_host(in, s.blocks.positions);
+    tokens = be.from_host(in, s.blocks.input_tokens);
+    features = upload_bf16_to(be, in, batch.target_features.data() + b * SKH, SKH);
+    const Tensor<double> teacher = gather_teacher_rows(host, batch, b, s.blocks);
+    teacher_rows = upload_bf16_to(be, in, teacher.data(), teacher.numel());
+    labels = be.from_host(in, s.blocks.labels);
+    weights = be.from_host(in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
+    valid = be.from_host(in, s.blocks.valid);
+    if (want_features_grad) {
+      features_grad = be.template buffer<float>(MemoryCategory::gradients, static_cast<std::size_t>(SKH));
+      features_grad.zero();
+    }
+  }
+
+  CudaSequenceInputs view(const std::int64_t* context_positions, bool want_features_grad) {
+    return {anchors.data(),
+            keep.data(),
+            positions.data(),
+            context_positions,
+            tokens.data(),
+            features.data(),
+            teacher_rows.data(),
+            DeviceRowTargets{labels.data(), weights.data(), valid.data()},
+            want_features_grad ? features_grad.data() : nullptr};
+  }
+};
+
+// The loop over the batch's sequences (prepared with `options`, the batch validated by the caller):
+// each sequence's inputs uploaded, then cuda_drafter_sequence_step over `weight_sum` (backward) or
+// cuda_drafter_sequence_forward (not), in sequence order; dL/dF written into *features_grad
+// ([nseq, S, K H], host) when it is given. Returns the statistics summed over the sequences.
+template <class Backend, class Head>
+LossHeadStats<double> drafter_sequences_on(const Backend& be, Head& head, MemoryTracker& host,
+                                           const DrafterConfig& config, const CudaDrafterWeights& weights,
+                                           const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                           const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+                                           bool backward, Tensor<double>* features_grad,
+                                           std::vector<std::vector<std::uint8_t>>* hits) {
+  const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
+  const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
+  const std::int64_t KH = dims.feature_width();
+  std::vector<std::int64_t> context_positions(static_cast<std::size_t>(S));
+  std::iota(context_positions.begin(), context_positions.end(), std::int64_t(0));
+  const auto ctx_pos = be.from_host(MemoryCategory::inputs, context_positions);
+
+  LossHeadStats<double> total;
+  for (std::int64_t b = 0; b < nseq; ++b) {
+    SequenceUpload<Backend> seq(be, host, batch, b, seqs[static_cast<std::size_t>(b)], features_grad != nullptr);
+    const CudaSequenceInputs inputs = seq.view(ctx_pos.data(), features_grad != nullptr);
+    const std::uint32_t sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
+    std::vector<std::uint8_t>* sequence_hits = hits != nullptr ? &hits->emplace_back() : nullptr;
+    total.merge(backward ? cuda_drafter_sequence_step(be, head, config, dims, weights, inputs, options, sequence,
+                                                      weight_sum, sequence_hits)
+                         : cuda_drafter_sequence_forward(be, head, config, dims, weights, inputs, options, sequence,
+                                                         weight_sum, sequence_hits));
+    if (features_grad != nullptr) {
+      const std::vector<float> df = be.to_host(seq.features_grad);
+      std::copy(df.begin(), df.end(), features_grad->data() + b * S * KH);
+    }
+  }
+  return total;
+}
+
+// What the step knows before it touches a backend: everything the reference validates (config,
+// parameters, batch, policies, the teacher rows the anchors reach; InputError naming the problem),
+// the loss head's options, the sequences as prepare_sequences makes them and W (the global weight
+// sum when given, else the batch's).
+struct CheckedDrafterStep {
+  LossHeadOptions loss_options;
+  std::vector<PreparedSequence<double>> seqs;
+  double weight_sum = 0;
+};
+inline CheckedDrafterStep check_drafter_step(const DrafterConfig& config, const DrafterParameters<double>& params,
+                                             const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch,
+                                             const DrafterStepOptions& options,
+                                             const std::optional<double>& global_weight_sum = std::nullopt) {
+  CheckedDrafterStep c;
+  c.loss_options = validate_drafter_step(config, params, frozen, batch, options);
+  c.seqs = prepare_sequences(config, batch, options);
+  drafter_detail::validate_teacher_rows(batch, c.seqs);
+  c.weight_sum = global_weight_sum ? *global_weight_sum : drafter_detail::total_weight(c.seqs);
+  return c;
+}
+
+// The step after check_drafter_step (before `be` and `head` took any memory): parameters and frozen
+// weights uploaded, the loop with dL/dF, every gradient read back into the result.
+template <class Backend, class Head>
+CudaDrafterStepResult drafter_step_on(const Backend& be, Head& head, MemoryTracker& host, const DrafterConfig& config,
+                                      const DrafterParameters<double>& params, const FrozenWeights<double>& frozen,
+                                      const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                      const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+                                      std::vector<std::vector<std::uint8_t>>* hits = nullptr) {
+  CudaDrafterStepResult result;
+  result.weight_sum = weight_sum;
+  result.grads = make_drafter_parameters<double>(host, config, MemoryCategory::gradients);
+  result.target_features_grad = Tensor<double>(host, MemoryCategory::gradients, batch.target_features.shape());
+
+  const StepParameters<Backend> device(be, params);
+  const auto embed =
+      upload_bf16_to(be, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
+  const auto lm_head = upload_bf16_to(be, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel());
+  CudaDrafterWeights weights;
+  weights.lm_head = lm_head.data();
+  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights.trunk, weights.grads);
+  result.stats = drafter_sequences_on(be, head, host, config, weights, batch, options, seqs, result.weight_sum, true,
+                                      &result.target_features_grad, hits);
+
+  std::size_t at = 0;
+  result.grads.for_each([&](const std::string&, Tensor<double>& t) {
+    const std::vector<float> g = be.to_host(device.grads[at++]);
+    std::copy(g.begin(), g.end(), t.data());
+  });
+  return result;
+}
+
+}  // namespace dflash
