@@ -23,8 +23,8 @@
 
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
-#include "planner/training_plan.hpp"
 #include "reference/drafter_problem.hpp"
+#include "tests/cuda/drafter/step_plan_support.hpp"
 
 namespace dflash {
 namespace {
@@ -114,27 +114,7 @@ TEST(HostSequenceStepMemory, PeaksPerCategoryAsPlanned) {
     const DrafterStepOptions o = p.options(policy.trunk, policy.loss);
     MemoryTracker memory;
     host_drafter_step(p.config, p.params, p.frozen, p.batch, o, nullptr, &memory);
-    PlanRequest r = PlanRequest::from_config(p.config);
-    r.tokens = p.batch.anchor_slots(p.config) * p.config.block_size;
-    r.context = p.batch.context_length();
-    r.sequences = p.batch.num_sequences();
-    r.loss_policy = o.loss_policy;
-    r.loss_chunk_rows = o.loss_chunk_rows;
-    r.trunk_policy = o.trunk_policy;
-    r.checkpoint_every = o.checkpoint_every;
-    r.layout = {.gpus = 1, .zero_stage = 0};
-    r.features_grad = true;  // the step hands dL/dF back
-    const CategoryBytes plan = plan_training_memory(r).categories;
-    const auto peak = [&](MemoryCategory m) { return static_cast<std::int64_t>(memory.peak(m)); };
-    EXPECT_EQ(peak(MemoryCategory::parameters), plan[PlanCategory::parameters]);
-    EXPECT_EQ(peak(MemoryCategory::frozen), plan[PlanCategory::frozen]);
-    EXPECT_EQ(peak(MemoryCategory::gradients), plan[PlanCategory::gradients]);
-    EXPECT_EQ(peak(MemoryCategory::inputs), plan[PlanCategory::inputs]);
-    EXPECT_EQ(peak(MemoryCategory::saved), plan[PlanCategory::saved]);
-    EXPECT_EQ(peak(MemoryCategory::loss_saved), plan[PlanCategory::loss_saved]);
-    EXPECT_EQ(peak(MemoryCategory::outputs), plan[PlanCategory::outputs]);
-    EXPECT_GE(peak(MemoryCategory::transient), plan[PlanCategory::transient]);
-    EXPECT_LE(peak(MemoryCategory::transient), plan[PlanCategory::transient] + 3 * 64);
+    expect_peaks_as_planned(memory, step_plan(p.config, p.batch, o), 3 * 64);
   }
 }
 

@@ -23,6 +23,7 @@
 #include "planner/training_plan.hpp"
 #include "reference/compare.hpp"
 #include "reference/drafter_problem.hpp"
+#include "tests/cuda/drafter/step_plan_support.hpp"
 #include "tests/cuda/trunk/twin_support.hpp"
 
 namespace dflash {
@@ -122,30 +123,9 @@ TEST_F(DrafterStepGpu, PeaksPerCategoryAsPlanned) {
     o.loss_policy = LossPolicy::chunk_recompute;
     allocator().reset_peaks();
     cuda_drafter_step(allocator(), p.tracker, p.config, p.params, p.frozen, p.batch, o);
-    PlanRequest r = PlanRequest::from_config(p.config);
-    r.tokens = p.batch.anchor_slots(p.config) * p.config.block_size;
-    r.context = p.batch.context_length();
-    r.sequences = p.batch.num_sequences();
-    r.loss_policy = o.loss_policy;
-    r.loss_chunk_rows = o.loss_chunk_rows;
-    r.trunk_policy = trunk;
-    r.checkpoint_every = o.checkpoint_every;
-    r.layout = {.gpus = 1, .zero_stage = 0};
-    r.features_grad = true;  // cuda_drafter_step hands dL/dF back
-    const CategoryBytes c = plan_training_memory(r).categories;
-    const MemoryTracker& t = allocator().tracker();
-    auto peak = [&](MemoryCategory m) { return static_cast<std::int64_t>(t.peak(m)); };
-    EXPECT_EQ(peak(MemoryCategory::parameters), c[PlanCategory::parameters]);
-    EXPECT_EQ(peak(MemoryCategory::frozen), c[PlanCategory::frozen]);
-    EXPECT_EQ(peak(MemoryCategory::gradients), c[PlanCategory::gradients]);
-    EXPECT_EQ(peak(MemoryCategory::inputs), c[PlanCategory::inputs]);
-    EXPECT_EQ(peak(MemoryCategory::saved), c[PlanCategory::saved]);
-    EXPECT_EQ(peak(MemoryCategory::loss_saved), c[PlanCategory::loss_saved]);
-    EXPECT_EQ(peak(MemoryCategory::outputs), c[PlanCategory::outputs]);
     const std::int64_t device_only =
         std::int64_t(LinearGemm::kWorkspaceBytes + CublasGemm::kDefaultWorkspaceBytes) + 3 * 64;
-    EXPECT_GE(peak(MemoryCategory::transient), c[PlanCategory::transient]);
-    EXPECT_LE(peak(MemoryCategory::transient), c[PlanCategory::transient] + device_only);
+    expect_peaks_as_planned(allocator().tracker(), step_plan(p.config, p.batch, o), device_only);
     EXPECT_EQ(allocator().tracker().current_total(), 0u) << "the step frees what it allocated";
   }
 }

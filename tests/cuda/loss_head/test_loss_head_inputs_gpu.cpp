@@ -10,6 +10,7 @@
 #include "common/bf16.hpp"
 #include "cuda/loss_head/problem.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
+#include "tests/planner/expect_input_error.hpp"
 
 namespace dflash {
 namespace {
@@ -37,15 +38,8 @@ class CudaLossHeadInputs : public GpuTest {
   void forward() { forward(device_->weight_sum, device_->targets()); }
 
   // The forward throws InputError whose message names `argument` and contains `value`.
-  void expect_input_error(const std::function<void()>& run, const std::string& argument, const std::string& value) {
-    try {
-      run();
-      FAIL() << "no exception for " << argument;
-    } catch (const InputError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("invalid " + argument + ":"), std::string::npos) << m;
-      EXPECT_NE(m.find(value), std::string::npos) << m;
-    }
+  static void expect_rejected(const std::function<void()>& run, const std::string& argument, const std::string& value) {
+    expect_input_error(run, {"invalid " + argument + ":", value});
   }
 
   static constexpr LossHeadProblemSpec kSpec{
@@ -62,60 +56,59 @@ TEST_F(CudaLossHeadInputs, RejectsALabelOutsideTheVocabularyNamingTheLowestRow) 
   const std::int64_t a = valid_rows_[0], b = valid_rows_[1];
   set<std::int64_t>(device_->labels, b, -4);
   set<std::int64_t>(device_->labels, a, kSpec.vocab);
-  expect_input_error([&] { forward(); }, "labels[" + std::to_string(a) + "]", std::to_string(kSpec.vocab));
+  expect_rejected([&] { forward(); }, "labels[" + std::to_string(a) + "]", std::to_string(kSpec.vocab));
 }
 
 TEST_F(CudaLossHeadInputs, RejectsANegativeWeight) {
   const std::int64_t i = valid_rows_[1];
   set(device_->weights, i, -0.5f);
-  expect_input_error([&] { forward(); }, "weights[" + std::to_string(i) + "]", "-0.5");
+  expect_rejected([&] { forward(); }, "weights[" + std::to_string(i) + "]", "-0.5");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsANonFiniteWeight) {
   const std::int64_t i = valid_rows_[0];
   set(device_->weights, i, std::numeric_limits<float>::quiet_NaN());
-  expect_input_error([&] { forward(); }, "weights[" + std::to_string(i) + "]", "nan");
+  expect_rejected([&] { forward(); }, "weights[" + std::to_string(i) + "]", "nan");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsAWeightOnAnInvalidRow) {
   const std::int64_t i = invalid_rows_[0];
   set(device_->weights, i, 0.25f);
-  expect_input_error([&] { forward(); }, "weights[" + std::to_string(i) + "]", "valid = 0");
+  expect_rejected([&] { forward(); }, "weights[" + std::to_string(i) + "]", "valid = 0");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsAValidFlagThatIsNotZeroOrOne) {
   const std::int64_t i = valid_rows_[0];
   set<std::uint8_t>(device_->valid, i, 2);
-  expect_input_error([&] { forward(); }, "valid[" + std::to_string(i) + "]", "2 is not 0 or 1");
+  expect_rejected([&] { forward(); }, "valid[" + std::to_string(i) + "]", "2 is not 0 or 1");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsAZeroWeightSumWithPositiveWeights) {
-  expect_input_error([&] { forward(0.0, device_->targets()); }, "weight_sum",
-                     "zero while some row weights are positive");
+  expect_rejected([&] { forward(0.0, device_->targets()); }, "weight_sum", "zero while some row weights are positive");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsNonFiniteHiddenNamingElementAndRow) {
   const std::int64_t e = 5 * kSpec.hidden + 3;
   set(device_->hidden, e, bf16_bits_from_float(std::numeric_limits<float>::quiet_NaN()));
-  expect_input_error([&] { forward(); }, "hidden", "element " + std::to_string(e) + " (row 5) is nan");
+  expect_rejected([&] { forward(); }, "hidden", "element " + std::to_string(e) + " (row 5) is nan");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsNonFiniteLmHead) {
   const std::int64_t e = 100 * kSpec.hidden + 15;
   set(device_->lm_head, e, bf16_bits_from_float(-std::numeric_limits<float>::infinity()));
-  expect_input_error([&] { forward(); }, "lm_head", "element " + std::to_string(e) + " (row 100) is -inf");
+  expect_rejected([&] { forward(); }, "lm_head", "element " + std::to_string(e) + " (row 100) is -inf");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsNonFiniteTeacherOnAValidRow) {
   const std::int64_t i = valid_rows_[1];
   set(device_->teacher_hidden, i * kSpec.hidden, bf16_bits_from_float(std::numeric_limits<float>::infinity()));
-  expect_input_error([&] { forward(); }, "teacher_hidden", "(row " + std::to_string(i) + ") is inf");
+  expect_rejected([&] { forward(); }, "teacher_hidden", "(row " + std::to_string(i) + ") is inf");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsAMissingLmHead) {
   CudaLossHeadTargets targets = device_->targets();
   targets.lm_head = nullptr;
-  expect_input_error([&] { forward(device_->weight_sum, targets); }, "lm_head", "missing");
+  expect_rejected([&] { forward(device_->weight_sum, targets); }, "lm_head", "missing");
 }
 
 TEST_F(CudaLossHeadInputs, RejectsBackwardUnderAnotherPolicy) {
@@ -125,8 +118,8 @@ TEST_F(CudaLossHeadInputs, RejectsBackwardUnderAnotherPolicy) {
   CudaLossHeadForward f =
       forward_head.forward(device_->hidden.data(), device_->shape, device_->targets(), device_->weight_sum);
   CudaLossHead backward_head(allocator(), LossHeadOptions{});
-  expect_input_error([&] { backward_head.backward(device_->targets(), std::move(f.saved)); }, "loss_policy",
-                     "chunk_grad_in_forward");
+  expect_rejected([&] { backward_head.backward(device_->targets(), std::move(f.saved)); }, "loss_policy",
+                  "chunk_grad_in_forward");
 }
 
 }  // namespace
