@@ -67,6 +67,24 @@ struct StepParameters {
   }
 };
 
+// The trainable parameters (StepParameters) and the frozen E and W_lm (bf16) in the backend's
+// memory, bound per parameter (bind_trunk_parameters) as the sequence step reads them.
+template <class Backend>
+struct StepWeights {
+  StepParameters<Backend> parameters;
+  typename Backend::template Buffer<Bf16Bits> embed, lm_head;
+  CudaDrafterWeights weights;
+
+  StepWeights(const Backend& be, const DrafterConfig& config, const DrafterParameters<double>& params,
+              const FrozenWeights<double>& frozen)
+      : parameters(be, params),
+        embed(upload_bf16_to(be, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel())),
+        lm_head(upload_bf16_to(be, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel())) {
+    weights.lm_head = lm_head.data();
+    bind_trunk_parameters(config, parameters.values, parameters.grad_of, embed.data(), weights.trunk, weights.grads);
+  }
+};
+
 // One sequence's inputs (SPEC §2, §4) in the backend's memory: anchor slots and block rows as
 // prepare_sequences made them, F rounded to bf16, the teacher rows G[a_n + k - 1] gathered on the
 // host (counted by `host`) and rounded to bf16, labels, fp32 weights, w01; dL/dF zeroed when wanted.
@@ -186,19 +204,13 @@ CudaDrafterStepResult drafter_step_on(const Backend& be, Head& head, MemoryTrack
   result.grads = make_drafter_parameters<double>(host, config, MemoryCategory::gradients);
   result.target_features_grad = Tensor<double>(host, MemoryCategory::gradients, batch.target_features.shape());
 
-  const StepParameters<Backend> device(be, params);
-  const auto embed =
-      upload_bf16_to(be, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
-  const auto lm_head = upload_bf16_to(be, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel());
-  CudaDrafterWeights weights;
-  weights.lm_head = lm_head.data();
-  bind_trunk_parameters(config, device.values, device.grad_of, embed.data(), weights.trunk, weights.grads);
-  result.stats = drafter_sequences_on(be, head, host, config, weights, batch, options, seqs, result.weight_sum, true,
-                                      &result.target_features_grad, hits);
+  const StepWeights<Backend> device(be, config, params, frozen);
+  result.stats = drafter_sequences_on(be, head, host, config, device.weights, batch, options, seqs, result.weight_sum,
+                                      true, &result.target_features_grad, hits);
 
   std::size_t at = 0;
   result.grads.for_each([&](const std::string&, Tensor<double>& t) {
-    const std::vector<float> g = be.to_host(device.grads[at++]);
+    const std::vector<float> g = be.to_host(device.parameters.grads[at++]);
     std::copy(g.begin(), g.end(), t.data());
   });
   return result;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -144,6 +145,32 @@ inline StepValues host_drafter_step(const DrafterConfig& config, const DrafterPa
   ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{buffers}, c.loss_options);
   return step_values(
       drafter_step_on(be, head, host, config, params, frozen, batch, options, c.seqs, c.weight_sum, hits));
+}
+
+// The forward alone of the device step's code on the CPU, as cuda_drafter_forward_sequences runs it
+// (evaluation: chunk_recompute whatever `options` says, no gradient made) after the same checks:
+// the statistics summed over the sequences, `hits` as host_drafter_step's.
+inline LossHeadStats<double> host_drafter_forward(const DrafterConfig& config, const DrafterParameters<double>& params,
+                                                  const FrozenWeights<double>& frozen,
+                                                  const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                                  std::vector<std::vector<std::uint8_t>>* hits = nullptr) {
+  const CheckedDrafterStep c = check_drafter_step(config, params, frozen, batch, options);
+  MemoryTracker host, buffers;
+  HostBackend<Bf16Bits> be{buffers};
+  be.attention_forward_kernel = kDrafterStepAttentionForward;
+  be.attention_backward_kernel = kDrafterStepAttentionBackward;
+  LossHeadOptions forward_only = c.loss_options;
+  forward_only.policy = LossPolicy::chunk_recompute;
+  ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{buffers}, forward_only);
+  const StepWeights<HostBackend<Bf16Bits>> device(be, config, params, frozen);
+  const LossHeadStats<double> stats = drafter_sequences_on(be, head, host, config, device.weights, batch, options,
+                                                           c.seqs, c.weight_sum, false, nullptr, hits);
+  for (const auto& g : device.parameters.grads) {
+    for (std::size_t e = 0; e < g.size(); ++e) {
+      if (g.data()[e] != 0.0f) throw std::logic_error("the forward alone changed a gradient");
+    }
+  }
+  return stats;
 }
 
 // The plain bf16 step on `params`, `frozen`, `batch` (already in the device formats).

@@ -12,6 +12,8 @@
 //    tensor-core forward's f P to bf16 as the kernel does (AttentionProblem::round_product_operands_to_bf16);
 //  - each sequence's per-row hit flags are those of its labelled rows whose argmax is the label:
 //    never set on an unlabelled row, and as many as the step counts correct;
+//  - the forward alone (evaluation, cuda_drafter_forward_sequences' loop) gives the step's
+//    statistics and hits bitwise and makes no gradient;
 //  - the step's peaks per category are what `dflash plan` plans for the same shapes (the CPU twin
 //    of test_drafter_step_gpu's PeaksPerCategoryAsPlanned).
 #include <algorithm>
@@ -74,6 +76,18 @@ TEST_P(HostSequenceStep, EveryPolicyTheSameBitsWithinTheRuleOfTheReference) {
     }
   }
   EXPECT_EQ(hit_count, first.correct);
+
+  // The forward alone (evaluation) gives the step's statistics and hits, bits and all, whatever loss
+  // policy it is asked for, and touches no gradient (host_drafter_forward checks).
+  for (const LossPolicy loss : {LossPolicy::chunk_recompute, LossPolicy::materialize}) {
+    std::vector<std::vector<std::uint8_t>> forward_hits;
+    const LossHeadStats<double> f = host_drafter_forward(p.config, p.params, p.frozen, p.batch,
+                                                         p.options(TrunkPolicy::every_k, loss), &forward_hits);
+    EXPECT_EQ(std::vector<double>({f.loss, f.ce, f.kl}), first.losses) << loss_policy_name(loss);
+    EXPECT_EQ(f.correct, first.correct);
+    EXPECT_EQ(f.valid_rows, first.valid_rows);
+    EXPECT_EQ(forward_hits, hits);
+  }
 
   for (const PolicyPair& policy : kPolicies) {
     SCOPED_TRACE(str(trunk_policy_name(policy.trunk), " x ", loss_policy_name(policy.loss)));
