@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/bf16.hpp"
 #include "cuda/drafter/sequence_step.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
 #include "reference/drafter.hpp"
 
 namespace dflash {
@@ -34,9 +34,7 @@ struct CudaDrafterStepResult {
 template <class Backend>
 typename Backend::template Buffer<Bf16Bits> upload_bf16_to(const Backend& be, MemoryCategory c, const double* x,
                                                            std::int64_t n) {
-  std::vector<Bf16Bits> bits(static_cast<std::size_t>(n));
-  for (std::size_t e = 0; e < bits.size(); ++e) bits[e] = bf16_bits_from_float(static_cast<float>(x[e]));
-  return be.from_host(c, bits);
+  return be.from_host(c, bf16_bits_of(x, n));
 }
 
 // Every trainable parameter in DrafterParameters::for_each order: matrices in bf16 (GEMM
@@ -121,7 +119,7 @@ struct SequenceUpload {
     }
   }
 
-  CudaSequenceInputs view(const std::int64_t* context_positions, bool want_features_grad) {
+  CudaSequenceInputs view(const std::int64_t* context_positions) {
     return {anchors.data(),
             keep.data(),
             positions.data(),
@@ -130,7 +128,7 @@ struct SequenceUpload {
             features.data(),
             teacher_rows.data(),
             DeviceRowTargets{labels.data(), weights.data(), valid.data()},
-            want_features_grad ? features_grad.data() : nullptr};
+            features_grad.size() > 0 ? features_grad.data() : nullptr};
   }
 };
 
@@ -155,7 +153,7 @@ LossHeadStats<double> drafter_sequences_on(const Backend& be, Head& head, Memory
   LossHeadStats<double> total;
   for (std::int64_t b = 0; b < nseq; ++b) {
     SequenceUpload<Backend> seq(be, host, batch, b, seqs[static_cast<std::size_t>(b)], features_grad != nullptr);
-    const CudaSequenceInputs inputs = seq.view(ctx_pos.data(), features_grad != nullptr);
+    const CudaSequenceInputs inputs = seq.view(ctx_pos.data());
     const std::uint32_t sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
     std::vector<std::uint8_t>* sequence_hits = hits != nullptr ? &hits->emplace_back() : nullptr;
     total.merge(backward ? cuda_drafter_sequence_step(be, head, config, dims, weights, inputs, options, sequence,

@@ -101,6 +101,13 @@ inline void validate_cuda_loss_head(const LossHeadOptions& options, const CudaLo
   }
 }
 
+// `options` once validate_cuda_loss_head has accepted them: how a loss head takes its options,
+// before it touches any memory.
+inline LossHeadOptions validated_cuda_loss_head_options(const LossHeadOptions& options) {
+  validate_cuda_loss_head(options, CudaLossHeadShape{0, 1, 1}, 0.0);
+  return options;
+}
+
 // What forward keeps for backward; which members are set depends on the policy.
 template <class Backend>
 struct ChunkedLossHeadSaved {
@@ -140,7 +147,7 @@ class ChunkedLossHead {
 
   // Bad options are rejected before the backend is touched.
   ChunkedLossHead(const Backend& backend, const LossHeadOptions& options)
-      : options_(validated(options)), be_(backend) {}
+      : options_(validated_cuda_loss_head_options(options)), be_(backend) {}
 
   // `hidden` is Y [T,H] (bf16); W is the GLOBAL weight sum (SPEC §5), computed before the loss head
   // so that ranks can share it. Checks the per-row targets and the finiteness of Y, G (valid rows)
@@ -283,11 +290,6 @@ class ChunkedLossHead {
   const Backend& backend() const { return be_; }
 
  private:
-  static LossHeadOptions validated(const LossHeadOptions& options) {
-    validate_cuda_loss_head(options, CudaLossHeadShape{0, 1, 1}, 0.0);
-    return options;
-  }
-
   HybridWeights hybrid_weights() const {
     return hybrid_hyper<float>(options_);  // in float range: validate_cuda_loss_head
   }

@@ -2,18 +2,9 @@
 
 namespace dflash {
 
-namespace {
-
-LossHeadOptions validated(const LossHeadOptions& options) {
-  validate_cuda_loss_head(options, CudaLossHeadShape{0, 1, 1}, 0.0);
-  return options;
-}
-
-}  // namespace
-
 CudaLossHead::CudaLossHead(DeviceAllocator& allocator, const LossHeadOptions& options)
     : allocator_(allocator),
-      options_(validated(options)),
+      options_(validated_cuda_loss_head_options(options)),
       gemm_(allocator),
       head_(CudaLossHeadBackend{allocator, gemm_}, options_) {}
 

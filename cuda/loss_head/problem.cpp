@@ -2,24 +2,18 @@
 
 #include <vector>
 
-#include "common/bf16.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
 
 namespace dflash {
 namespace {
 
 DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& allocator, MemoryCategory category, const Tensor<double>& x) {
-  std::vector<Bf16Bits> bits(static_cast<std::size_t>(x.numel()));
-  for (std::size_t e = 0; e < bits.size(); ++e) bits[e] = bf16_bits_from_float(static_cast<float>(x.values()[e]));
-  DeviceBuffer<Bf16Bits> buffer(allocator, category, bits.size());
-  buffer.upload(bits);
-  return buffer;
+  return DeviceMemory{allocator}.from_host(category, bf16_bits_of(x.data(), x.numel()));
 }
 
 template <class T>
 DeviceBuffer<T> upload_values(DeviceAllocator& allocator, MemoryCategory category, const std::vector<T>& values) {
-  DeviceBuffer<T> buffer(allocator, category, values.size());
-  buffer.upload(values);
-  return buffer;
+  return DeviceMemory{allocator}.from_host(category, values);
 }
 
 Tensor<double> widen(MemoryTracker& tracker, MemoryCategory category, Shape shape, const std::vector<float>& values) {

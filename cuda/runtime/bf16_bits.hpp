@@ -4,9 +4,20 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "common/bf16.hpp"
 
 namespace dflash {
 
 using Bf16Bits = std::uint16_t;
+
+// x[0, n) as bf16 bits, each value rounded once from its float (nearest even): how every upload
+// of a double tensor (the reference's values) reaches a bf16 buffer.
+inline std::vector<Bf16Bits> bf16_bits_of(const double* x, std::int64_t n) {
+  std::vector<Bf16Bits> bits(static_cast<std::size_t>(n));
+  for (std::size_t e = 0; e < bits.size(); ++e) bits[e] = bf16_bits_from_float(static_cast<float>(x[e]));
+  return bits;
+}
 
 }  // namespace dflash

@@ -48,18 +48,12 @@ struct HostLossHeadProblem {
   }
 };
 
-std::vector<Bf16Bits> bf16_values(const Tensor<double>& x) {
-  std::vector<Bf16Bits> bits(static_cast<std::size_t>(x.numel()));
-  for (std::size_t e = 0; e < bits.size(); ++e) bits[e] = bf16_bits_from_float(static_cast<float>(x.values()[e]));
-  return bits;
-}
-
 HostLossHeadProblem put_in(const HostLossHeadBackend& be, const LossHeadProblem<double>& p) {
   const std::vector<float> weights(p.weights.begin(), p.weights.end());
   return {{p.hidden.dim(0), p.hidden.dim(1), p.lm_head.dim(0)},
-          be.from_host(MemoryCategory::inputs, bf16_values(p.hidden)),
-          be.from_host(MemoryCategory::inputs, bf16_values(p.teacher_hidden)),
-          be.from_host(MemoryCategory::frozen, bf16_values(p.lm_head)),
+          be.from_host(MemoryCategory::inputs, bf16_bits_of(p.hidden.data(), p.hidden.numel())),
+          be.from_host(MemoryCategory::inputs, bf16_bits_of(p.teacher_hidden.data(), p.teacher_hidden.numel())),
+          be.from_host(MemoryCategory::frozen, bf16_bits_of(p.lm_head.data(), p.lm_head.numel())),
           be.from_host(MemoryCategory::inputs, p.labels),
           be.from_host(MemoryCategory::inputs, weights),
           be.from_host(MemoryCategory::inputs, p.valid),
