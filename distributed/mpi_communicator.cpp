@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include <mpi.h>
 
@@ -122,12 +123,15 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t c
   const std::size_t block = count * comm_type_bytes(type);
   auto* own_block = static_cast<const char*>(send) + std::size_t(rank_) * block;
   if (recv == own_block) {
-    // NCCL's in-place form (recv is this rank's block of send); MPI's in-place form leaves the
-    // result at the start of the buffer, so it is moved to the rank's block afterwards.
-    void* buffer = const_cast<void*>(send);
-    check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buffer, n, mpi_type(type), mpi_op(op), handle_->comm),
+    // NCCL's in-place form (recv is this rank's block of send): only that block changes. MPI's
+    // in-place form would leave the result at the start of the buffer too, over block 0's own
+    // values: a caller that read block 0 where it meant its own (a dropped rank offset) would see
+    // its sums and pass on MPI ranks while it fails under NCCL. So the sums land in a block of
+    // their own first.
+    std::vector<char> sums(block);
+    check(MPI_Reduce_scatter_block(send, sums.data(), n, mpi_type(type), mpi_op(op), handle_->comm),
           "MPI_Reduce_scatter_block");
-    if (rank_ != 0) std::memmove(recv, buffer, block);
+    if (block > 0) std::memcpy(recv, sums.data(), block);
   } else {
     check(MPI_Reduce_scatter_block(send, recv, n, mpi_type(type), mpi_op(op), handle_->comm),
           "MPI_Reduce_scatter_block");

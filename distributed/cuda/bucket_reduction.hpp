@@ -4,12 +4,13 @@
 // GradientBuckets in fp32: the buckets of layer L-1 are summed while layers L-2 ... 0 run their
 // backward).
 //
-// Streams: the backward runs on the allocator's (compute) stream and announces, on the host, when
-// a group of gradients is final (DrafterStepOptions::gradients_final, cuda/trunk/stack.hpp). For the
-// buckets that completes, an event is recorded on the compute stream, the communication stream
-// waits for it, and each bucket's in-place all-reduce is enqueued there
-// (Communicator::all_reduce_in_place_on_stream). finish() makes the compute stream wait for every
-// collective, so what follows (the norm, AdamW) reads the sums. The same collective runs on the
+// Streams (the backend's CommunicationStream, training_backend.hpp): the backward runs on the
+// compute stream and announces, on the host, when a group of gradients is final
+// (DrafterStepOptions::gradients_final, cuda/trunk/stack.hpp). For the buckets that completes, the
+// communication stream is ordered after the compute stream's work so far, and each bucket's
+// in-place all-reduce is enqueued there. finish() makes the compute stream wait for every
+// collective, so what follows (the norm, AdamW) reads the sums. (On the CPU's backend every sum
+// runs at once, where it is issued.) The same collective runs on the
 // same bucket of the same data as when everything waited for the end of the backward: only the
 // moment changes, and the sums are bitwise the same.
 //
@@ -26,38 +27,75 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 
 #include "distributed/cuda/training_state.hpp"
 #include "distributed/gradient_reduction.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 
-class CudaBucketReduction {
+template <class Backend>
+class BucketReduction {
  public:
   // For a ZeRO-0 state; buckets of bucket_bytes (the plan's) in fp32.
-  CudaBucketReduction(CudaTrainingState& state, std::int64_t bucket_bytes);
-  ~CudaBucketReduction();
-  CudaBucketReduction(const CudaBucketReduction&) = delete;
-  CudaBucketReduction& operator=(const CudaBucketReduction&) = delete;
+  BucketReduction(DeviceTrainingState<Backend>& state, std::int64_t bucket_bytes)
+      : state_(state),
+        buckets_(
+            gradient_buckets(state.layout().count(), state.layout().parallel_layout(bucket_bytes, 1), sizeof(float))),
+        partials_(state.backend().template buffer<double>(MemoryCategory::transient, std::size_t(kNormMaxBlocks))),
+        norms_(state.backend().template buffer<double>(MemoryCategory::transient, state.layout().tensors().size())),
+        final_tensors_from_(state.layout().tensors().size()),
+        next_(buckets_.count() - 1) {
+    if (state.layout().zero_stage() != 0) {
+      throw_input_error("CUDA bucket reduction", "ZeRO-1 reduce-scatters the padded vector after the backward");
+    }
+    communication_.emplace(state.backend());
+  }
+  BucketReduction(const BucketReduction&) = delete;
+  BucketReduction& operator=(const BucketReduction&) = delete;
 
-  // The gradients of the tensors from position `first` on are final (issued on the compute
-  // stream): their squared norms, then every bucket they complete, last bucket first.
-  void gradients_final_from(std::size_t first);
+  // The gradients of the tensors from position `first` on are final (on the compute stream):
+  // their squared norms, then every bucket they complete, last bucket first.
+  void gradients_final_from(std::size_t first) {
+    const std::vector<FlatTensor>& tensors = state_.layout().tensors();
+    for (std::size_t t = first; t < final_tensors_from_; ++t) {
+      state_.backend().squared_norm(state_.gradient() + tensors[t].offset, tensors[t].numel, partials_.data(),
+                                    norms_.data() + t);
+    }
+    if (first < final_tensors_from_) final_tensors_from_ = first;
+    bool ordered = false;
+    Communicator& device = state_.communicators().device;
+    next_ = issue_complete_buckets(buckets_, tensors.at(first).offset, next_, [&](std::int64_t k) {
+      if (!ordered) {  // once for every bucket this announcement completes
+        communication_->after_compute();
+        ordered = true;
+      }
+      communication_->all_reduce_sum(device, state_.gradient() + buckets_.first(k), std::size_t(buckets_.elements(k)));
+    });
+  }
   // After the backward: every bucket must have been issued (the backward ends by announcing 0);
   // the compute stream waits for their all-reduces.
-  void finish();
+  void finish() {
+    if (next_ >= 0 || final_tensors_from_ != 0) {
+      throw std::logic_error(str("CUDA bucket reduction: the backward ended with bucket ", next_,
+                                 " and the tensors before ", final_tensors_from_, " not announced final"));
+    }
+    communication_->compute_waits();
+  }
 
-  // Per tensor, the squared norm of this rank's own gradient (before any sum), on the device.
+  // Per tensor, the squared norm of this rank's own gradient (before any sum), in the backend's memory.
   const double* local_squared_norms() const { return norms_.data(); }
 
  private:
-  CudaTrainingState& state_;
+  DeviceTrainingState<Backend>& state_;
   GradientBuckets buckets_;
-  DeviceBuffer<double> partials_, norms_;
+  typename Backend::template Buffer<double> partials_, norms_;
   std::size_t final_tensors_from_;  // tensors [final_tensors_from_, count) are final
   std::int64_t next_;               // the next bucket to issue, -1 when all were
-  cudaStream_t communication_ = nullptr;
-  cudaEvent_t gradients_ready_ = nullptr, sums_ready_ = nullptr;
+  // Made last, destroyed first: it waits for its sums while the buffers they read still live.
+  std::optional<typename Backend::CommunicationStream> communication_;
 };
 
 }  // namespace dflash

@@ -1,5 +1,6 @@
-// One rank's training state on the GPU (TRAINING §12–§13 in CUDA precision), resident across
-// steps, laid out as device_training_layout.hpp says:
+// One rank's training state in the CUDA step's precision (TRAINING §12–§13), resident across
+// steps in the memory of a training backend (training_backend.hpp: the GPU; the CPU's twin in
+// harness/cuda/host_training_backend.hpp), laid out as device_training_layout.hpp says:
 //   optimizer    fp32 master weights, exp_avg, exp_avg_sq of the rank's owned range (its ZeRO-1
 //                shard clipped to P, or everything under ZeRO-0): 12 B per owned element;
 //   gradients    one flat fp32 gradient of the padded size: every parameter's gradient is a view
@@ -7,36 +8,89 @@
 //   parameters   the working copy the step computes with: matrices bf16, norm weights fp32;
 //   frozen       the embedding and lm_head, bf16.
 // Collectives: `host` (MPI or single process) moves host scalars, `device` (NCCL, or the single
-// process communicator, whose in-place collectives never touch memory) moves device vectors.
-// Built only with CUDA (library dflash_cuda_training).
+// process communicator, whose in-place collectives never touch memory; MPI on the CPU's twin)
+// moves the backend's vectors.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
-#include "cuda/drafter/step.hpp"
+#include "common/bf16.hpp"
+#include "cuda/drafter/step_loop.hpp"
 #include "cuda/optimizer/adamw_program.hpp"
-#include "cuda/runtime/device_buffer.hpp"
+#include "cuda/runtime/bf16_bits.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_training_layout.hpp"
 #include "distributed/optimizer_state.hpp"
 #include "distributed/training_config.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 
 struct CudaCommunicators {
   Communicator& host;    // host buffers: W, statistics, reports, the norm's square
-  Communicator& device;  // device buffers: gradients, parameters; same ranks as host
+  Communicator& device;  // the backend's buffers: gradients, parameters; same ranks as host
 };
 
-class CudaTrainingState {
+// The optimizer's three flat vectors.
+enum class OptimizerPart { master, exp_avg, exp_avg_sq };
+
+template <class Backend>
+class DeviceTrainingState {
  public:
+  template <class T>
+  using Buffer = typename Backend::template Buffer<T>;
+  using Part = OptimizerPart;
+
   // From this rank's host optimizer state (fresh: make_optimizer_state; resumed:
   // restore_optimizer_state), rounded to fp32; the working copy is refreshed from it at once.
-  CudaTrainingState(DeviceAllocator& allocator, CudaCommunicators comm, const DrafterConfig& config,
-                    const TrainingConfig& training, const FrozenWeights<double>& frozen, const OptimizerState& state);
+  DeviceTrainingState(Backend backend, CudaCommunicators comm, const DrafterConfig& config,
+                      const TrainingConfig& training, const FrozenWeights<double>& frozen, const OptimizerState& state)
+      : be_(backend),
+        comm_(comm),
+        layout_(config, comm.device.size(), training.zero_stage),
+        rank_(comm.device.rank()),
+        owned_(owned_range(layout_, rank_)),
+        working_(working_layout(layout_)) {
+    if (comm.host.size() != comm.device.size() || comm.host.rank() != comm.device.rank()) {
+      throw_input_error("communicators", str("host rank ", comm.host.rank(), " of ", comm.host.size(),
+                                             " but device rank ", comm.device.rank(), " of ", comm.device.size()));
+    }
+    validate_training_config(training);
+    const DeviceOptimizerPart part = device_optimizer_part(layout_, rank_, state);
+    step_ = part.step;
+    master_ = be_.from_host(MemoryCategory::optimizer, part.master);
+    exp_avg_ = be_.from_host(MemoryCategory::optimizer, part.exp_avg);
+    exp_avg_sq_ = be_.from_host(MemoryCategory::optimizer, part.exp_avg_sq);
+    gradient_ = be_.template buffer<float>(MemoryCategory::gradients, std::size_t(layout_.padded()));
+    gradient_.zero();
+    matrices_ = be_.template buffer<Bf16Bits>(MemoryCategory::parameters, std::size_t(working_.matrix_elements));
+    vectors_ = be_.template buffer<float>(MemoryCategory::parameters, std::size_t(working_.vector_elements));
+    embed_tokens_ =
+        upload_bf16_to(be_, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
+    lm_head_ = upload_bf16_to(be_, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel());
+    const HostDecayTable table = decay_table(layout_);
+    decay_ends_ = be_.from_host(MemoryCategory::transient, table.ends);
+    decay_flags_ = be_.from_host(MemoryCategory::transient, table.decay);
+    decay_table_device_ = {decay_ends_.data(), decay_flags_.data(), int(table.ends.size())};
 
-  DeviceAllocator& allocator() const { return allocator_; }
+    std::vector<const void*> values;  // per parameter, canonical order: its slot in the working copy
+    std::vector<float*> grads;        // and its view of the flat gradient
+    for (std::size_t t = 0; t < layout_.tensors().size(); ++t) {
+      const WorkingSlot& slot = working_.slots[t];
+      values.push_back(slot.matrix ? static_cast<const void*>(matrices_.data() + slot.offset)
+                                   : static_cast<const void*>(vectors_.data() + slot.offset));
+      grads.push_back(gradient_.data() + layout_.tensors()[t].offset);
+    }
+    weights_.lm_head = lm_head_.data();
+    bind_trunk_parameters(config, values, grads, embed_tokens_.data(), weights_.trunk, weights_.grads);
+    refresh_working_copy();
+  }
+  DeviceTrainingState(const DeviceTrainingState&) = delete;
+  DeviceTrainingState& operator=(const DeviceTrainingState&) = delete;
+
+  const Backend& backend() const { return be_; }
   CudaCommunicators communicators() const { return comm_; }
   const FlatLayout& layout() const { return layout_; }
   FlatRange owned() const { return owned_; }
@@ -54,41 +108,86 @@ class CudaTrainingState {
 
   // The working copy from the updated master weights: ZeRO-1 all-gathers every rank's owned part
   // in place in the flat gradient buffer first (the gradient is spent by then).
-  void refresh_working_copy();
+  void refresh_working_copy() {
+    if (layout_.zero_stage() == 0) {
+      write_working_copy(master_.data(), owned_.begin, owned_.size());
+      return;
+    }
+    write_working_copy(gathered(master_), 0, layout_.count());
+  }
 
   // This rank's part as the host OptimizerState (double, exact) and as full flat vectors (P
   // values, a collective over every rank; ZeRO-1 gathers through the gradient buffer):
   // what checkpoints store, whatever the backend.
-  OptimizerState host_state(MemoryTracker& tracker) const;
-  enum class Part { master, exp_avg, exp_avg_sq };
-  std::vector<double> gather_full(Part part);
+  OptimizerState host_state(MemoryTracker& tracker) const {
+    return host_optimizer_state(tracker, layout_, rank_,
+                                {step_, be_.to_host(master_), be_.to_host(exp_avg_), be_.to_host(exp_avg_sq_)});
+  }
+  std::vector<double> gather_full(Part which) {
+    const Buffer<float>& part = which == Part::master ? master_ : which == Part::exp_avg ? exp_avg_ : exp_avg_sq_;
+    if (layout_.zero_stage() == 0) {
+      const std::vector<float> all = be_.to_host(part);
+      return std::vector<double>(all.begin(), all.end());
+    }
+    std::vector<float> all(std::size_t(layout_.count()));
+    be_.read(all.data(), gathered(part), all.size() * sizeof(float));
+    return std::vector<double>(all.begin(), all.end());
+  }
   // The working copy as double parameters (the values the next step computes with).
-  DrafterParameters<double> working_parameters(MemoryTracker& tracker, const DrafterConfig& config) const;
+  DrafterParameters<double> working_parameters(MemoryTracker& tracker, const DrafterConfig& config) const {
+    const std::vector<Bf16Bits> matrices = be_.to_host(matrices_);
+    const std::vector<float> vectors = be_.to_host(vectors_);
+    DrafterParameters<double> p = make_drafter_parameters<double>(tracker, config, MemoryCategory::parameters);
+    std::size_t t = 0;
+    p.for_each([&](const std::string&, Tensor<double>& x) {
+      const WorkingSlot& slot = working_.slots.at(t++);
+      for (std::int64_t e = 0; e < x.numel(); ++e) {
+        const std::size_t at = std::size_t(slot.offset + e);
+        x[e] = slot.matrix ? double(float_from_bf16_bits(matrices[at])) : double(vectors[at]);
+      }
+    });
+    return p;
+  }
 
  private:
-  // Writes the working copy from flat elements [begin, begin + n) held at `values` on the device.
-  void write_working_copy(const float* values, std::int64_t begin, std::int64_t n);
+  // ZeRO-1: every rank's owned part of `part` gathered in place (NCCL's convention: rank r sends
+  // [r s, (r + 1) s) of the buffer it receives into) in the flat gradient buffer; returns it.
+  const float* gathered(const Buffer<float>& part) {
+    const std::int64_t s = layout_.shard_size();
+    float* mine = gradient_.data() + std::int64_t(rank_) * s;
+    if (owned_.size() > 0) be_.copy(mine, part.data(), std::size_t(owned_.size()) * sizeof(float));
+    be_.synchronize();  // the device communicator runs on its own stream
+    comm_.device.all_gather(mine, gradient_.data(), std::size_t(s), CommType::f32);
+    return gradient_.data();
+  }
 
-  DeviceAllocator& allocator_;
+  // Writes the working copy from flat elements [begin, begin + n) held at `values`.
+  void write_working_copy(const float* values, std::int64_t begin, std::int64_t n) {
+    for (const WorkingCopyRun& r : working_copy_runs(layout_, working_, begin, n)) {
+      if (r.matrix) {
+        be_.bf16_copy(values + r.source, r.length, matrices_.data() + r.target);
+      } else {
+        be_.copy(vectors_.data() + r.target, values + r.source, std::size_t(r.length) * sizeof(float));
+      }
+    }
+  }
+
+  Backend be_;
   CudaCommunicators comm_;
   FlatLayout layout_;
   int rank_ = 0;
   FlatRange owned_;
   std::int64_t step_ = 0;
   WorkingLayout working_;
-  DeviceBuffer<float> master_, exp_avg_, exp_avg_sq_;  // optimizer
-  DeviceBuffer<float> gradient_;                       // gradients
-  DeviceBuffer<Bf16Bits> matrices_;                    // parameters
-  DeviceBuffer<float> vectors_;                        // parameters
-  DeviceBuffer<Bf16Bits> embed_tokens_, lm_head_;      // frozen
-  DeviceBuffer<std::int64_t> decay_ends_;              // transient (a few bytes per tensor)
-  DeviceBuffer<unsigned char> decay_flags_;
+  Buffer<float> master_, exp_avg_, exp_avg_sq_;  // optimizer
+  Buffer<float> gradient_;                       // gradients
+  Buffer<Bf16Bits> matrices_;                    // parameters
+  Buffer<float> vectors_;                        // parameters
+  Buffer<Bf16Bits> embed_tokens_, lm_head_;      // frozen
+  Buffer<std::int64_t> decay_ends_;              // transient (a few bytes per tensor)
+  Buffer<unsigned char> decay_flags_;
   DecayTable decay_table_device_;
   CudaDrafterWeights weights_;
 };
-
-// The squared norm of g[0, n) on the allocator's stream (cuda/optimizer/adamw_program.hpp's tree), into
-// *out; partials holds kNormMaxBlocks values.
-void launch_squared_norm(DeviceAllocator& allocator, const float* g, std::int64_t n, double* partials, double* out);
 
 }  // namespace dflash

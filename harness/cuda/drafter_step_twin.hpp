@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -123,25 +124,34 @@ struct DeviceFormatStepProblem {
   }
 };
 
+// The trunk's CPU backend as the device step runs the trunk: bf16 storage, the attention programs
+// the device step takes (tensor-core ones with the mma emulated), buffers counted by `buffers`.
+inline HostBackend<Bf16Bits> device_step_trunk_on_host(MemoryTracker& buffers) {
+  HostBackend<Bf16Bits> be{buffers};
+  be.attention_forward_kernel = kDrafterStepAttentionForward;
+  be.attention_backward_kernel = kDrafterStepAttentionBackward;
+  return be;
+}
+
 // The device step's own code on the CPU: drafter_step_on (cuda/drafter/step_loop.hpp: the uploads,
 // cuda_drafter_sequence_step over the sequences, the gradients read back) after the same checks
 // as cuda_drafter_step, on HostBackend<Bf16Bits> (the attention programs the device step takes,
 // tensor-core ones with the mma emulated) and the loss head's chunk loop on HostLossHeadBackend,
 // under `options`' trunk and loss policies. `params`, `frozen`, `batch` already in the device
 // formats. `hits`, when given, receives each sequence's per-row flags; `memory`, when given, counts
-// every buffer the backends hold (as the device allocator counts the device step's), nothing else.
+// every buffer the backends hold (as the device allocator counts the device step's), nothing else;
+// `global_weight_sum`, when given, is W (else the batch's), as cuda_drafter_step's.
 inline StepValues host_drafter_step(const DrafterConfig& config, const DrafterParameters<double>& params,
                                     const FrozenWeights<double>& frozen, const DrafterBatch<double>& batch,
                                     const DrafterStepOptions& options,
                                     std::vector<std::vector<std::uint8_t>>* hits = nullptr,
-                                    MemoryTracker* memory = nullptr) {
-  const CheckedDrafterStep c = check_drafter_step(config, params, frozen, batch, options);
+                                    MemoryTracker* memory = nullptr,
+                                    const std::optional<double>& global_weight_sum = std::nullopt) {
+  const CheckedDrafterStep c = check_drafter_step(config, params, frozen, batch, options, global_weight_sum);
   MemoryTracker host;  // the host's own tensors (gathered teacher rows, the result)
   MemoryTracker own;
   MemoryTracker& buffers = memory != nullptr ? *memory : own;
-  HostBackend<Bf16Bits> be{buffers};
-  be.attention_forward_kernel = kDrafterStepAttentionForward;
-  be.attention_backward_kernel = kDrafterStepAttentionBackward;
+  const HostBackend<Bf16Bits> be = device_step_trunk_on_host(buffers);
   ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{buffers}, c.loss_options);
   return step_values(
       drafter_step_on(be, head, host, config, params, frozen, batch, options, c.seqs, c.weight_sum, hits));
@@ -156,9 +166,7 @@ inline LossHeadStats<double> host_drafter_forward(const DrafterConfig& config, c
                                                   std::vector<std::vector<std::uint8_t>>* hits = nullptr) {
   const CheckedDrafterStep c = check_drafter_step(config, params, frozen, batch, options);
   MemoryTracker host, buffers;
-  HostBackend<Bf16Bits> be{buffers};
-  be.attention_forward_kernel = kDrafterStepAttentionForward;
-  be.attention_backward_kernel = kDrafterStepAttentionBackward;
+  const HostBackend<Bf16Bits> be = device_step_trunk_on_host(buffers);
   LossHeadOptions forward_only = c.loss_options;
   forward_only.policy = LossPolicy::chunk_recompute;
   ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{buffers}, forward_only);

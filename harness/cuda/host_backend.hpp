@@ -46,13 +46,41 @@ class HostBuffer {
   Tensor<T> values_;
 };
 
-template <class StorageT>
-struct HostBackend {
-  using Storage = StorageT;
+// What every CPU backend (the trunk's here, the loss head's, the training step's) does with
+// memory, as DeviceMemory on the GPU: makes buffers counted by `tracker`, fills them from and reads
+// them back to the host, reads one element, copies bytes.
+struct HostMemory {
   template <class T>
   using Buffer = HostBuffer<T>;
 
   MemoryTracker& tracker;
+
+  template <class T>
+  Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
+    return Buffer<T>(tracker, category, n);
+  }
+  template <class T>
+  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
+    Buffer<T> b(tracker, category, values.size());
+    std::copy(values.begin(), values.end(), b.data());
+    return b;
+  }
+  template <class T>
+  std::vector<T> to_host(const Buffer<T>& b) const {
+    return std::vector<T>(b.data(), b.data() + b.size());
+  }
+  template <class T>
+  T element(const T* array, std::int64_t index) const {
+    return array[index];
+  }
+  void copy(void* to, const void* from, std::size_t bytes) const {
+    if (bytes > 0) std::memmove(to, from, bytes);
+  }
+};
+
+template <class StorageT>
+struct HostBackend : HostMemory {
+  using Storage = StorageT;
   // As CudaBackend's switch, but the CUDA-core forward by default: this backend with bf16 storage
   // is the plain computation (SPEC §10) the step is judged by. tensor_cores_where_supported runs
   // the tensor-core forward's program with the mma emulated.
@@ -69,21 +97,6 @@ struct HostBackend {
   // to bf16 where it becomes the operand of O += (fP) V, on the shapes the tensor-core forward
   // supports (attention_forward_uses_tensor_cores).
   bool round_attention_forward_operands = false;
-
-  template <class T>
-  Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
-    return Buffer<T>(tracker, category, n);
-  }
-  template <class T>
-  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
-    Buffer<T> b(tracker, category, values.size());
-    std::copy(values.begin(), values.end(), b.data());
-    return b;
-  }
-  template <class T>
-  std::vector<T> to_host(const Buffer<T>& b) const {
-    return std::vector<T>(b.data(), b.data() + b.size());
-  }
 
   void narrow(const float* x, std::int64_t n, Storage* y) const {
     for (std::int64_t e = 0; e < n; ++e) narrow_at(e, x, y);

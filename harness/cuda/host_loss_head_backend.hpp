@@ -21,34 +21,10 @@
 
 namespace dflash {
 
-struct HostLossHeadBackend {
-  template <class T>
-  using Buffer = HostBuffer<T>;
-
-  MemoryTracker& tracker;
+struct HostLossHeadBackend : HostMemory {
   // Each block's threads in descending order: a phase whose threads depend on one another then
   // gives other bits.
   bool reverse_threads = false;
-
-  template <class T>
-  Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
-    return products().template buffer<T>(category, n);
-  }
-  template <class T>
-  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
-    return products().from_host(category, values);
-  }
-  template <class T>
-  std::vector<T> to_host(const Buffer<T>& b) const {
-    return products().to_host(b);
-  }
-  template <class T>
-  T element(const T* array, std::int64_t index) const {
-    return array[index];
-  }
-  void copy(void* to, const void* from, std::size_t bytes) const {
-    if (bytes > 0) std::memcpy(to, from, bytes);
-  }
 
   void compact_valid_rows(const std::uint8_t* valid, std::int64_t T, std::int32_t* list, std::int32_t* count) const {
     run_grid_on_host(1, kCompactThreads * sizeof(std::int32_t), kCompactThreads, reverse_threads,

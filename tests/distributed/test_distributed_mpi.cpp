@@ -49,6 +49,32 @@ TEST(DistributedTraining, TheProblemExercisesWhatItClaims) {
   EXPECT_GT(reference.metrics[0].weight_sum, 0);
 }
 
+// The in-place forms follow NCCL's conventions (communicator.hpp) to the byte: the collective
+// writes the rank's block (reduce-scatter) or the other ranks' blocks (all-gather) and nothing
+// else. MPI's own in-place reduce-scatter also leaves the sums at the start of the buffer; a caller
+// that read block 0 for its own then passed on CPU ranks and failed under NCCL.
+TEST(MpiCommunicator, InPlaceCollectivesWriteOnlyWhatNcclWrites) {
+  const int R = world().size(), r = world().rank();
+  const std::size_t count = 3;
+  auto own_value = [](int rank, std::size_t e) { return double(100 * rank + int(e)); };
+  std::vector<double> buffer(count * std::size_t(R));
+  for (std::size_t e = 0; e < buffer.size(); ++e) buffer[e] = own_value(r, e);
+  world().reduce_scatter(buffer.data(), buffer.data() + std::size_t(r) * count, count, CommType::f64, CommOp::sum);
+  for (std::size_t e = 0; e < buffer.size(); ++e) {
+    double want = own_value(r, e);
+    if (e / count == std::size_t(r)) {
+      want = 0;
+      for (int q = 0; q < R; ++q) want += own_value(q, e);
+    }
+    EXPECT_EQ(buffer[e], want) << "reduce-scatter, element " << e << " on rank " << r;
+  }
+  for (std::size_t e = 0; e < buffer.size(); ++e) buffer[e] = e / count == std::size_t(r) ? own_value(r, e) : -1.0;
+  world().all_gather(buffer.data() + std::size_t(r) * count, buffer.data(), count, CommType::f64);
+  for (std::size_t e = 0; e < buffer.size(); ++e) {
+    EXPECT_EQ(buffer[e], own_value(int(e / count), e)) << "all-gather, element " << e << " on rank " << r;
+  }
+}
+
 TEST(DistributedTraining, EveryWorldSizeMicroStepCountAndZeroStageEqualsOneRank) {
   const TrainingRun reference = single_rank_run(kSteps, unlabelled_rank);
   for (int R = 1; R <= world().size(); ++R) {

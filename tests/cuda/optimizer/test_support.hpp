@@ -12,30 +12,9 @@
 
 #include "common/tolerances.hpp"
 #include "cuda/optimizer/adamw_program.hpp"
-#include "harness/cuda/host_block_exec.hpp"
+#include "harness/cuda/host_optimizer_exec.hpp"
 
 namespace dflash {
-
-// The kernels' programs on the host over their real grids (threads in reverse order if asked).
-inline double squared_norm_on_host(const std::vector<float>& g, bool reverse) {
-  const std::int64_t n = std::int64_t(g.size());
-  const std::int64_t blocks = norm_blocks(n);
-  std::vector<double> partials(static_cast<std::size_t>(blocks), std::nan(""));
-  run_grid_on_host(blocks, kOptimizerThreads * sizeof(double), kOptimizerThreads, reverse,
-                   [&](HostBlockExec& exec, unsigned char* shared, std::int64_t block) {
-                     squared_norm_block_program(exec, reinterpret_cast<double*>(shared), g.data(), n, blocks, block,
-                                                partials.data());
-                   });
-  return squared_norm_of_partials(partials.data(), blocks);
-}
-
-template <class Element>
-void elementwise_on_host(std::int64_t n, bool reverse, Element element) {
-  const std::int64_t blocks = elementwise_blocks(n);
-  run_grid_on_host(blocks, 0, kOptimizerThreads, reverse, [&](HostBlockExec& exec, unsigned char*, std::int64_t block) {
-    elementwise_block_program(exec, n, blocks, block, element);
-  });
-}
 
 // The step's hyperparameters: lr wd = 1e-4 relative decay, far outside the fp32 rule.
 struct TestAdamW {

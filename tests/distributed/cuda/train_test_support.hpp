@@ -1,12 +1,12 @@
-// What the GPU tests of the CUDA training step share: the tiny problem of training_problem.hpp
-// (P = 1056, dropout on, clipping active) on the device, one batch of equal-length sequences per
-// step (a rank's share of the global batch in one DrafterBatch), and the state's host views.
+// What the tests of the CUDA training step (GPU and CPU backends) share: the tiny problem of
+// training_problem.hpp (P = 1056, dropout on, clipping active), one batch of equal-length sequences
+// per step (a rank's share of the global batch in one DrafterBatch), and the state's host views.
 #pragma once
 
 #include <array>
 #include <vector>
 
-#include "distributed/cuda/train_step.hpp"
+#include "distributed/cuda/training_state.hpp"
 #include "tests/distributed/training_problem.hpp"
 
 namespace dflash::testing {
@@ -38,6 +38,13 @@ struct CudaTinyProblem {
         tracker, config,
         {.sequences = kCudaGlobalBatch, .context_length = kCudaContext, .seed = std::uint64_t(50 + t)});
   }
+  // The first global index of rank r's share (U = 1).
+  static std::int64_t first_of(int ranks, int rank) { return rank * (kCudaGlobalBatch / ranks); }
+  // Rank r's share of it (b = global / R consecutive sequences from r b, U = 1), as its own batch:
+  // the global batch itself on one rank.
+  DrafterBatch<double> share(std::int64_t t, int ranks, int rank) {
+    return ranks == 1 ? global_batch(t) : rank_batch(t, ranks, rank);
+  }
   // Rank r's share of it (b = global / R consecutive sequences from r b, U = 1), as its own batch.
   DrafterBatch<double> rank_batch(std::int64_t t, int ranks, int rank) {
     const std::int64_t b = kCudaGlobalBatch / ranks;
@@ -63,12 +70,14 @@ struct CudaStateSnapshot {
   std::vector<double> working;              // the working copy, canonical order
 };
 
-inline CudaStateSnapshot snapshot(CudaTrainingState& state, const DrafterConfig& config) {
+// A collective over the state's ranks under ZeRO-1 (gather_full).
+template <class Backend>
+CudaStateSnapshot snapshot(DeviceTrainingState<Backend>& state, const DrafterConfig& config) {
   MemoryTracker tracker;
   CudaStateSnapshot s;
   s.step = state.step();
-  s.full = {state.gather_full(CudaTrainingState::Part::master), state.gather_full(CudaTrainingState::Part::exp_avg),
-            state.gather_full(CudaTrainingState::Part::exp_avg_sq)};
+  s.full = {state.gather_full(OptimizerPart::master), state.gather_full(OptimizerPart::exp_avg),
+            state.gather_full(OptimizerPart::exp_avg_sq)};
   const DrafterParameters<double> w = state.working_parameters(tracker, config);
   w.for_each([&](const std::string&, const Tensor<double>& t) {
     s.working.insert(s.working.end(), t.values().begin(), t.values().end());
