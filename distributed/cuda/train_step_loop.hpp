@@ -21,6 +21,7 @@
 
 namespace dflash {
 namespace train_step_detail {
+
 // §12 on this rank's own gradient, from its per-tensor squared norms on the device (taken before
 // any sum over ranks): the first tensor (canonical order) whose squared norm is not finite holds a
 // non-finite element (fp32 squares summed in double cannot overflow), found by downloading that

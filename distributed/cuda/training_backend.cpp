@@ -33,6 +33,15 @@ LossHeadStats<double> CudaTrainingBackend::drafter_sequences(
                                 nullptr, hits);
 }
 
+LossHeadStats<double> CudaTrainingBackend::drafter_forward_sequences(
+    MemoryTracker& host, const DrafterConfig& config, const CudaDrafterWeights& weights,
+    const DrafterBatch<double>& batch, const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+    const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+    std::vector<std::vector<std::uint8_t>>* hits) const {
+  return cuda_drafter_forward_sequences(allocator, host, config, weights, batch, options, loss_options, seqs,
+                                        weight_sum, hits);
+}
+
 CudaTrainingBackend::CommunicationStream::CommunicationStream(const CudaTrainingBackend& backend)
     : compute_(backend.allocator.stream()) {
   DFLASH_CUDA_CHECK(cudaStreamCreateWithFlags(&communication_, cudaStreamNonBlocking));

@@ -1,8 +1,8 @@
 // What the CUDA training step (train_step_loop.hpp) and its resident state (training_state.hpp)
 // ask of the machine a rank runs on, here its GPU: DeviceMemory's buffers and copies, a ranged
 // read back, the optimizer's kernels (cuda/optimizer/adamw_kernels.hpp), the drafter's loop over
-// the rank's sequences (cuda_drafter_sequences) and the communication stream ZeRO-0's buckets are
-// summed on. The CPU runs the same step on HostTrainingBackend
+// the rank's sequences (cuda_drafter_sequences, and the forward alone for evaluation), the memory
+// counts, and the communication stream ZeRO-0's buckets are summed on. The CPU runs the same step on HostTrainingBackend
 // (harness/cuda/host_training_backend.hpp): the kernels' programs over their real grids, the
 // drafter's loop on the CPU backends, every collective at once on the caller's thread.
 // Built only with CUDA (library dflash_cuda_training).
@@ -40,6 +40,19 @@ struct CudaTrainingBackend : DeviceMemory {
                                           const DrafterStepOptions& options, const LossHeadOptions& loss_options,
                                           const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                           std::vector<std::vector<std::uint8_t>>* hits) const;
+
+  // The forward alone of each sequence over W (cuda_drafter_forward_sequences: evaluation, no
+  // gradient made).
+  LossHeadStats<double> drafter_forward_sequences(MemoryTracker& host, const DrafterConfig& config,
+                                                  const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
+                                                  const DrafterStepOptions& options,
+                                                  const LossHeadOptions& loss_options,
+                                                  const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+                                                  std::vector<std::vector<std::uint8_t>>* hits) const;
+
+  // What the device holds, per category, and the start of a new peak.
+  const MemoryTracker& counts() const { return allocator.tracker(); }
+  void reset_peaks() const { allocator.reset_peaks(); }
 
   // A second stream for the sums over ranks: after_compute() orders what is enqueued next after
   // everything the compute stream was given so far; all_reduce_sum enqueues an in-place sum

@@ -170,7 +170,8 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
                     " (table above); change the config or the ranks, "
                     "or pass --force to try anyway"));
   }
-  if (o.backend == TrainingBackend::cuda) require_cuda_training_available(comm);
+  // (A test's own step backend needs no GPU.)
+  if (o.backend == TrainingBackend::cuda && !o.make_step_backend) require_cuda_training_available(comm);
 
   // 3. Output directory.
   check_output_directory(o.out, o.resume);
@@ -230,7 +231,8 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       log << "dflash train: --resume: no checkpoint in " << o.out.string() << ", starting at step 0\n";
   }
   const std::unique_ptr<StepBackend> backend =
-      o.backend == TrainingBackend::cuda
+      o.make_step_backend ? o.make_step_backend(comm, config, training, frozen, std::move(state))
+      : o.backend == TrainingBackend::cuda
           ? make_cuda_step_backend(comm, config, training, frozen, std::move(state))
           : make_reference_step_backend(tracker, comm, config, training, frozen, std::move(state));
 

@@ -14,12 +14,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
 
 #include "distributed/communicator.hpp"
 #include "distributed/run/plan_gate.hpp"
+#include "distributed/run/step_backend.hpp"
 
 namespace dflash {
 
@@ -37,6 +39,12 @@ struct TrainingRunOptions {
   std::int64_t eval_every = 0;                     // evaluate after every N-th step (with eval_data)
   // Called on every rank after step t's metrics are known (tests: raise a signal mid-run).
   std::function<void(std::int64_t step)> after_step;
+  // Tests: makes the step backend in place of the one `backend` names, from the same inputs (the
+  // plan, the checks and the checkpoints stay `backend`'s): the CUDA step's code on the CPU's
+  // training backend (harness/cuda/host_training_backend.hpp).
+  std::function<std::unique_ptr<StepBackend>(Communicator&, const DrafterConfig&, const TrainingConfig&,
+                                             const FrozenWeights<double>&, TrainingState)>
+      make_step_backend;
 };
 
 // Runs the whole thing on this rank; returns the exit code (0: finished, or stopped by a signal

@@ -157,22 +157,35 @@ inline StepValues host_drafter_step(const DrafterConfig& config, const DrafterPa
       drafter_step_on(be, head, host, config, params, frozen, batch, options, c.seqs, c.weight_sum, hits));
 }
 
+// The device step's loop (drafter_sequences_on) on the CPU backends (device_step_trunk_on_host and
+// the loss head's chunk loop), buffers counted by `buffers`, over weights already there: forward and
+// backward of each sequence, or (backward false) the forward alone as cuda_drafter_forward_sequences
+// runs it (evaluation: chunk_recompute whatever loss_options says, no gradient made).
+inline LossHeadStats<double> host_drafter_sequences(MemoryTracker& buffers, MemoryTracker& host,
+                                                    const DrafterConfig& config, const CudaDrafterWeights& weights,
+                                                    const DrafterBatch<double>& batch,
+                                                    const DrafterStepOptions& options, LossHeadOptions loss_options,
+                                                    const std::vector<PreparedSequence<double>>& seqs,
+                                                    double weight_sum, bool backward,
+                                                    std::vector<std::vector<std::uint8_t>>* hits) {
+  const HostBackend<Bf16Bits> be = device_step_trunk_on_host(buffers);
+  if (!backward) loss_options.policy = LossPolicy::chunk_recompute;
+  ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{buffers}, loss_options);
+  return drafter_sequences_on(be, head, host, config, weights, batch, options, seqs, weight_sum, backward, nullptr,
+                              hits);
+}
+
 // The forward alone of the device step's code on the CPU, as cuda_drafter_forward_sequences runs it
-// (evaluation: chunk_recompute whatever `options` says, no gradient made) after the same checks:
-// the statistics summed over the sequences, `hits` as host_drafter_step's.
+// after the same checks: the statistics summed over the sequences, `hits` as host_drafter_step's.
 inline LossHeadStats<double> host_drafter_forward(const DrafterConfig& config, const DrafterParameters<double>& params,
                                                   const FrozenWeights<double>& frozen,
                                                   const DrafterBatch<double>& batch, const DrafterStepOptions& options,
                                                   std::vector<std::vector<std::uint8_t>>* hits = nullptr) {
   const CheckedDrafterStep c = check_drafter_step(config, params, frozen, batch, options);
   MemoryTracker host, buffers;
-  const HostBackend<Bf16Bits> be = device_step_trunk_on_host(buffers);
-  LossHeadOptions forward_only = c.loss_options;
-  forward_only.policy = LossPolicy::chunk_recompute;
-  ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{buffers}, forward_only);
-  const StepWeights<HostBackend<Bf16Bits>> device(be, config, params, frozen);
-  const LossHeadStats<double> stats = drafter_sequences_on(be, head, host, config, device.weights, batch, options,
-                                                           c.seqs, c.weight_sum, false, nullptr, hits);
+  const StepWeights<HostBackend<Bf16Bits>> device(device_step_trunk_on_host(buffers), config, params, frozen);
+  const LossHeadStats<double> stats = host_drafter_sequences(buffers, host, config, device.weights, batch, options,
+                                                             c.loss_options, c.seqs, c.weight_sum, false, hits);
   for (const auto& g : device.parameters.grads) {
     for (std::size_t e = 0; e < g.size(); ++e) {
       if (g.data()[e] != 0.0f) throw std::logic_error("the forward alone changed a gradient");

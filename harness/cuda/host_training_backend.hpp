@@ -47,11 +47,21 @@ struct HostTrainingBackend : HostMemory {
                                           const DrafterStepOptions& options, const LossHeadOptions& loss_options,
                                           const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                           std::vector<std::vector<std::uint8_t>>* hits) const {
-    const HostBackend<Bf16Bits> trunk = device_step_trunk_on_host(tracker);
-    ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{tracker}, loss_options);
-    return drafter_sequences_on(trunk, head, host, config, weights, batch, options, seqs, weight_sum, true, nullptr,
-                                hits);
+    return host_drafter_sequences(tracker, host, config, weights, batch, options, loss_options, seqs, weight_sum, true,
+                                  hits);
   }
+  LossHeadStats<double> drafter_forward_sequences(MemoryTracker& host, const DrafterConfig& config,
+                                                  const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
+                                                  const DrafterStepOptions& options,
+                                                  const LossHeadOptions& loss_options,
+                                                  const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+                                                  std::vector<std::vector<std::uint8_t>>* hits) const {
+    return host_drafter_sequences(tracker, host, config, weights, batch, options, loss_options, seqs, weight_sum, false,
+                                  hits);
+  }
+
+  const MemoryTracker& counts() const { return tracker; }
+  void reset_peaks() const { tracker.reset_peaks(); }
 
   class CommunicationStream {
    public:

@@ -7,11 +7,16 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "distributed/checkpoint/save_restore.hpp"
 #include "distributed/data/synthetic_set.hpp"
+#include "distributed/run/trainer.hpp"
+#include "distributed/single_process_communicator.hpp"
 #include "tests/distributed/train_test_support.hpp"
 
 namespace dflash::train_testing {
@@ -28,6 +33,30 @@ inline const std::filesystem::path& synthetic_run_data() {
     return dir / "syn";
   }();
   return path;
+}
+
+// A run of configs/tiny-train.json on the synthetic set into `out` (the reference backend).
+inline TrainingRunOptions options_for(const std::filesystem::path& out) {
+  TrainingRunOptions o;
+  o.config = tiny_train_config_path();
+  o.data = synthetic_run_data() / "features";
+  o.target = synthetic_run_data() / "target";
+  o.out = out;
+  return o;
+}
+
+// `dflash train` in process on one rank; its log into *log when given.
+inline int train(const TrainingRunOptions& o, std::string* log = nullptr) {
+  SingleProcessCommunicator comm;
+  std::ostringstream out;
+  const int code = run_training(o, comm, out);
+  if (log) *log = out.str();
+  return code;
+}
+
+inline std::string file_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 inline double relative_difference(const std::vector<double>& a, const std::vector<double>& b) {

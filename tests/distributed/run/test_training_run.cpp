@@ -29,28 +29,6 @@ using namespace train_testing;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
-TrainingRunOptions options_for(const std::filesystem::path& out) {
-  TrainingRunOptions o;
-  o.config = tiny_train_config_path();
-  o.data = synthetic_run_data() / "features";
-  o.target = synthetic_run_data() / "target";
-  o.out = out;
-  return o;
-}
-
-int train(const TrainingRunOptions& o, std::string* log = nullptr) {
-  SingleProcessCommunicator comm;
-  std::ostringstream out;
-  const int code = run_training(o, comm, out);
-  if (log) *log = out.str();
-  return code;
-}
-
-std::string file_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // The uninterrupted 20-step run, made once.
 const std::filesystem::path& uninterrupted_run() {
   static const ScratchDirectory dir;

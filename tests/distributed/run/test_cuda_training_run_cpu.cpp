@@ -1,0 +1,181 @@
+// `dflash train --backend cuda` in process on one rank, with the CUDA step's own code on the CPU's
+// training backend in place of the GPU's (TrainingRunOptions::make_step_backend:
+// DeviceStepBackend<HostTrainingBackend>): everything of the CUDA run that is not a kernel, cuBLAS
+// or NCCL runs here before ci/gpu runs it on a GPU: the plan gate for the CUDA step, the state put
+// into the backend's memory from a fresh or restored host state, the steps, the forward alone for
+// evaluation, F32 checkpoints, and a resume on either backend.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "distributed/metrics/svg_report.hpp"
+#include "distributed/run/device_step_backend.hpp"
+#include "harness/cuda/host_training_backend.hpp"
+#include "tests/distributed/run_test_support.hpp"
+
+namespace dflash {
+namespace {
+
+using namespace train_testing;
+using ::testing::HasSubstr;
+
+// The CUDA run's options: --backend cuda, the step backend the CPU's twin; `memory` counts what it
+// holds (as the device allocator would) and must outlive the run.
+TrainingRunOptions cuda_options_for(const std::filesystem::path& out, MemoryTracker& memory) {
+  TrainingRunOptions o = options_for(out);
+  o.backend = TrainingBackend::cuda;
+  o.make_step_backend = [&memory](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                                  const FrozenWeights<double>& frozen, TrainingState state) {
+    return std::make_unique<DeviceStepBackend<HostTrainingBackend>>(
+        HostTrainingBackend{{memory}}, CudaCommunicators{comm, comm}, config, training, frozen, state.optimizer);
+  };
+  return o;
+}
+
+// The uninterrupted 20-step runs, made once: the reference's and the CUDA step's.
+const std::filesystem::path& reference_run() {
+  static const ScratchDirectory dir;
+  static const std::filesystem::path out = [] {
+    EXPECT_EQ(train(options_for(dir / "run")), 0);
+    return dir / "run";
+  }();
+  return out;
+}
+const std::filesystem::path& cuda_run() {
+  static const ScratchDirectory dir;
+  static MemoryTracker memory;
+  static const std::filesystem::path out = [] {
+    TrainingRunOptions o = cuda_options_for(dir / "run", memory);
+    o.save_every = 10;
+    EXPECT_EQ(train(o), 0);
+    return dir / "run";
+  }();
+  return out;
+}
+
+bool all_fp32(const std::vector<double>& values) {
+  for (const double v : values) {
+    if (double(float(v)) != v) return false;
+  }
+  return true;
+}
+
+// The same data, schedule and rows as the reference run, step by step (what precision cannot
+// change: tokens, truncated sequences, lr exactly); the loss falls as the reference's does; the
+// checkpoints hold fp32 values; the peaks are the backend's, with the flat fp32 gradient in them.
+TEST(CudaTrainingRunOnTheCpu, FollowsTheReferenceRunsDataAndScheduleAndLearns) {
+  const std::vector<StepRecord> cuda = read_metrics_file(cuda_run() / "metrics.jsonl"),
+                                reference = read_metrics_file(reference_run() / "metrics.jsonl");
+  ASSERT_EQ(cuda.size(), 20u);
+  ASSERT_EQ(reference.size(), 20u);
+  for (std::size_t t = 0; t < cuda.size(); ++t) {
+    SCOPED_TRACE("step " + std::to_string(t));
+    EXPECT_EQ(cuda[t].step, reference[t].step);
+    EXPECT_EQ(cuda[t].tokens, reference[t].tokens);
+    EXPECT_EQ(cuda[t].truncated_sequences, reference[t].truncated_sequences);
+    EXPECT_EQ(cuda[t].lr, reference[t].lr);
+    EXPECT_TRUE(std::isfinite(cuda[t].loss));
+    EXPECT_EQ(cuda[t].accuracy_by_position.size(), 3u);
+    EXPECT_GT(cuda[t].peak_bytes.at("gradients"), 0);
+  }
+  const double first = (cuda[0].loss + cuda[1].loss + cuda[2].loss) / 3;
+  const double last = (cuda[17].loss + cuda[18].loss + cuda[19].loss) / 3;
+  EXPECT_LT(last, 0.85 * first) << "loss " << first << " -> " << last;
+  const RunCheckpoint ck = read_run_checkpoint(cuda_run() / "step-00000020", tiny_config());
+  EXPECT_EQ(ck.step, 20);
+  EXPECT_EQ(ck.data_cursor, read_run_checkpoint(reference_run() / "step-00000020", tiny_config()).data_cursor);
+  EXPECT_TRUE(all_fp32(ck.master));
+  EXPECT_TRUE(all_fp32(ck.exp_avg));
+  EXPECT_TRUE(all_fp32(ck.exp_avg_sq));
+  EXPECT_NE(ck.master, read_run_checkpoint(cuda_run() / "step-00000010", tiny_config()).master);
+}
+
+// A SIGTERM mid-run saves (F32) and exits 0; the resumed run ends bitwise the uninterrupted one:
+// the restored state is exactly the one saved (fp32 values survive the F32 file and the double
+// host state), the data cursor and the schedule go on where they stopped.
+TEST(CudaTrainingRunOnTheCpu, SigtermThenResumeIsBitwiseTheUninterruptedRun) {
+  ScratchDirectory dir;
+  MemoryTracker memory;
+  TrainingRunOptions o = cuda_options_for(dir / "run", memory);
+  o.after_step = [](std::int64_t t) {
+    if (t == 6) std::raise(SIGTERM);
+  };
+  std::string log;
+  ASSERT_EQ(train(o, &log), 0);
+  EXPECT_THAT(log, HasSubstr("stopped by signal"));
+  EXPECT_EQ(latest_checkpoint(dir / "run"), dir / "run" / "step-00000007");
+  o.after_step = nullptr;
+  o.resume = true;
+  ASSERT_EQ(train(o, &log), 0);
+  EXPECT_THAT(log, HasSubstr("resuming from"));
+  for (const char* file : {kModelFileName, kOptimizerFileName, kTrainerStateFileName}) {
+    EXPECT_EQ(file_text(dir / "run" / "step-00000020" / file), file_text(cuda_run() / "step-00000020" / file)) << file;
+  }
+  const std::vector<StepRecord> a = read_metrics_file(dir / "run" / "metrics.jsonl"),
+                                b = read_metrics_file(cuda_run() / "metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t t = 0; t < a.size(); ++t) EXPECT_EQ(a[t].loss, b[t].loss) << t;
+}
+
+// A run stopped on one backend resumes on the other (TRAINING §15: one checkpoint format): the
+// reference's F64 checkpoint goes on under the CUDA step (its master rounded to fp32 on the way
+// in), the CUDA step's F32 one under the reference, each to step 20 with the uninterrupted runs'
+// data and schedule.
+TEST(CudaTrainingRunOnTheCpu, ARunResumesOnTheOtherBackend) {
+  for (const bool cuda_first : {false, true}) {
+    SCOPED_TRACE(cuda_first ? "CUDA, then the reference" : "the reference, then CUDA");
+    ScratchDirectory dir;
+    MemoryTracker memory;
+    TrainingRunOptions first = cuda_first ? cuda_options_for(dir / "run", memory) : options_for(dir / "run");
+    first.after_step = [](std::int64_t t) {
+      if (t == 6) std::raise(SIGTERM);
+    };
+    ASSERT_EQ(train(first), 0);
+    TrainingRunOptions second = cuda_first ? options_for(dir / "run") : cuda_options_for(dir / "run", memory);
+    second.resume = true;
+    std::string log;
+    ASSERT_EQ(train(second, &log), 0);
+    EXPECT_THAT(log, HasSubstr("resuming from"));
+    const std::vector<StepRecord> a = read_metrics_file(dir / "run" / "metrics.jsonl"),
+                                  b = read_metrics_file(reference_run() / "metrics.jsonl");
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t t = 0; t < a.size(); ++t) {
+      EXPECT_EQ(a[t].tokens, b[t].tokens) << t;
+      EXPECT_EQ(a[t].lr, b[t].lr) << t;
+    }
+    const RunCheckpoint ck = read_run_checkpoint(dir / "run" / "step-00000020", tiny_config());
+    EXPECT_EQ(ck.step, 20);
+    EXPECT_EQ(all_fp32(ck.master), !cuda_first) << "the last backend's master precision";
+  }
+}
+
+// Held-out evaluation on the working copy (the forward alone): a record every 5 steps over the
+// whole set, its loss falling, and training untouched by it (the same final weights as the run
+// without evaluation).
+TEST(CudaTrainingRunOnTheCpu, HeldOutEvaluationRunsTheForwardAloneOnTheWorkingCopy) {
+  ScratchDirectory dir;
+  MemoryTracker memory;
+  TrainingRunOptions o = cuda_options_for(dir / "run", memory);
+  o.eval_data = synthetic_run_data() / "features";
+  o.eval_every = 5;
+  ASSERT_EQ(train(o), 0);
+  std::ifstream in(dir / "run" / "eval.jsonl");
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 4u);
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    EXPECT_EQ(records[k].at("step"), std::int64_t(5 * k + 4));
+    EXPECT_EQ(records[k].at("sequences"), 24);
+    EXPECT_EQ(records[k].at("accuracy_by_position").size(), 3u);
+  }
+  EXPECT_LT(records.back().at("loss").get<double>(), records.front().at("loss").get<double>());
+  EXPECT_EQ(file_text(dir / "run" / "step-00000020" / kModelFileName),
+            file_text(cuda_run() / "step-00000020" / kModelFileName));
+}
+
+}  // namespace
+}  // namespace dflash
