@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "distributed/checkpoint/save_restore.hpp"
 #include "distributed/data/synthetic_set.hpp"
 #include "distributed/run/trainer.hpp"
@@ -57,6 +59,27 @@ inline int train(const TrainingRunOptions& o, std::string* log = nullptr) {
 inline std::string file_text(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A run with --eval-data (the synthetic set itself) and --eval-every 5, whose eval.jsonl must
+// hold a record after steps 4, 9, 14, 19 over the whole held-out set, its loss falling, and whose
+// final weights must equal `without_eval`'s (evaluating does not touch training).
+inline void expect_held_out_evaluation(TrainingRunOptions o, const std::filesystem::path& without_eval) {
+  o.eval_data = synthetic_run_data() / "features";
+  o.eval_every = 5;
+  ASSERT_EQ(train(o), 0);
+  std::ifstream in(o.out / "eval.jsonl");
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 4u);
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    EXPECT_EQ(records[k].at("step"), std::int64_t(5 * k + 4));
+    EXPECT_EQ(records[k].at("sequences"), 24);  // the whole held-out set
+    EXPECT_EQ(records[k].at("accuracy_by_position").size(), 3u);
+  }
+  EXPECT_LT(records.back().at("loss").get<double>(), records.front().at("loss").get<double>());
+  EXPECT_EQ(file_text(o.out / "step-00000020" / kModelFileName),
+            file_text(without_eval / "step-00000020" / kModelFileName));
 }
 
 inline double relative_difference(const std::vector<double>& a, const std::vector<double>& b) {

@@ -8,9 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
-#include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "distributed/metrics/svg_report.hpp"
 #include "distributed/run/device_step_backend.hpp"
@@ -159,22 +156,7 @@ TEST(CudaTrainingRunOnTheCpu, ARunResumesOnTheOtherBackend) {
 TEST(CudaTrainingRunOnTheCpu, HeldOutEvaluationRunsTheForwardAloneOnTheWorkingCopy) {
   ScratchDirectory dir;
   MemoryTracker memory;
-  TrainingRunOptions o = cuda_options_for(dir / "run", memory);
-  o.eval_data = synthetic_run_data() / "features";
-  o.eval_every = 5;
-  ASSERT_EQ(train(o), 0);
-  std::ifstream in(dir / "run" / "eval.jsonl");
-  std::vector<nlohmann::json> records;
-  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(records.size(), 4u);
-  for (std::size_t k = 0; k < records.size(); ++k) {
-    EXPECT_EQ(records[k].at("step"), std::int64_t(5 * k + 4));
-    EXPECT_EQ(records[k].at("sequences"), 24);
-    EXPECT_EQ(records[k].at("accuracy_by_position").size(), 3u);
-  }
-  EXPECT_LT(records.back().at("loss").get<double>(), records.front().at("loss").get<double>());
-  EXPECT_EQ(file_text(dir / "run" / "step-00000020" / kModelFileName),
-            file_text(cuda_run() / "step-00000020" / kModelFileName));
+  expect_held_out_evaluation(cuda_options_for(dir / "run", memory), cuda_run());
 }
 
 }  // namespace

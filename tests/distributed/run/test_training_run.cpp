@@ -117,23 +117,8 @@ TEST(TrainingRun, InitFromAnExportedDrafterStartsFromItsWeights) {
 TEST(TrainingRun, HeldOutEvaluationEveryNStepsGoesToEvalJsonl) {
   ScratchDirectory dir;
   TrainingRunOptions o = options_for(dir / "run");
-  o.eval_data = synthetic_run_data() / "features";
-  o.eval_every = 5;
-  ASSERT_EQ(train(o), 0);
-  std::ifstream in(dir / "run" / "eval.jsonl");
-  std::vector<nlohmann::json> records;
-  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(records.size(), 4u);
-  for (std::size_t k = 0; k < records.size(); ++k) {
-    EXPECT_EQ(records[k].at("step"), std::int64_t(5 * k + 4));
-    EXPECT_EQ(records[k].at("sequences"), 24);  // the whole held-out set
-    EXPECT_EQ(records[k].at("accuracy_by_position").size(), 3u);
-  }
-  EXPECT_LT(records.back().at("loss").get<double>(), records.front().at("loss").get<double>());
-  // Training is not affected by evaluating: the same final weights as the run without it.
-  EXPECT_EQ(file_text(dir / "run" / "step-00000020" / kModelFileName),
-            file_text(uninterrupted_run() / "step-00000020" / kModelFileName));
-  o.eval_data.reset();
+  expect_held_out_evaluation(o, uninterrupted_run());
+  o.eval_every = 5;  // without --eval-data
   EXPECT_THAT(input_error_message([&] { train(o); }), HasSubstr("--eval-data"));
 }
 
