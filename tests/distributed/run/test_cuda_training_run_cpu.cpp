@@ -10,28 +10,13 @@
 #include <csignal>
 
 #include "distributed/metrics/svg_report.hpp"
-#include "distributed/run/device_step_backend.hpp"
-#include "harness/cuda/host_training_backend.hpp"
-#include "tests/distributed/run_test_support.hpp"
+#include "tests/distributed/run/cuda_run_support.hpp"
 
 namespace dflash {
 namespace {
 
 using namespace train_testing;
 using ::testing::HasSubstr;
-
-// The CUDA run's options: --backend cuda, the step backend the CPU's twin; `memory` counts what it
-// holds (as the device allocator would) and must outlive the run.
-TrainingRunOptions cuda_options_for(const std::filesystem::path& out, MemoryTracker& memory) {
-  TrainingRunOptions o = options_for(out);
-  o.backend = TrainingBackend::cuda;
-  o.make_step_backend = [&memory](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
-                                  const FrozenWeights<double>& frozen, TrainingState state) {
-    return std::make_unique<DeviceStepBackend<HostTrainingBackend>>(
-        HostTrainingBackend{{memory}}, CudaCommunicators{comm, comm}, config, training, frozen, state.optimizer);
-  };
-  return o;
-}
 
 // The uninterrupted 20-step runs, made once: the reference's and the CUDA step's.
 const std::filesystem::path& reference_run() {

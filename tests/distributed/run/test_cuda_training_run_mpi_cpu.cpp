@@ -1,0 +1,130 @@
+// `dflash train --backend cuda` on 2 ranks in process under mpirun (MPI for the host scalars and
+// the flat vectors alike), with the CUDA step's code on the CPU's training backend
+// (cuda_run_support.hpp): ZeRO-1 shards, checkpoints gathered from every rank's shard, a SIGTERM
+// seen by every rank, and a resume on another number of ranks, before a GPU run does any of it.
+// Against the same run on one rank (rank 0, the single-process communicator):
+//   - every step's tokens, truncated sequences and lr exactly (the data order and the schedule);
+//   - the first step's loss within kReferenceTolerance (each sequence's loss is the same on any
+//     rank; only the order of the double sum over ranks changes), later steps finite: the fp32
+//     gradient is summed in another order on 2 ranks, so the runs part by rounding;
+//   - the checkpoint of 2 ranks (written on 2 ranks, fp32 values) resumes on one and the run ends
+//     at step 20 with one rank's data and schedule.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <sstream>
+
+#include "common/tolerances.hpp"
+#include "distributed/metrics/svg_report.hpp"
+#include "harness/mpi_world.hpp"
+#include "tests/distributed/run/cuda_run_support.hpp"
+
+namespace dflash {
+namespace {
+
+using namespace train_testing;
+using dflash::testing::world;
+using ::testing::HasSubstr;
+
+// A directory every rank of the job sees: rank 0 makes it under the system temp directory and
+// removes it at exit; the others learn its name from rank 0's pid.
+class SharedDirectory {
+ public:
+  SharedDirectory() {
+    std::int64_t pid = world().rank() == 0 ? std::int64_t(::getpid()) : 0;
+    world().broadcast(&pid, 1, CommType::i64, 0);
+    path_ = std::filesystem::temp_directory_path() / ("dflash-cuda-run-" + std::to_string(pid));
+    if (world().rank() == 0) std::filesystem::create_directories(path_);
+    std::int64_t made = 0;
+    world().all_reduce(&made, &made, 1, CommType::i64, CommOp::sum);  // made before anyone uses it
+  }
+  ~SharedDirectory() {
+    std::error_code ec;
+    if (world_rank_ == 0) std::filesystem::remove_all(path_, ec);
+  }
+  SharedDirectory(const SharedDirectory&) = delete;
+  SharedDirectory& operator=(const SharedDirectory&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  int world_rank_ = world().rank();
+  std::filesystem::path path_;
+};
+
+const std::filesystem::path& shared_directory() {
+  static const SharedDirectory dir;
+  return dir.path();
+}
+
+int train_on_the_world(const TrainingRunOptions& o, std::string* log = nullptr) {
+  std::ostringstream out;
+  const int code = run_training(o, world(), out);
+  if (log) *log = out.str();
+  return code;
+}
+
+// The one-rank CUDA run (rank 0 only), made once.
+const std::filesystem::path& one_rank_run() {
+  static const ScratchDirectory dir;
+  static MemoryTracker memory;
+  static const std::filesystem::path out = [] {
+    EXPECT_EQ(train(cuda_options_for(dir / "run", memory)), 0);
+    return dir / "run";
+  }();
+  return out;
+}
+
+void expect_data_and_schedule_of_one_rank(const std::filesystem::path& run) {
+  const std::vector<StepRecord> many = read_metrics_file(run / "metrics.jsonl"),
+                                one = read_metrics_file(one_rank_run() / "metrics.jsonl");
+  ASSERT_EQ(many.size(), 20u);
+  ASSERT_EQ(one.size(), 20u);
+  for (std::size_t t = 0; t < many.size(); ++t) {
+    EXPECT_EQ(many[t].tokens, one[t].tokens) << "step " << t;
+    EXPECT_EQ(many[t].truncated_sequences, one[t].truncated_sequences) << "step " << t;
+    EXPECT_EQ(many[t].lr, one[t].lr) << "step " << t;
+    EXPECT_TRUE(std::isfinite(many[t].loss)) << "step " << t;
+  }
+}
+
+TEST(CudaTrainingRunOnCpuRanks, TwoRanksFollowOneRank) {
+  ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
+  const std::filesystem::path run = shared_directory() / "two";
+  MemoryTracker memory;
+  ASSERT_EQ(train_on_the_world(cuda_options_for(run, memory)), 0);
+  if (world().rank() != 0) return;
+  expect_data_and_schedule_of_one_rank(run);
+  const StepRecord first = read_metrics_file(run / "metrics.jsonl").front(),
+                   alone = read_metrics_file(one_rank_run() / "metrics.jsonl").front();
+  EXPECT_NEAR(first.loss, alone.loss, kReferenceTolerance * std::abs(alone.loss));
+  const RunCheckpoint ck = read_run_checkpoint(run / "step-00000020", tiny_config());
+  EXPECT_EQ(ck.world_size, 2);
+  EXPECT_EQ(ck.data_cursor, read_run_checkpoint(one_rank_run() / "step-00000020", tiny_config()).data_cursor);
+}
+
+TEST(CudaTrainingRunOnCpuRanks, ASigtermOnTwoRanksSavesAndTheRunResumesOnOne) {
+  const std::filesystem::path run = shared_directory() / "stopped";
+  MemoryTracker memory;
+  TrainingRunOptions o = cuda_options_for(run, memory);
+  o.after_step = [](std::int64_t t) {
+    if (t == 6) std::raise(SIGTERM);  // on every rank: each finishes the step, then they save
+  };
+  std::string log;
+  ASSERT_EQ(train_on_the_world(o, &log), 0);
+  if (world().rank() != 0) return;
+  EXPECT_THAT(log, HasSubstr("stopped by signal"));
+  EXPECT_EQ(latest_checkpoint(run), run / "step-00000007");
+  EXPECT_EQ(read_run_checkpoint(run / "step-00000007", tiny_config()).world_size, 2);
+  TrainingRunOptions alone = cuda_options_for(run, memory);
+  alone.resume = true;
+  ASSERT_EQ(train(alone, &log), 0);
+  EXPECT_THAT(log, HasSubstr("written on 2 rank(s)"));
+  expect_data_and_schedule_of_one_rank(run);
+}
+
+}  // namespace
+}  // namespace dflash
