@@ -1,45 +1,156 @@
 // The CPU's training backend: what distributed/cuda/training_backend.hpp's CudaTrainingBackend
 // does on the GPU, done on the host, so that the CUDA training step's orchestration
 // (distributed/cuda/train_step_loop.hpp) and its resident state (DeviceTrainingState) run in CI:
-//   - buffers are HostMemory's, counted by `tracker` (as the device allocator counts the GPU's) and
-//     filled with NaN bytes when made (device memory is not initialised);
+//   - buffers are counted by `tracker` (as the device allocator counts the GPU's) and filled with
+//     NaN bytes when made (device memory is not initialised);
 //   - the optimizer kernels are their programs over the launchers' grids
 //     (harness/cuda/host_optimizer_exec.hpp);
-//   - the drafter's loop is the device step's own code on the CPU backends (drafter_step_on's
-//     loop on device_step_trunk_on_host and the loss head's chunk loop on HostLossHeadBackend);
-//   - the communication stream sums each bucket at once, when it is issued, through the device
-//     communicator (MPI or single process: host memory). A bucket issued before its gradients are
-//     final is summed before they are, as a stream that did not wait would on the GPU.
+//   - the drafter's loop is the device step's own code on the CPU backends (host_drafter_sequences);
+//   - the GPU's two streams are emulated (HostStreams), so that a missing wait shows as it would on
+//     the GPU, every time rather than now and then: see below.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
-#include "cuda/loss_head/chunked_head.hpp"
 #include "distributed/communicator.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
-#include "harness/cuda/host_loss_head_backend.hpp"
 #include "harness/cuda/host_optimizer_exec.hpp"
 
 namespace dflash {
 
-struct HostTrainingBackend : HostMemory {
-  void read(void* host, const void* device, std::size_t bytes) const { copy(host, device, bytes); }
-  void zero(void* device, std::size_t bytes) const {
-    if (bytes > 0) std::memset(device, 0, bytes);
+// The compute stream and the communication stream on the host.
+//  - Compute work (copies, zeroing, the optimizer kernels) waits in a queue and runs only when the
+//    host waits for it: a read back, synchronize(), the drafter's loop (host code that runs the
+//    trunk and loss head in stream order), after_compute() (an event the communication stream
+//    waits for), or a buffer's release (frees are stream-ordered, as cudaFreeAsync's). A collective
+//    called without synchronize() first sees what the stream has not yet written.
+//  - A sum on the communication stream is taken when it is issued, from the values the compute
+//    stream has written by then (the earliest a GPU could run it: a bucket issued before its
+//    gradients are final misses what comes later), and lands in the buffer only when the compute
+//    stream is made to wait for it (compute_waits, the latest a GPU could let it land): a read
+//    that does not wait for the sums sees the rank's own values.
+class HostStreams {
+ public:
+  void enqueue(std::function<void()> work) { compute_.push_back(std::move(work)); }
+  void run_compute() {
+    while (!compute_.empty()) {
+      std::vector<std::function<void()>> work = std::move(compute_);
+      compute_.clear();
+      for (auto& w : work) w();
+    }
   }
-  void synchronize() const {}
+  // The sum over `device`'s ranks of buffer[0, count), taken now, landing at land_sums().
+  void sum_later(Communicator& device, float* buffer, std::size_t count) {
+    std::vector<float> sums(buffer, buffer + count);
+    device.all_reduce(sums.data(), sums.data(), count, CommType::f32, CommOp::sum);
+    landing_.push_back({buffer, std::move(sums)});
+  }
+  void land_sums() {
+    for (Landing& l : landing_) std::memcpy(l.buffer, l.sums.data(), l.sums.size() * sizeof(float));
+    landing_.clear();
+  }
+
+ private:
+  struct Landing {
+    float* buffer;
+    std::vector<float> sums;
+  };
+  std::vector<std::function<void()>> compute_;
+  std::vector<Landing> landing_;
+};
+
+// A HostBuffer whose writes through zero() and whose release are compute-stream work (the
+// DeviceBuffer's are: cudaMemsetAsync, cudaFreeAsync).
+template <class T>
+class StreamOrderedHostBuffer {
+ public:
+  StreamOrderedHostBuffer() = default;
+  StreamOrderedHostBuffer(MemoryTracker& tracker, MemoryCategory category, std::size_t n,
+                          std::shared_ptr<HostStreams> streams)
+      : values_(tracker, category, n), streams_(std::move(streams)) {}
+  StreamOrderedHostBuffer(StreamOrderedHostBuffer&&) noexcept = default;
+  StreamOrderedHostBuffer& operator=(StreamOrderedHostBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      values_ = std::move(other.values_);
+      streams_ = std::move(other.streams_);
+    }
+    return *this;
+  }
+  ~StreamOrderedHostBuffer() { release(); }
+
+  T* data() { return values_.data(); }
+  const T* data() const { return values_.data(); }
+  std::size_t size() const { return values_.size(); }
+  void zero() {
+    T* p = values_.data();
+    const std::size_t n = values_.size();
+    streams_->enqueue([p, n] { std::fill(p, p + n, T(0)); });
+  }
+  void release() noexcept {
+    if (streams_) streams_->run_compute();  // nothing queued may outlive the bytes it touches
+    values_.release();
+  }
+
+ private:
+  HostBuffer<T> values_;
+  std::shared_ptr<HostStreams> streams_;
+};
+
+struct HostTrainingBackend {
+  template <class T>
+  using Buffer = StreamOrderedHostBuffer<T>;
+
+  MemoryTracker& tracker;
+  // Shared by every copy of this backend (the state holds one, the tests another).
+  std::shared_ptr<HostStreams> streams = std::make_shared<HostStreams>();
+
+  template <class T>
+  Buffer<T> buffer(MemoryCategory category, std::size_t n) const {
+    return Buffer<T>(tracker, category, n, streams);
+  }
+  // An upload is a synchronous copy (copy_to_device waits).
+  template <class T>
+  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
+    Buffer<T> b(tracker, category, values.size(), streams);
+    streams->run_compute();
+    std::copy(values.begin(), values.end(), b.data());
+    return b;
+  }
+  template <class T>
+  std::vector<T> to_host(const Buffer<T>& b) const {
+    streams->run_compute();
+    return std::vector<T>(b.data(), b.data() + b.size());
+  }
+  void copy(void* to, const void* from, std::size_t bytes) const {
+    if (bytes > 0) streams->enqueue([to, from, bytes] { std::memmove(to, from, bytes); });
+  }
+  void read(void* host, const void* device, std::size_t bytes) const {
+    streams->run_compute();
+    if (bytes > 0) std::memcpy(host, device, bytes);
+  }
+  void zero(void* device, std::size_t bytes) const {
+    if (bytes > 0) streams->enqueue([device, bytes] { std::memset(device, 0, bytes); });
+  }
+  void synchronize() const { streams->run_compute(); }
 
   void squared_norm(const float* g, std::int64_t n, double* partials, double* out) const {
-    squared_norm_on_host(g, n, partials, out);
+    streams->enqueue([=] { squared_norm_on_host(g, n, partials, out); });
   }
   void adamw_step(const AdamWRange& range) const {
-    elementwise_on_host(range.end - range.begin, false, [&](std::int64_t i) { adamw_step_at(i, range); });
+    streams->enqueue([range] {
+      elementwise_on_host(range.end - range.begin, false, [&](std::int64_t i) { adamw_step_at(i, range); });
+    });
   }
   void bf16_copy(const float* master, std::int64_t n, Bf16Bits* working) const {
-    elementwise_on_host(n, false, [&](std::int64_t i) { bf16_copy_at(i, master, working); });
+    streams->enqueue([=] { elementwise_on_host(n, false, [&](std::int64_t i) { bf16_copy_at(i, master, working); }); });
   }
 
   LossHeadStats<double> drafter_sequences(MemoryTracker& host, const DrafterConfig& config,
@@ -47,6 +158,7 @@ struct HostTrainingBackend : HostMemory {
                                           const DrafterStepOptions& options, const LossHeadOptions& loss_options,
                                           const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                           std::vector<std::vector<std::uint8_t>>* hits) const {
+    streams->run_compute();
     return host_drafter_sequences(tracker, host, config, weights, batch, options, loss_options, seqs, weight_sum, true,
                                   hits);
   }
@@ -56,6 +168,7 @@ struct HostTrainingBackend : HostMemory {
                                                   const LossHeadOptions& loss_options,
                                                   const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                                   std::vector<std::vector<std::uint8_t>>* hits) const {
+    streams->run_compute();
     return host_drafter_sequences(tracker, host, config, weights, batch, options, loss_options, seqs, weight_sum, false,
                                   hits);
   }
@@ -63,14 +176,27 @@ struct HostTrainingBackend : HostMemory {
   const MemoryTracker& counts() const { return tracker; }
   void reset_peaks() const { tracker.reset_peaks(); }
 
+  // HostStreams' communication stream, as CudaTrainingBackend::CommunicationStream's.
   class CommunicationStream {
    public:
-    explicit CommunicationStream(const HostTrainingBackend&) {}
-    void after_compute() {}
-    void all_reduce_sum(Communicator& device, float* buffer, std::size_t count) {
-      device.all_reduce(buffer, buffer, count, CommType::f32, CommOp::sum);
+    explicit CommunicationStream(const HostTrainingBackend& backend) : streams_(backend.streams) {}
+    ~CommunicationStream() {  // the GPU's sums land in the end, waited for or not
+      streams_->run_compute();
+      streams_->land_sums();
     }
-    void compute_waits() {}
+    CommunicationStream(const CommunicationStream&) = delete;
+    CommunicationStream& operator=(const CommunicationStream&) = delete;
+    void after_compute() { streams_->run_compute(); }
+    void all_reduce_sum(Communicator& device, float* buffer, std::size_t count) {
+      streams_->sum_later(device, buffer, count);
+    }
+    void compute_waits() {
+      streams_->run_compute();  // what was given to the compute stream before it waits runs first
+      streams_->land_sums();
+    }
+
+   private:
+    std::shared_ptr<HostStreams> streams_;
   };
 };
 

@@ -19,7 +19,7 @@ TEST_P(CudaEvaluationCpu, MatchesTheReferenceWithinTheBf16Rule) {
                                          const TrainingConfig& training, const FrozenWeights<double>& frozen,
                                          TrainingState state) -> std::unique_ptr<StepBackend> {
     return std::make_unique<DeviceStepBackend<HostTrainingBackend>>(
-        HostTrainingBackend{{memory}}, CudaCommunicators{comm, comm}, config, training, frozen, state.optimizer);
+        HostTrainingBackend{memory}, CudaCommunicators{comm, comm}, config, training, frozen, state.optimizer);
   };
   expect_evaluation_within_the_bf16_rule(GetParam(), make, 0);
 }
