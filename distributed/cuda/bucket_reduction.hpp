@@ -9,10 +9,10 @@
 // (DrafterStepOptions::gradients_final, cuda/trunk/stack.hpp). For the buckets that completes, the
 // communication stream is ordered after the compute stream's work so far, and each bucket's
 // in-place all-reduce is enqueued there. finish() makes the compute stream wait for every
-// collective, so what follows (the norm, AdamW) reads the sums. (On the CPU's backend every sum
-// runs at once, where it is issued.) The same collective runs on the
-// same bucket of the same data as when everything waited for the end of the backward: only the
-// moment changes, and the sums are bitwise the same.
+// collective, so what follows (the norm, AdamW) reads the sums. (The CPU's backend takes each sum
+// when it is issued and lets it land only at finish(): harness/cuda/host_training_backend.hpp.)
+// The same collective runs on the same bucket of the same data as when everything waited for the
+// end of the backward: only the moment changes, and the sums are bitwise the same.
 //
 // The non-finite rule (§12) needs each rank's own gradient, which the sums overwrite: every newly
 // final tensor's squared norm is computed on the compute stream before its bucket is handed over
