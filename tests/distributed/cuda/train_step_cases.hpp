@@ -12,9 +12,11 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/tolerances.hpp"
+#include "distributed/communicator.hpp"
 #include "distributed/cuda/train_step_loop.hpp"
 #include "distributed/run/plan_gate.hpp"
 #include "planner/parameter_memory.hpp"
@@ -59,22 +61,64 @@ inline ::testing::AssertionResult equal_on_every_rank(Communicator& comm, const 
   return ::testing::AssertionSuccess();
 }
 
+// The device communicator of a step, passed through, keeping a copy of what each f32
+// reduce-scatter left in this rank's block: under ZeRO-1 the step's own summed gradient shard,
+// which the step overwrites with the gathered master before it returns. The collectives are
+// synchronous (NCCL's wait for their stream), so `read` after one sees its result.
+template <class Backend>
+class ShardSumsRecorder final : public Communicator {
+ public:
+  ShardSumsRecorder(Communicator& inner, const Backend& be) : inner_(inner), be_(be) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string_view backend() const override { return inner_.backend(); }
+  void all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override {
+    inner_.all_reduce(send, recv, count, type, op);
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override {
+    inner_.reduce_scatter(send, recv, count, type, op);
+    if (type != CommType::f32) return;
+    sums.resize(count);
+    be_.read(sums.data(), recv, count * sizeof(float));
+    ++calls;
+  }
+  void all_gather(const void* send, void* recv, std::size_t count, CommType type) override {
+    inner_.all_gather(send, recv, count, type);
+  }
+  void broadcast(void* buffer, std::size_t count, CommType type, int root) override {
+    inner_.broadcast(buffer, count, type, root);
+  }
+  void all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op, void* stream) override {
+    inner_.all_reduce_in_place_on_stream(buffer, count, type, op, stream);
+  }
+
+  std::vector<float> sums;  // the last f32 reduce-scatter's block on this rank
+  int calls = 0;            // f32 reduce-scatters so far
+
+ protected:
+  void end_job(int exit_code) override { inner_.abort(exit_code); }
+
+ private:
+  Communicator& inner_;
+  const Backend& be_;
+};
+
 // Three steps on R = comms' ranks (each its share of the global batch), under `zero`, with a
 // constant lr_t (warmup 0, min lr = lr: the double AdamW below takes one lr). Held to:
 //   - the gradient, against the backend's drafter step on each rank's share (the same code: a view,
 //     zeroing, W or share mistake shows), summed over ranks in fp32 in rank order: on one rank
 //     bitwise; on R ranks each element within 2 (R - 1) u of the sum of the ranks' |g| (any two
 //     orders of R fp32 additions differ by at most that), read back where the step leaves the sums
-//     (ZeRO-0: the whole vector; ZeRO-1 overwrites it with the gathered master);
+//     (ZeRO-0: the whole vector; ZeRO-1: each rank's shard as the reduce-scatter left it, recorded
+//     by ShardSumsRecorder before the step overwrites it with the gathered master, and gathered);
 //   - the norm: bitwise the host program of the same tree where the step's tree is one tree over
 //     the whole gradient (ZeRO-0, or one rank); ZeRO-1 on R ranks sums R shards' trees in double,
 //     within kCrossRankNormTolerance;
 //   - the optimizer, under the fp32 rule: the fp32 master weights and moments, gathered from every
 //     shard, equal a double AdamW of §12 (tests/cuda/optimizer/test_support.hpp) applied to the
-//     step's own summed gradient with the clip factor of its norm, wherever that gradient is known
-//     exactly (ZeRO-0: read back; ZeRO-1: the sum of one or two ranks, which is the same in any
-//     order). A shard offset dropped from the update, the reduce-scatter or the all-gather moves an
-//     element by ~lr, far outside the rule;
+//     step's own summed gradient (read back as above, so exact at any R whatever order the
+//     communicator sums in) with the clip factor of its norm. A shard offset dropped from the
+//     update, the reduce-scatter or the all-gather moves an element by ~lr, far outside the rule;
 //   - what precision cannot change, exactly against the reference train_step on the same ranks:
 //     W, tokens, lr, step; the loss as the sum of the ranks' (kReferenceTolerance: the order of a
 //     double sum);
@@ -89,7 +133,8 @@ void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicat
   p.training.min_learning_rate = p.training.learning_rate;
   const FlatLayout layout(p.config, R, zero);
   const std::size_t P = std::size_t(layout.count());
-  DeviceTrainingState<Backend> state(be, comms, p.config, p.training, p.frozen, p.initial_state(R, r));
+  ShardSumsRecorder<Backend> recorder(comms.device, be);
+  DeviceTrainingState<Backend> state(be, {comms.host, recorder}, p.config, p.training, p.frozen, p.initial_state(R, r));
   TinyTrainer reference(comm, p.training);  // the same initial parameters and frozen weights (seeds 3, 5)
 
   const HostDecayTable table = decay_table(layout);
@@ -101,7 +146,6 @@ void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicat
   const auto floats = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
   const std::array<std::vector<double>, 3> start = snapshot(state, p.config).full;
   DoubleAdamW adamw(floats(start[0]), flat, h);
-  const bool sum_known_exactly = zero == 0 || R <= 2;
 
   for (std::int64_t t = 0; t < kCudaSteps; ++t) {
     SCOPED_TRACE("step " + std::to_string(t) + ", rank " + std::to_string(r) + " of " + std::to_string(R));
@@ -133,15 +177,22 @@ void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicat
     const StepMetrics ref =
         train_step(reference.tracker, comm, p.config, p.training, reference.frozen, reference.state, {&share, 1});
 
-    std::vector<float> g = summed;  // the step's own sums where it leaves them
+    std::vector<float> g(P);  // the step's own sums
     if (zero == 0) {
       be.read(g.data(), state.gradient(), P * sizeof(float));
-      std::size_t off = P;
-      for (std::size_t e = 0; e < P && off == P; ++e) {
-        if (!(std::abs(double(g[e]) - double(summed[e])) <= 2.0 * (R - 1) * kFp32Unit * magnitude[e])) off = e;
-      }
-      EXPECT_EQ(off, P) << "gradient element " << off << ": " << g[off % P] << " against the sum " << summed[off % P];
+    } else {
+      EXPECT_EQ(recorder.calls, t + 1) << "one reduce-scatter of the gradient a step";
+      const std::size_t s = std::size_t(layout.shard_size());
+      std::vector<float> shards(s * std::size_t(R));
+      recorder.sums.resize(s);  // a missing reduce-scatter fails above; the gather must still run
+      comm.all_gather(recorder.sums.data(), shards.data(), s, CommType::f32);
+      std::copy_n(shards.begin(), std::ptrdiff_t(P), g.begin());
     }
+    std::size_t off = P;
+    for (std::size_t e = 0; e < P && off == P; ++e) {
+      if (!(std::abs(double(g[e]) - double(summed[e])) <= 2.0 * (R - 1) * kFp32Unit * magnitude[e])) off = e;
+    }
+    EXPECT_EQ(off, P) << "gradient element " << off << ": " << g[off % P] << " against the sum " << summed[off % P];
     if (R == 1) {
       EXPECT_EQ(m.loss, totals[0]);
     } else {
@@ -163,10 +214,8 @@ void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicat
     const double clip = clip_coefficient(m.grad_norm, h.max_norm);
     EXPECT_EQ(m.clipped, clip < 1.0);
     const CudaStateSnapshot now = snapshot(state, p.config);
-    if (sum_known_exactly) {
-      adamw.step(g, clip, t);
-      EXPECT_TRUE(adamw.within_fp32_rule(floats(now.full[0]), floats(now.full[1]), floats(now.full[2])));
-    }
+    adamw.step(g, clip, t);
+    EXPECT_TRUE(adamw.within_fp32_rule(floats(now.full[0]), floats(now.full[1]), floats(now.full[2])));
     EXPECT_EQ(now.step, t + 1);
     EXPECT_TRUE(equal_on_every_rank(comm, now.full[0], "master"));
     EXPECT_TRUE(equal_on_every_rank(comm, now.full[1], "exp_avg"));
