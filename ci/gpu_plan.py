@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ci/gpu's plan: each check's time on the GPU machine, estimated before anything runs.
 
-An estimate is counted work at the H200's measured rates plus fixed start costs: FLOPs of the
+An estimate is counted work at the card's measured rates plus fixed start costs: FLOPs of the
 products at the bf16 GEMM rate, bytes moved at the copy rate, test cases at a per-case cost, and
 the starts (a process with its CUDA context, mpirun with NCCL, PyTorch). ci/gpu runs a check only
 when its estimate fits the time left of the budget, so the order and the budget are planned.
@@ -10,7 +10,8 @@ planning values until a run on the machine replaces them.
 
   ci/gpu_plan.py --manifest tests.tsv --bin BIN --root TREE [--stage all|correctness|bench]
 prints one line per check: name, whole seconds, how it was counted (tab-separated).
-Environment: DFLASH_BENCH_SHAPE as ci/gpu (the smaller benchmark shapes).
+Environment: DFLASH_BENCH_SHAPE as ci/gpu (the smaller benchmark shapes); DFLASH_GPU_NAME, the
+card's name as nvidia-smi gives it (picks CARD_RATES; the slower card's when not one of them).
 """
 import argparse
 import glob
@@ -20,9 +21,20 @@ import re
 import subprocess
 import sys
 
-# The H200's rates (measured on the card: cuBLAS bf16 on large square products, a device copy).
-BF16_GEMM_FLOP_PER_S = 790e12
-COPY_BYTE_PER_S = 4.3e12
+# The cards' rates, measured on each: cuBLAS bf16 on 8192^3 random data, a device-to-device copy
+# counting the bytes read and written. H200: 769-798 TFLOP/s, 4.3 TB/s; H100 80 GB HBM3: 798
+# TFLOP/s, 3.0 TB/s. ci/gpu passes the card's name (nvidia-smi) in DFLASH_GPU_NAME; a card not
+# named here is planned at the slower rates of the two, so that its plan errs long, not short.
+CARD_RATES = {"H200": (790e12, 4.3e12), "H100": (790e12, 3.0e12)}
+
+
+def card_of(name):
+    """The CARD_RATES key for an nvidia-smi card name ("NVIDIA H100 80GB HBM3, ..."), else None."""
+    return next((card for card in CARD_RATES if card in (name or "")), None)
+
+
+CARD = card_of(os.environ.get("DFLASH_GPU_NAME")) or "H100"
+BF16_GEMM_FLOP_PER_S, COPY_BYTE_PER_S = CARD_RATES[CARD]
 # The CUDA-core attention kernels (cuda/attention/simt_program.hpp; the drafter step benchmark's
 # CUDA-core configuration) are bound by shared memory, not by fp32 arithmetic: every inner loop
 # (the scores q.k and dO.v, (f P) V, dS K, dS^T q, (f P)^T dO) has a warp load one bf16 operand per
@@ -31,9 +43,9 @@ COPY_BYTE_PER_S = 4.3e12
 # times in one bank takes w wavefronts: (w + 1) wavefronts per 64 FLOPs. w is the kernels' designed
 # degree, kAttentionSharedBankWays, read from the header (one home; the CPU test
 # test_attention_simt_banks measures it over the real partition). At 1 the ceiling is
-# 64/2 FLOP per clock on each of the H200's 132 multiprocessors at 1.98 GHz: 8.4 TFLOP/s.
-H200_MULTIPROCESSORS = 132
-H200_CLOCK_HZ = 1.98e9
+# 64/2 FLOP per clock on each of 132 multiprocessors at 1.98 GHz (H100 and H200 alike): 8.4 TFLOP/s.
+MULTIPROCESSORS = 132
+CLOCK_HZ = 1.98e9
 SHARED_FLOPS_PER_ACCESS_PAIR = 64.0  # 32 lanes x one FMA after one lane-private and one broadcast load
 # The fraction of that ceiling the kernels reach, a planning value until a run measures it: the
 # 0.72 TFLOP/s estimated for the kernels before their rows were padded (30 s a step of 2.16e13
@@ -44,7 +56,7 @@ SIMT_UNPADDED_ESTIMATE_FLOP_PER_S = 0.72e12
 
 
 def simt_ceiling_flop_per_s(wavefronts_per_access_pair):
-    return H200_MULTIPROCESSORS * H200_CLOCK_HZ * SHARED_FLOPS_PER_ACCESS_PAIR / wavefronts_per_access_pair
+    return MULTIPROCESSORS * CLOCK_HZ * SHARED_FLOPS_PER_ACCESS_PAIR / wavefronts_per_access_pair
 
 
 SIMT_EFFICIENCY = SIMT_UNPADDED_ESTIMATE_FLOP_PER_S / simt_ceiling_flop_per_s((3 * (32 + 1) + 4 * 2) / 7)
@@ -187,6 +199,10 @@ def main():
     p.add_argument("--stage", default="all", choices=["all", "correctness", "bench"])
     a = p.parse_args()
     shape = os.environ.get("DFLASH_BENCH_SHAPE", "")
+    named = card_of(os.environ.get("DFLASH_GPU_NAME"))
+    print(f"ci/gpu_plan.py: the {CARD}'s rates ({'the card found' if named else 'no card named: the slower'}), "
+          f"bf16 GEMM {BF16_GEMM_FLOP_PER_S / 1e12:.0f} TFLOP/s, copy {COPY_BYTE_PER_S / 1e12:.1f} TB/s",
+          file=sys.stderr)
     rows = [("library closure", 20.0, "the loader's trace of every staged file"),
             ("binaries start", 2.0 + 0.2 * 20, "each binary lists its cases; mpirun starts")]
     if a.stage != "bench":
