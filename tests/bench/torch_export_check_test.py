@@ -28,6 +28,9 @@ import sys
 
 dflash, source, work = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
 check = os.path.join(source, "bench", "reference", "torch_export_check.py")
+sys.path.insert(0, os.path.join(source, "tests", "support"))
+from cli_script import read_safetensors, run, write_safetensors  # noqa: E402
+
 try:
     import numpy  # noqa: F401
     import torch  # noqa: F401
@@ -40,34 +43,6 @@ import torch_export_check  # noqa: E402
 
 TARGET_DEPTH = 6
 failures = []
-
-
-def run(*args):
-    r = subprocess.run(list(args), capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    return r.stdout
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
-            for k, v in header.items() if k != "__metadata__"}
-
-
-def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, (dtype, shape, blob) in sorted(tensors.items()):
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 def bf16_bits(value):
@@ -172,7 +147,7 @@ for dtype, rule in (("bfloat16", "bf16"), ("float64", "exact")):
 # 4. Planted broken exports: the bf16 forward must fail the bf16 rule on each.
 def plant_transposed(directory):
     path = os.path.join(directory, "model.safetensors")
-    tensors = read_safetensors(path)
+    tensors, _ = read_safetensors(path)
     name = "layers.0.self_attn.q_proj.weight"  # [nh d, H] = [16, 16]: a loader cannot see the transposition
     dtype, shape, blob = tensors[name]
     rows, cols = shape

@@ -23,12 +23,14 @@ import os
 import random
 import shutil
 import struct
-import subprocess
 import sys
 
 dflash, source, work = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, os.path.join(source, "harness", "serving"))
 import conformance  # noqa: E402
+
+sys.path.insert(0, os.path.join(source, "tests", "support"))
+from cli_script import read_safetensors, run, write_safetensors  # noqa: E402
 
 TARGET_DEPTH = 6
 
@@ -69,34 +71,6 @@ RELEASED_CONFIG = {
 }
 
 
-def run(*args):
-    r = subprocess.run(list(args), capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    return r.stdout
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
-            for k, v in header.items() if k != "__metadata__"}
-
-
-def write_safetensors(path, tensors):
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, (dtype, shape, blob) in sorted(tensors.items()):
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
 def random_bf16(rng, count):
     """Finite BF16 bit patterns over every mantissa bit and a range of exponents (|x| ~ 2^-7 .. 2^3),
     with a subnormal among them: any rounding on the way through would change some."""
@@ -134,7 +108,7 @@ os.makedirs(released)
 with open(os.path.join(released, "config.json"), "w") as f:
     json.dump(RELEASED_CONFIG, f, indent=2)
 fixture_tensors = released_tensors(RELEASED_CONFIG)
-write_safetensors(os.path.join(released, "model.safetensors"), fixture_tensors)
+write_safetensors(os.path.join(released, "model.safetensors"), fixture_tensors, {"format": "pt"})
 
 # The run's config: tiny-train.json, one step at learning rate 0; it does not name the depth (the
 # target and --init do). data synth's config names it, so that the target is TARGET_DEPTH deep.
@@ -176,7 +150,7 @@ for key, value in RELEASED_CONFIG.items():
 for key in sorted(set(exported_config) - set(RELEASED_CONFIG)):
     failures.append(f"key '{key}' = {canonical(exported_config[key])} was added")
 
-exported_tensors = read_safetensors(os.path.join(exported, "model.safetensors"))
+exported_tensors, _ = read_safetensors(os.path.join(exported, "model.safetensors"))
 for name, (dtype, shape, blob) in sorted(fixture_tensors.items()):
     if name not in exported_tensors:
         failures.append(f"tensor '{name}' is missing from the export")

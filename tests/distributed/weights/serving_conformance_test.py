@@ -16,45 +16,17 @@ import copy
 import json
 import os
 import shutil
-import struct
-import subprocess
 import sys
 
 source = sys.argv[3]
 sys.path.insert(0, os.path.join(source, "harness", "serving"))
 import conformance  # noqa: E402
 
+sys.path.insert(0, os.path.join(source, "tests", "support"))
+from cli_script import read_safetensors, run, write_safetensors  # noqa: E402
+
 dflash, manifest_tool, work = sys.argv[1], sys.argv[2], sys.argv[4]
 failures = []
-
-
-def run(*args):
-    r = subprocess.run(list(args), capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    return r.stdout
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    tensors = {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
-               for k, v in header.items() if k != "__metadata__"}
-    return header.get("__metadata__"), tensors
-
-
-def write_safetensors(path, metadata, tensors):
-    header, blobs, offset = ({"__metadata__": metadata} if metadata else {}), [], 0
-    for name, (dtype, shape, blob) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 # 1. A real export.
@@ -94,7 +66,7 @@ print(f"full-scale export: {len(manifest['tensors'])} tensors, {len(report.viola
       f"num_target_layers {manifest['config'].get('num_target_layers')}")
 
 # 3. One plant per rule.
-metadata, good_tensors = read_safetensors(os.path.join(exported, "model.safetensors"))
+good_tensors, metadata = read_safetensors(os.path.join(exported, "model.safetensors"))
 K, H = len(good_config["dflash_config"]["target_layer_ids"]), good_config["hidden_size"]
 
 
@@ -176,7 +148,7 @@ for i, (what, apply, rule) in enumerate(plants):
     apply(c, t)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(c, f)
-    write_safetensors(os.path.join(directory, "model.safetensors"), metadata, t)
+    write_safetensors(os.path.join(directory, "model.safetensors"), t, metadata)
     report = conformance.check(*conformance.read_directory(directory, conformance.Report()), num_target_layers=depth)
     rules = sorted({r for r, _ in report.violations})
     print(f"plant {what!r}: caught by {rules}")
