@@ -6,13 +6,14 @@ the PyTorch peer missing (exit 1). Needs only python3.
   summarize_step_check.py
 """
 import copy
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "cuda", "summarize_step.py")
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+from summarize_check import report, verdicts  # noqa: E402
+
+SCRIPT = os.path.join(here, "..", "..", "bench", "cuda", "summarize_step.py")
 
 
 def cuda_run(loss_policy, ms):
@@ -38,25 +39,9 @@ GOOD_TORCH = {"torch": "2.11", "attention": "flex", "chunk": 2048, "ms_median": 
               "loss": 20.05, "peak_bytes": 40 * 2**30, "grad_norms": {"fc.weight": 1.01, "norm.weight": 2.0}}
 
 
-def summarize(cuda, torch):
-    with tempfile.TemporaryDirectory() as d:
-        paths = [os.path.join(d, "cuda.json"), os.path.join(d, "torch.json")]
-        for path, data in zip(paths, (cuda, torch)):
-            if data is not None:
-                with open(path, "w") as f:
-                    json.dump(data, f)
-        p = subprocess.run([sys.executable, SCRIPT] + paths, capture_output=True, text=True)
-        return p.returncode, p.stdout
-
-
 def main():
     failures = []
-
-    def expect(what, cuda, torch, code, phrase):
-        rc, out = summarize(cuda, torch)
-        if rc != code or phrase not in out:
-            failures.append(f"{what}: exit {rc} (expected {code}), '{phrase}' {'found' if phrase in out else 'missing'}"
-                            f"\n{out}")
+    expect = verdicts(SCRIPT, failures)
 
     expect("on target", GOOD_CUDA, GOOD_TORCH, 0, "correctness: PASS")
     slow = copy.deepcopy(GOOD_CUDA)
@@ -75,10 +60,7 @@ def main():
     one = copy.deepcopy(GOOD_CUDA)
     one["runs"].pop()
     expect("a policy that did not complete", one, GOOD_TORCH, 1, "did not complete")
-    for f in failures:
-        print(f"summarize_step_check.py: {f}")
-    print("summarize_step_check.py: " + ("every verdict as expected" if not failures else f"{len(failures)} wrong"))
-    return 1 if failures else 0
+    return report("summarize_step_check.py", failures)
 
 
 if __name__ == "__main__":
