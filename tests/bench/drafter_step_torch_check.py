@@ -8,12 +8,18 @@ block rows of libdflash_bench_data.so: same loss, same gradient of every paramet
 
 The mask handed to drafter_case is written here from SPEC 3 pair by pair, independently of the
 peer's DFlashMask. Anchor slots outnumber the candidates, so unkept blocks (rows that see nothing)
-are covered. Exit 0 when they agree, 1 when not, 77 (skipped) where torch cannot be imported.
+are covered. Then the script end to end as ci/gpu runs it, on the CPU in bf16 at CONFIG, and its
+JSON through summarize_step.py. Exit 0 when all agree, 1 when not, 77 (skipped) where torch cannot
+be imported.
 """
 import argparse
+import copy
 import json
+import math
 import os
+import subprocess
 import sys
+import tempfile
 
 try:
     import torch
@@ -24,7 +30,10 @@ except ImportError as error:
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(root, "bench", "cuda"))
 sys.path.insert(0, os.path.join(root, "bench", "reference"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import drafter_step_torch as peer  # noqa: E402
+import summarize_check  # noqa: E402
+import summarize_step_check  # noqa: E402
 import torch_reference  # noqa: E402
 
 # Both steps are float64 except the peer's loss head (loss_head_torch.hybrid_loss_sums), which
@@ -98,11 +107,39 @@ def main():
         error = float((grads[name] - ref).norm()) / max(float(ref.norm()), 1e-300)
         if not error <= TOLERANCE:
             failures.append(f"gradient of {name}: relative L2 difference {error:.3e}")
+    print(f"drafter_step_torch_check.py: loss {loss:.12f} vs {ref_loss:.12f}, {len(names)} gradients: "
+          + ("agree" if not failures else "DISAGREE"))
+    failures += script_end_to_end(args.lib, args.config)
     for f in failures:
         print(f"drafter_step_torch_check.py: {f}")
-    print(f"drafter_step_torch_check.py: loss {loss:.12f} vs {ref_loss:.12f}, {len(names)} gradients: "
-          + ("agree" if not failures else f"{len(failures)} DISAGREE"))
     return 1 if failures else 0
+
+
+def script_end_to_end(lib, config):
+    """The script as ci/gpu runs it, on the CPU in bf16 at the config (context 64): a finite loss, its
+    JSON, and that JSON through summarize_step.py beside a CUDA result of the same loss and
+    gradient norms (summarize_step_check.py's, on target): correctness PASS."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "torch.json")
+        p = subprocess.run([sys.executable, os.path.join(root, "bench", "cuda", "drafter_step_torch.py"), "--device",
+                            "cpu", "--lib", lib, "--config", config, "--context", "64", "--reps", "1", "--json", out],
+                           capture_output=True, text=True)
+        print(p.stdout.strip())
+        if p.returncode != 0 or not os.path.exists(out):
+            return [f"drafter_step_torch.py --device cpu: exit {p.returncode}\n{p.stdout}{p.stderr}"]
+        with open(out) as f:
+            result = json.load(f)
+    if not math.isfinite(result.get("loss", math.nan)) or not result.get("grad_norms"):
+        return [f"drafter_step_torch.py's JSON: {json.dumps(result)[:400]}"]
+    cuda = copy.deepcopy(summarize_step_check.GOOD_CUDA)
+    cuda["parameters"] = list(result["grad_norms"])
+    for r in cuda["runs"]:
+        r.update(loss=result["loss"], grad_norms=list(result["grad_norms"].values()),
+                 ms_median=result["ms_median"] / 2)
+    rc, report = summarize_check.summarize(cuda, result, summarize_step_check.SCRIPT)
+    if rc != 0 or "correctness: PASS" not in report:
+        return [f"summarize_step.py on the peer's JSON: exit {rc}\n{report}"]
+    return []
 
 
 if __name__ == "__main__":
