@@ -14,6 +14,13 @@
 // columns say why they are missing and the reference is still timed.
 //
 //   build/bench/reference/bench_reference_vs_torch --python /usr/bin/python3 --json out.json
+//
+// --check (the CI test reference_vs_torch_check): small shapes (the loss head at T 96, H 16, V 200
+// with tau 0.7 and hard/soft 0.6/0.4; the drafter at configs/tiny.json, S 40), one repeat, and an
+// exit code: 0 when torch's loss and every gradient are within kReferenceTolerance of the
+// reference's and the reference is bitwise the same on 1 and N threads, 1 when not, 77 when torch
+// cannot run. That makes torch_reference.py, which the PyTorch peers' CPU checks
+// (tests/bench/*_torch_check.py) take as their oracle, the reference's twin in every CI run.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -30,6 +37,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/tolerances.hpp"
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
 #include "reference/linalg.hpp"
@@ -49,6 +57,7 @@ struct Settings {
   std::string python = "python3";
   std::string script = DFLASH_SOURCE_DIR "/bench/reference/torch_reference.py";
   std::string work;
+  bool check = false;  // small shapes and a verdict (the header)
 };
 
 double seconds(const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); }
@@ -206,9 +215,15 @@ json run_case(const Settings& s, Exchange& x, const Step& step, const Read& read
 
 json loss_head_case(const Settings& s) {
   MemoryTracker data;
-  const auto p = make_loss_head_problem<double>(data, {.rows = 2048, .hidden = 256, .vocab = 32000, .seed = 7});
+  const std::int64_t rows = s.check ? 96 : 2048, hidden = s.check ? 16 : 256, vocab = s.check ? 200 : 32000;
+  const auto p = make_loss_head_problem<double>(data, {.rows = rows, .hidden = hidden, .vocab = vocab, .seed = 7});
   LossHeadOptions o;
   o.policy = LossPolicy::materialize;
+  if (s.check) {  // every term of the hybrid loss weighs
+    o.temperature = 0.7;
+    o.hard_weight = 0.6;
+    o.soft_weight = 0.4;
+  }
   Exchange x(fs::path(s.work) / "loss_head", "loss_head");
   const std::int64_t T = p.hidden.dim(0), H = p.hidden.dim(1), V = p.lm_head.dim(0);
   x.tensor("hidden", p.hidden.data(), {T, H});
@@ -227,17 +242,19 @@ json loss_head_case(const Settings& s) {
         grads.assign(out.hidden_grad.data(), out.hidden_grad.data() + out.hidden_grad.numel());
         return out.stats.loss;
       });
-  r["case"] = "loss head, H 256, V 32000, T 2048, materialize, forward + dL/dY";
+  r["case"] = "loss head, H " + std::to_string(H) + ", V " + std::to_string(V) + ", T " + std::to_string(T) +
+              ", materialize, forward + dL/dY";
   return r;
 }
 
 json drafter_case(const Settings& s) {
-  const DrafterConfig config = load_drafter_config(fs::path(DFLASH_SOURCE_DIR) / "configs/mid.json");
+  const char* config_name = s.check ? "tiny.json" : "mid.json";
+  const DrafterConfig config = load_drafter_config(fs::path(DFLASH_SOURCE_DIR) / "configs" / config_name);
   MemoryTracker data;
   const auto params = init_drafter_parameters<double>(data, config, 1, 0.1);
   const auto frozen = init_frozen_weights<double>(data, config, 2);
   const auto batch = make_drafter_batch<double>(
-      data, config, {.sequences = 1, .context_length = 512, .seed = 3, .mask_hole_fraction = 0.05});
+      data, config, {.sequences = 1, .context_length = s.check ? 40 : 512, .seed = 3, .mask_hole_fraction = 0.05});
   DrafterStepOptions options = drafter_step_options(config, 1, 0);
   options.trunk_policy = TrunkPolicy::none;
   options.loss_policy = LossPolicy::materialize;
@@ -302,8 +319,30 @@ json drafter_case(const Settings& s) {
                      out.target_features_grad.data() + out.target_features_grad.numel());
         return out.outputs.stats.loss;
       });
-  r["case"] = "drafter step, configs/mid.json, S 512, T 512, trunk none, loss materialize";
+  r["case"] = std::string("drafter step, configs/") + config_name + ", S " + std::to_string(S) + ", T " +
+              std::to_string(T) + ", trunk none, loss materialize";
   return r;
+}
+
+// --check's verdict over the cases' reports, one line each (the header).
+int check_verdict(const json& report) {
+  bool all_ran = true, agree = true;
+  for (const json& c : report["cases"]) {
+    const std::string name = c["case"];
+    if (c.contains("torch_skipped")) {
+      std::cout << "SKIPPED " << name << ": torch did not run: " << c["torch_skipped"].get<std::string>() << "\n";
+      all_ran = false;
+      continue;
+    }
+    const double loss = c["loss_difference"], grad = c["grad_difference"];
+    const bool threads = c["bitwise_equal_across_threads"];
+    const bool ok = loss <= kReferenceTolerance && grad >= 0 && grad <= kReferenceTolerance && threads;
+    std::cout << (ok ? "PASS " : "FAIL ") << name << ": torch's loss " << loss << " and gradients " << grad
+              << " from the reference's (bound " << kReferenceTolerance << "), 1 and N threads "
+              << (threads ? "bitwise equal" : "DIFFER") << "\n";
+    agree = agree && ok;
+  }
+  return !agree ? 1 : (all_ran ? 0 : 77);
 }
 
 }  // namespace
@@ -323,7 +362,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"loss_head", "drafter"}));
   app.add_option("--json", json_out, "write the report here");
   app.add_option("--work", s.work, "folder for the exchanged inputs (default: a fresh temporary folder, removed)");
+  app.add_flag("--check", s.check,
+               "small shapes, one repeat; exit 0 when torch agrees with the reference within 1e-12, 1 when not, "
+               "77 when torch cannot run");
   CLI11_PARSE(app, argc, argv);
+  if (s.check) s.repeats = 1;
   const bool own_work = s.work.empty();
   if (own_work) {
     s.work = (std::filesystem::temp_directory_path() / ("dflash-vs-torch-" + std::to_string(getpid()))).string();
@@ -338,5 +381,5 @@ int main(int argc, char** argv) {
     std::ofstream(temporary) << report.dump(2) << "\n";
     std::filesystem::rename(temporary, json_out);
   }
-  return 0;
+  return s.check ? check_verdict(report) : 0;
 }
