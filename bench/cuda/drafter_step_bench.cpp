@@ -26,9 +26,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -49,6 +49,7 @@
 #include "cuda/runtime/device_probe.hpp"
 #include "cuda/trunk/device_backend.hpp"
 #include "io/errors.hpp"
+#include "io/file_write.hpp"
 #include "planner/training_plan.hpp"
 #include "reference/drafter_parameters.hpp"
 
@@ -342,7 +343,7 @@ std::string gib(std::int64_t bytes) { return str(double(bytes) / double(1ll << 3
 void write_json(const std::string& path, const BenchOptions& o, const CudaDeviceStatus& gpu, const DrafterDims& m,
                 const GemmRate& card, const StepFlops& flops, const std::vector<std::int64_t>& pairs,
                 const SequenceRows& rows, const std::vector<std::string>& names, const std::vector<PolicyRun>& runs) {
-  std::ofstream out(path + ".tmp");
+  std::ostringstream out;
   out.precision(10);
   out << "{\n  \"device\": \"" << gpu.summary() << "\",\n  \"config\": \"" << o.config << "\", \"seed\": " << o.seed
       << ",\n  \"dims\": {\"T\": " << m.T << ", \"S\": " << m.S << ", \"N\": " << m.N << ", \"B\": " << m.B
@@ -391,10 +392,7 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
     out << "]}";
   }
   out << "\n  ]\n}\n";
-  out.close();
-  if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    throw std::runtime_error(str("could not write ", path));
-  }
+  write_file_atomically(path, out.str());  // never half a file, never through a link
 }
 
 int bench_main(int argc, char** argv) {

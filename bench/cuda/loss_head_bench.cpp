@@ -27,8 +27,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -47,6 +47,7 @@
 #include "cuda/runtime/check.hpp"
 #include "cuda/runtime/device_probe.hpp"
 #include "io/errors.hpp"
+#include "io/file_write.hpp"
 
 namespace dflash {
 namespace {
@@ -377,7 +378,7 @@ ElementwiseKernels measure_elementwise(DeviceAllocator& allocator, const BenchOp
 void write_json(const std::string& path, const BenchOptions& o, const CudaDeviceStatus& gpu, const GemmRate& card,
                 const std::vector<GemmRate>& shapes, const std::vector<PolicyRun>& runs, double weight_sum,
                 std::int64_t weighted_rows, std::int64_t valid_rows) {
-  std::ofstream out(path + ".tmp");
+  std::ostringstream out;
   out.precision(10);
   out << "{\n  \"device\": \"" << gpu.summary() << "\",\n  \"rows\": " << o.rows << ", \"hidden\": " << o.hidden
       << ", \"vocab\": " << o.vocab << ", \"seed\": " << o.seed << ", \"weight_sum\": " << weight_sum
@@ -412,10 +413,7 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
         << ", \"ce\": " << r.stats.ce << ", \"kl\": " << r.stats.kl << ", \"accuracy\": " << r.stats.accuracy() << "}";
   }
   out << "\n  ]\n}\n";
-  out.close();
-  if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    throw std::runtime_error(str("could not write ", path));
-  }
+  write_file_atomically(path, out.str());  // never half a file, never through a link
 }
 
 int bench_main(int argc, char** argv) {

@@ -38,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/tolerances.hpp"
+#include "io/file_write.hpp"
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
 #include "reference/linalg.hpp"
@@ -142,12 +143,7 @@ class Exchange {
 
  private:
   static void write_file(const fs::path& path, const void* data, std::int64_t bytes) {
-    const fs::path temporary = path.string() + ".tmp";
-    std::ofstream out(temporary, std::ios::binary);
-    out.write(static_cast<const char*>(data), bytes);
-    out.close();
-    if (!out) throw std::runtime_error("cannot write " + temporary.string());
-    fs::rename(temporary, path);
+    write_file_atomically(path, std::string_view(static_cast<const char*>(data), static_cast<std::size_t>(bytes)));
   }
   fs::path dir_;
   json manifest_;
@@ -377,9 +373,7 @@ int main(int argc, char** argv) {
   if (own_work) std::filesystem::remove_all(s.work);
   std::cout << report.dump(2) << "\n";
   if (!json_out.empty()) {
-    const std::string temporary = json_out + ".tmp";
-    std::ofstream(temporary) << report.dump(2) << "\n";
-    std::filesystem::rename(temporary, json_out);
+    write_file_atomically(json_out, report.dump(2) + "\n");
   }
   return s.check ? check_verdict(report) : 0;
 }
