@@ -16,6 +16,7 @@ Sequences are packed one after another; `offsets` says where each starts.
 import json
 import os
 import struct
+import tempfile
 
 import numpy as np
 
@@ -51,18 +52,48 @@ class ShardWriter:
         self.tokens, self.loss_mask, self.features, self.teacher = [], [], [], []
 
     def add(self, tokens, loss_mask, features, teacher):
-        """One sequence: tokens [S] ints, loss_mask [S] 0/1, features [S, K H], teacher [S, H]."""
-        S = len(tokens)
+        """One sequence: tokens [S] ints, loss_mask [S] 0/1, features [S, K H], teacher [S, H].
+
+        Raises ValueError naming the sequence and what is wrong (a shape, a token that is not a
+        non-negative integer, a mask value other than 0 and 1, a non-finite feature): caught here,
+        not in `dflash data check` after a long extraction. Whether a token is below the vocabulary
+        size is the check's to say (the writer does not know the config)."""
+        seq = len(self.tokens)
         KH = len(self.target_layer_ids) * self.hidden_size
-        assert S >= 1 and np.shape(loss_mask) == (S,), "loss_mask must be [S]"
-        assert np.shape(features) == (S, KH), f"features must be [S, K H] = [{S}, {KH}]"
-        assert np.shape(teacher) == (S, self.hidden_size), f"teacher must be [S, H] = [{S}, {self.hidden_size}]"
-        self.tokens.append(np.asarray(tokens, dtype=np.int64))
-        self.loss_mask.append(np.asarray(loss_mask, dtype=np.uint8))
-        self.features.append(np.asarray(features, dtype=np.float32))
-        self.teacher.append(np.asarray(teacher, dtype=np.float32))
+        tokens = np.asarray(tokens)
+        if tokens.ndim != 1 or tokens.shape[0] < 1:
+            raise ValueError(f"sequence {seq}: tokens has shape {list(tokens.shape)}; expected [S] with S >= 1")
+        S = tokens.shape[0]
+        expected = {"loss_mask": (np.shape(loss_mask), (S,)), "features": (np.shape(features), (S, KH)),
+                    "teacher": (np.shape(teacher), (S, self.hidden_size))}
+        for name, (shape, want) in expected.items():
+            if tuple(shape) != want:
+                raise ValueError(f"sequence {seq}: {name} has shape {list(shape)}; expected {list(want)} "
+                                 f"(S = {S} tokens, K H = {KH}, H = {self.hidden_size})")
+        integral = np.issubdtype(tokens.dtype, np.integer) or (
+            np.issubdtype(tokens.dtype, np.floating) and np.isfinite(tokens).all() and (tokens == np.floor(tokens)).all())
+        if not integral or (tokens < 0).any():
+            raise ValueError(f"sequence {seq}: tokens must be non-negative integers")
+        loss_mask = np.asarray(loss_mask)
+        if not np.isin(loss_mask, (0, 1)).all():
+            raise ValueError(f"sequence {seq}: loss_mask holds values other than 0 and 1")
+        features, teacher = np.asarray(features, dtype=np.float32), np.asarray(teacher, dtype=np.float32)
+        for name, values in (("features", features), ("teacher", teacher)):
+            if not np.isfinite(values).all():
+                row = int(np.argwhere(~np.isfinite(values))[0][0])
+                raise ValueError(f"sequence {seq}: {name} row {row} is not finite (NaN or infinity)")
+        self.tokens.append(tokens.astype(np.int64))
+        self.loss_mask.append(loss_mask.astype(np.uint8))
+        self.features.append(features)
+        self.teacher.append(teacher)
 
     def write(self, path, dtype="bfloat16"):
+        """The sequences added so far as one shard at `path` (TRAINING §14), in `dtype` (bfloat16,
+        float16 or float32): all of it or, whatever fails, none of it under that name."""
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(_DTYPES)}")
+        if not self.tokens:
+            raise ValueError(f"{path}: no sequence was added")
         lengths = [len(t) for t in self.tokens]
         floats = {"target_features": np.concatenate(self.features), "teacher_hidden": np.concatenate(self.teacher)}
         tensors = [
@@ -86,10 +117,29 @@ class ShardWriter:
             offset += values.nbytes
         text = json.dumps(header).encode()
         text += b" " * (-len(text) % 8)
-        tmp = f"{path}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text)
-            for _, _, values in tensors:
-                f.write(values.tobytes())
-        os.replace(tmp, path)  # never a half-written shard under the final name
+        _write_atomically(path, [struct.pack("<Q", len(text)), text] + [values.tobytes() for _, _, values in tensors])
+
+
+def _write_atomically(path, pieces):
+    """`path` replaced whole by the pieces: written to a temporary created exclusively beside it
+    (a random name, O_EXCL: a link planted anywhere is never followed), flushed to disk, renamed
+    over `path`, the folder flushed (a rename is durable only then). A failure removes the
+    temporary: the final name holds its old contents or all of the new ones."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for piece in pieces:
+                f.write(piece)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

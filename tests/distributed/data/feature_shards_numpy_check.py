@@ -58,4 +58,53 @@ with tempfile.TemporaryDirectory() as tmp:
                          capture_output=True, text=True)
     assert run.returncode != 0
     assert bad in run.stderr and "'tokens'[2]" in run.stderr, run.stderr
+    os.remove(bad)
+
+    # Bad sequences are refused when added, naming the sequence and what is wrong.
+    def refused(what, *sequence):
+        writer = ShardWriter(H, ids)
+        writer.add(np.zeros(2, np.int64), np.ones(2, np.uint8), np.zeros((2, len(ids) * H)), np.zeros((2, H)))
+        try:
+            writer.add(*sequence)
+        except ValueError as e:
+            assert "sequence 1" in str(e) and what in str(e), f"{what}: {e}"
+            return
+        raise AssertionError(f"{what}: not refused")
+
+    S, KH = 3, len(ids) * H
+    good = (np.arange(S), np.ones(S, np.uint8), np.zeros((S, KH)), np.zeros((S, H)))
+    refused("features has shape [3, 1]", good[0], good[1], np.zeros((S, 1)), good[3])
+    refused("teacher has shape [2, 16]", good[0], good[1], good[2], np.zeros((2, H)))
+    refused("loss_mask has shape [4]", good[0], np.ones(4), good[2], good[3])
+    refused("tokens has shape [0]", np.zeros(0, np.int64), np.ones(0), np.zeros((0, KH)), np.zeros((0, H)))
+    refused("non-negative integers", np.array([0, -1, 2]), *good[1:])
+    refused("non-negative integers", np.array([0, 1.5, 2]), *good[1:])
+    refused("other than 0 and 1", good[0], np.array([0, 2, 1]), good[2], good[3])
+    nan = np.zeros((S, KH))
+    nan[2, 0] = np.nan
+    refused("features row 2 is not finite", good[0], good[1], nan, good[3])
+    try:
+        ShardWriter(H, ids).write(os.path.join(tmp, "empty.safetensors"))
+        raise AssertionError("an empty shard was written")
+    except ValueError as e:
+        assert "no sequence" in str(e), e
+
+    # write() never follows a link: neither one planted at the final name nor one at the name a
+    # fixed temporary would have had; the file they point at is left as it was.
+    victim = os.path.join(tmp, "victim")
+    with open(victim, "w") as f:
+        f.write("keep")
+    writer = ShardWriter(H, ids)
+    writer.add(*good)
+    for planted in ("shard-00010.safetensors", "shard-00011.safetensors.tmp"):
+        os.symlink(victim, os.path.join(shards, planted))
+    writer.write(os.path.join(shards, "shard-00010.safetensors"))
+    writer.write(os.path.join(shards, "shard-00011.safetensors"))
+    assert open(victim).read() == "keep"
+    assert not os.path.islink(os.path.join(shards, "shard-00010.safetensors"))
+    os.remove(os.path.join(shards, "shard-00011.safetensors.tmp"))
+    assert sorted(f for f in os.listdir(shards) if f.endswith(".tmp")) == [], os.listdir(shards)
+    run = subprocess.run([dflash, "data", "check", shards, "--config", os.path.join(root, "configs", "tiny-train.json")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and "5 shard(s), 11 sequences" in run.stdout, run.stdout + run.stderr
 print("feature_shards_numpy: OK")
