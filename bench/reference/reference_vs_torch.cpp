@@ -18,16 +18,19 @@
 // --check (the CI test reference_vs_torch_check): small shapes (the loss head at T 96, H 16, V 200
 // with tau 0.7 and hard/soft 0.6/0.4; the drafter at configs/tiny.json, S 40), one repeat, and an
 // exit code: 0 when torch's loss and every gradient are within kReferenceTolerance of the
-// reference's and the reference is bitwise the same on 1 and N threads, 1 when not, 77 when torch
-// cannot run. That makes torch_reference.py, which the PyTorch peers' CPU checks
+// reference's and the reference is bitwise the same on 1 and N threads, 1 when not or when the
+// script fails, 77 only when torch cannot be imported (the script's exit 3). That makes torch_reference.py, which the PyTorch peers' CPU checks
 // (tests/bench/*_torch_check.py) take as their oracle, the reference's twin in every CI run.
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -162,7 +165,11 @@ void run_torch(const Settings& s, const Exchange& x, const std::vector<double>& 
     std::ifstream in(log);
     std::string reason((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     while (!reason.empty() && reason.back() == '\n') reason.pop_back();
-    report["torch_skipped"] = reason.empty() ? "'" + command + "' failed" : reason;
+    if (reason.empty()) reason = "'" + command + "' failed";
+    // Exit 3 is the script's "torch cannot be imported": a missing baseline. Anything else (a
+    // traceback, a signal) is the script failing, which a check must not take for a skip.
+    const bool no_torch = WIFEXITED(status) && WEXITSTATUS(status) == 3;
+    report[no_torch ? "torch_skipped" : "torch_failed"] = reason;
     return;
   }
   std::ifstream in(x.dir() / "torch.json");
@@ -330,6 +337,11 @@ int check_verdict(const json& report) {
       all_ran = false;
       continue;
     }
+    if (c.contains("torch_failed")) {
+      std::cout << "FAIL " << name << ": torch_reference.py failed: " << c["torch_failed"].get<std::string>() << "\n";
+      agree = false;
+      continue;
+    }
     const double loss = c["loss_difference"], grad = c["grad_difference"];
     const bool threads = c["bitwise_equal_across_threads"];
     const bool ok = loss <= kReferenceTolerance && grad >= 0 && grad <= kReferenceTolerance && threads;
@@ -364,8 +376,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (s.check) s.repeats = 1;
   const bool own_work = s.work.empty();
-  if (own_work) {
-    s.work = (std::filesystem::temp_directory_path() / ("dflash-vs-torch-" + std::to_string(getpid()))).string();
+  if (own_work) {  // created exclusively (mkdtemp, 0700): nothing planted in it is followed, whoever writes there
+    std::string pattern = (std::filesystem::temp_directory_path() / "dflash-vs-torch-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      std::cerr << "bench_reference_vs_torch: cannot create a work folder " << pattern << ": " << std::strerror(errno)
+                << "\n";
+      return 2;
+    }
+    s.work = pattern;
   }
   json report{{"isa", std::string(product_isa_name(best_product_isa()))}, {"cases", json::array()}};
   if (only.empty() || only == "loss_head") report["cases"].push_back(loss_head_case(s));
