@@ -21,6 +21,14 @@ import tempfile
 import numpy as np
 
 _DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+_INT32_MAX = 2**31 - 1  # a shard stores tokens as int32
+
+
+def _refuse_first(bad, seq, name, values, why):
+    """ValueError naming the first entry of `values` where `bad` holds, with its value."""
+    if np.any(bad):
+        at = tuple(int(k) for k in np.argwhere(bad)[0])
+        raise ValueError(f"sequence {seq}: {name}[{', '.join(map(str, at))}] = {values[at].item()!r} {why}")
 
 
 def features_from_hidden_states(hidden_states, target_layer_ids):
@@ -54,10 +62,11 @@ class ShardWriter:
     def add(self, tokens, loss_mask, features, teacher):
         """One sequence: tokens [S] ints, loss_mask [S] 0/1, features [S, K H], teacher [S, H].
 
-        Raises ValueError naming the sequence and what is wrong (a shape, a token that is not a
-        non-negative integer, a mask value other than 0 and 1, a non-finite feature): caught here,
-        not in `dflash data check` after a long extraction. Whether a token is below the vocabulary
-        size is the check's to say (the writer does not know the config)."""
+        Raises ValueError naming the sequence, the entry and its value when something is wrong (a
+        shape, a token that is not an integer in [0, 2^31 - 1] as the shard's int32 stores it, a
+        mask value other than 0 and 1, a feature that is not finite or overflows float32): caught
+        here, not in `dflash data check` after a long extraction. Whether a token is below the
+        vocabulary size is the check's to say (the writer does not know the config)."""
         seq = len(self.tokens)
         KH = len(self.target_layer_ids) * self.hidden_size
         tokens = np.asarray(tokens)
@@ -70,22 +79,29 @@ class ShardWriter:
             if tuple(shape) != want:
                 raise ValueError(f"sequence {seq}: {name} has shape {list(shape)}; expected {list(want)} "
                                  f"(S = {S} tokens, K H = {KH}, H = {self.hidden_size})")
-        integral = np.issubdtype(tokens.dtype, np.integer) or (
-            np.issubdtype(tokens.dtype, np.floating) and np.isfinite(tokens).all() and (tokens == np.floor(tokens)).all())
-        if not integral or (tokens < 0).any():
-            raise ValueError(f"sequence {seq}: tokens must be non-negative integers")
+        if not (np.issubdtype(tokens.dtype, np.integer) or np.issubdtype(tokens.dtype, np.floating)):
+            raise ValueError(f"sequence {seq}: tokens are {tokens.dtype}; expected integers")
+        with np.errstate(invalid="ignore"):
+            bad = (tokens < 0) | (tokens > _INT32_MAX)
+            if np.issubdtype(tokens.dtype, np.floating):
+                bad |= ~np.isfinite(tokens) | (tokens != np.floor(tokens))
+        _refuse_first(bad, seq, "tokens", tokens, "is not a token id (an integer in [0, 2^31 - 1])")
         loss_mask = np.asarray(loss_mask)
-        if not np.isin(loss_mask, (0, 1)).all():
-            raise ValueError(f"sequence {seq}: loss_mask holds values other than 0 and 1")
-        features, teacher = np.asarray(features, dtype=np.float32), np.asarray(teacher, dtype=np.float32)
+        _refuse_first(~np.isin(loss_mask, (0, 1)), seq, "loss_mask", loss_mask, "is neither 0 nor 1")
+        checked = []
         for name, values in (("features", features), ("teacher", teacher)):
-            if not np.isfinite(values).all():
-                row = int(np.argwhere(~np.isfinite(values))[0][0])
-                raise ValueError(f"sequence {seq}: {name} row {row} is not finite (NaN or infinity)")
+            values = np.asarray(values)
+            if not (np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.integer)):
+                raise ValueError(f"sequence {seq}: {name} are {values.dtype}; expected numbers")
+            _refuse_first(~np.isfinite(values), seq, name, values, "is not finite")
+            with np.errstate(over="ignore"):
+                narrow = values.astype(np.float32)
+            _refuse_first(~np.isfinite(narrow), seq, name, values, "overflows float32")
+            checked.append(narrow)
         self.tokens.append(tokens.astype(np.int64))
         self.loss_mask.append(loss_mask.astype(np.uint8))
-        self.features.append(features)
-        self.teacher.append(teacher)
+        self.features.append(checked[0])
+        self.teacher.append(checked[1])
 
     def write(self, path, dtype="bfloat16"):
         """The sequences added so far as one shard at `path` (TRAINING §14), in `dtype` (bfloat16,
@@ -103,9 +119,17 @@ class ShardWriter:
         ]
         for name, values in floats.items():
             if dtype == "bfloat16":
-                tensors.append((name, "BF16", _bfloat16_bits(values).astype("<u2")))
+                stored = _bfloat16_bits(values).astype("<u2")
+                overflow = (stored & 0x7F80) == 0x7F80  # exponent all ones: rounded to infinity
             else:
-                tensors.append((name, _DTYPES[dtype], values.astype(np.dtype(dtype).newbyteorder("<"))))
+                with np.errstate(over="ignore"):
+                    stored = values.astype(np.dtype(dtype).newbyteorder("<"))
+                overflow = ~np.isfinite(stored)
+            if overflow.any():  # every value was finite in float32 (add): rounding took it past the format
+                row, col = (int(k) for k in np.argwhere(overflow)[0])
+                raise ValueError(f"{path}: {name}[{row}, {col}] = {values[row, col].item()!r} overflows {dtype}; "
+                                 "write the shard as float32 or scale the hidden states")
+            tensors.append((name, _DTYPES[dtype], stored))
         metadata = {"format": "dflash-features", "version": "1", "hidden_size": str(self.hidden_size),
                     "target_layer_ids": json.dumps(self.target_layer_ids), "num_sequences": str(len(lengths))}
         if self.target_model:
@@ -128,6 +152,7 @@ def _write_atomically(path, pieces):
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would keep a training run under another account out
         with os.fdopen(fd, "wb") as f:
             for piece in pieces:
                 f.write(piece)

@@ -77,17 +77,44 @@ with tempfile.TemporaryDirectory() as tmp:
     refused("teacher has shape [2, 16]", good[0], good[1], good[2], np.zeros((2, H)))
     refused("loss_mask has shape [4]", good[0], np.ones(4), good[2], good[3])
     refused("tokens has shape [0]", np.zeros(0, np.int64), np.ones(0), np.zeros((0, KH)), np.zeros((0, H)))
-    refused("non-negative integers", np.array([0, -1, 2]), *good[1:])
-    refused("non-negative integers", np.array([0, 1.5, 2]), *good[1:])
-    refused("other than 0 and 1", good[0], np.array([0, 2, 1]), good[2], good[3])
+    refused("tokens[1] = -1 is not a token id", np.array([0, -1, 2]), *good[1:])
+    refused("tokens[1] = 1.5 is not a token id", np.array([0, 1.5, 2]), *good[1:])
+    refused("tokens[1] = inf is not a token id", np.array([0, np.inf, 2]), *good[1:])
+    refused("tokens[2] = 2147483648 is not a token id", np.array([0, 1, 2**31]), *good[1:])
+    refused("loss_mask[1] = 2 is neither 0 nor 1", good[0], np.array([0, 2, 1]), good[2], good[3])
     nan = np.zeros((S, KH))
-    nan[2, 0] = np.nan
-    refused("features row 2 is not finite", good[0], good[1], nan, good[3])
-    try:
-        ShardWriter(H, ids).write(os.path.join(tmp, "empty.safetensors"))
-        raise AssertionError("an empty shard was written")
-    except ValueError as e:
-        assert "no sequence" in str(e), e
+    nan[2, 5] = np.nan
+    refused("features[2, 5] = nan is not finite", good[0], good[1], nan, good[3])
+    inf = np.zeros((S, H))
+    inf[1, 3] = -np.inf
+    refused("teacher[1, 3] = -inf is not finite", good[0], good[1], good[2], inf)
+    huge = np.zeros((S, H))
+    huge[0, 0] = 1e39
+    refused("teacher[0, 0] = 1e+39 overflows float32", good[0], good[1], good[2], huge)
+    assert ShardWriter(H, ids).add(np.array([0.0, 1.0, 2.0]), np.array([True, False, True]), *good[2:]) is None
+
+    def write_refused(what, writer, dtype="bfloat16"):
+        try:
+            writer.write(os.path.join(tmp, "refused.safetensors"), dtype=dtype)
+        except ValueError as e:
+            assert what in str(e), f"{what}: {e}"
+            assert not os.path.exists(os.path.join(tmp, "refused.safetensors"))
+            return
+        raise AssertionError(f"{what}: written")
+
+    write_refused("no sequence was added", ShardWriter(H, ids))
+    writer = ShardWriter(H, ids)
+    writer.add(*good)
+    write_refused("dtype 'int8'", writer, "int8")
+    big = np.zeros((S, KH))
+    big[1, 2] = 70000.0
+    writer = ShardWriter(H, ids)
+    writer.add(good[0], good[1], big, good[3])
+    write_refused("target_features[1, 2] = 70000.0 overflows float16", writer, "float16")
+    big[1, 2] = 3.4e38
+    writer = ShardWriter(H, ids)
+    writer.add(good[0], good[1], big, good[3])
+    write_refused("overflows bfloat16", writer, "bfloat16")
 
     # write() never follows a link: neither one planted at the final name nor one at the name a
     # fixed temporary would have had; the file they point at is left as it was.
@@ -102,6 +129,8 @@ with tempfile.TemporaryDirectory() as tmp:
     writer.write(os.path.join(shards, "shard-00011.safetensors"))
     assert open(victim).read() == "keep"
     assert not os.path.islink(os.path.join(shards, "shard-00010.safetensors"))
+    # Readable by the training run whoever it runs as, as the C++ writer's files (0644).
+    assert os.stat(os.path.join(shards, "shard-00010.safetensors")).st_mode & 0o777 == 0o644
     os.remove(os.path.join(shards, "shard-00011.safetensors.tmp"))
     assert sorted(f for f in os.listdir(shards) if f.endswith(".tmp")) == [], os.listdir(shards)
     run = subprocess.run([dflash, "data", "check", shards, "--config", os.path.join(root, "configs", "tiny-train.json")],
