@@ -25,12 +25,16 @@ import sys
 # counting the bytes read and written. H200: 769-798 TFLOP/s, 4.3 TB/s; H100 80 GB HBM3: 798
 # TFLOP/s, 3.0 TB/s. ci/gpu passes the card's name (nvidia-smi) in DFLASH_GPU_NAME; a card not
 # named here is planned at the slower rates of the two, so that its plan errs long, not short.
+# Keyed by the exact name nvidia-smi gives the measured cards: a near name ("NVIDIA H100 PCIe",
+# HBM2e at ~2 TB/s; "NVIDIA GH200 ...") is another card, planned at the slower rates.
 CARD_RATES = {"H200": (790e12, 4.3e12), "H100": (790e12, 3.0e12)}
+CARD_NAMES = {"NVIDIA H200": "H200", "NVIDIA H100 80GB HBM3": "H100"}
 
 
 def card_of(name):
-    """The CARD_RATES key for an nvidia-smi card name ("NVIDIA H100 80GB HBM3, ..."), else None."""
-    return next((card for card in CARD_RATES if card in (name or "")), None)
+    """The CARD_RATES key of nvidia-smi's "name, driver, memory" line ("NVIDIA H100 80GB HBM3,
+    580.159.04, 81559 MiB"), else None."""
+    return CARD_NAMES.get((name or "").split(",")[0].strip())
 
 
 CARD = card_of(os.environ.get("DFLASH_GPU_NAME")) or "H100"

@@ -56,7 +56,7 @@ def report(cuda, torch):
     lines = [f"# CUDA drafter step, T {m['T']} ({m['N']} blocks of {m['B']}), S {m['S']}, H {m['H']}, I {m['I']}, "
              f"heads {m['nh']}/{m['nkv']}, d {m['d']}, L {m['L']}, V {m['V']}", "",
              f"Device: {cuda['device']}. Config {cuda['config']}, seed {cuda['seed']}, W = {cuda['weight_sum']:.1f}.", "",
-             f"Measured bf16 rate (cuBLAS 8192^3, >= 1 s): {card:.1f} TFLOP/s; H200 datasheet dense bf16 peak "
+             f"Measured bf16 rate (cuBLAS 8192^3, >= 1 s): {card:.1f} TFLOP/s; H100/H200 SXM datasheet dense bf16 peak "
              f"{sheet:.0f} TFLOP/s.", "",
              f"Model FLOPs per step (no recomputation): {flops['model']:.4g} = trunk projections "
              f"{flops['block_linear']:.4g} + context path {flops['context']:.4g} + attention "

@@ -136,9 +136,9 @@ def script_end_to_end(lib, config):
     for r in cuda["runs"]:
         r.update(loss=result["loss"], grad_norms=list(result["grad_norms"].values()),
                  ms_median=result["ms_median"] / 2)
-    rc, report = summarize_check.summarize(cuda, result, summarize_step_check.SCRIPT)
-    if rc != 0 or "correctness: PASS" not in report:
-        return [f"summarize_step.py on the peer's JSON: exit {rc}\n{report}"]
+    rc, report, errors = summarize_check.summarize(cuda, result, summarize_step_check.SCRIPT)
+    if not summarize_check.concluded(rc, report, 0):
+        return [f"summarize_step.py on the peer's JSON: exit {rc}\n{report}{errors}"]
     return []
 
 

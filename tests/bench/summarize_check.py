@@ -6,19 +6,48 @@ Needs only python3.
 
   summarize_check.py
 
-cuda_results() holds every key bench/cuda/loss_head_bench.cpp's write_json writes, so that a key
-summarize.py reads and the benchmark does not write fails here, not on the GPU machine.
+cuda_results() holds exactly the keys bench/cuda/loss_head_bench.cpp's write_json spells (read
+from its source here), so that a key renamed on one side only fails here, not on the GPU machine.
 loss_head_torch_check.py feeds summarize.py the PyTorch baseline's own JSON beside it.
 """
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "cuda", "summarize.py")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+SCRIPT = os.path.join(ROOT, "bench", "cuda", "summarize.py")
+BENCHMARK = os.path.join(ROOT, "bench", "cuda", "loss_head_bench.cpp")
 GIB = 2 ** 30
+
+
+def written_keys(source):
+    """Every key the benchmark's write_json spells (`\\"key\\":` in its C++ source)."""
+    text = open(source).read()
+    start = text.index("void write_json(")
+    return set(re.findall(r'\\"(\w+)\\":', text[start:text.index("\n}\n", start)]))
+
+
+def document_keys(document):
+    """Every key of a JSON document, at any depth."""
+    if isinstance(document, dict):
+        return set(document) | set().union(*(document_keys(v) for v in document.values()))
+    if isinstance(document, list):
+        return set().union(*(document_keys(v) for v in document))
+    return set()
+
+
+def same_keys(document, source, failures):
+    """The synthetic document spells the benchmark's keys, no more, no fewer."""
+    written, synthetic = written_keys(source), document_keys(document)
+    if not written:
+        failures.append(f"no key found in {source}'s write_json")
+    elif written != synthetic:
+        failures.append(f"keys of {os.path.basename(source)} not in the synthetic document: "
+                        f"{sorted(written - synthetic)}; in it but not written: {sorted(synthetic - written)}")
 
 
 def cuda_run(policy, chunk, ms, loss):
@@ -53,8 +82,8 @@ GOOD_TORCH = {"torch": "2.11", "device": "NVIDIA H200", "rows": 32768, "hidden":
 
 
 def summarize(cuda, torch, script=SCRIPT):
-    """(exit code, output) of a summary script (summarize.py, summarize_step.py) on a CUDA and a
-    PyTorch document (None: that file is missing)."""
+    """(exit code, stdout, stderr) of a summary script (summarize.py, summarize_step.py) on a CUDA
+    and a PyTorch document (None: that file is missing)."""
     with tempfile.TemporaryDirectory() as d:
         paths = [os.path.join(d, "cuda.json"), os.path.join(d, "torch.json")]
         for path, data in zip(paths, (cuda, torch)):
@@ -62,17 +91,24 @@ def summarize(cuda, torch, script=SCRIPT):
                 with open(path, "w") as f:
                     json.dump(data, f)
         p = subprocess.run([sys.executable, script] + paths, capture_output=True, text=True)
-        return p.returncode, p.stdout + p.stderr
+        return p.returncode, p.stdout, p.stderr
+
+
+def concluded(rc, out, code):
+    """The script ran to its verdict: exit `code` and, last, the correctness line that goes with it
+    (a traceback also exits 1, but prints no verdict)."""
+    lines = out.strip().splitlines()
+    return rc == code and bool(lines) and lines[-1] == ("correctness: FAIL" if code == 1 else "correctness: PASS")
 
 
 def verdicts(script, failures):
-    """expect(what, cuda, torch, code, phrase): the script exits `code` and says `phrase`, else a
-    line goes to `failures`."""
+    """expect(what, cuda, torch, code, phrase): the script concludes with exit `code` and its
+    report (stdout) says `phrase`, else a line goes to `failures`."""
     def expect(what, cuda, torch, code, phrase):
-        rc, out = summarize(cuda, torch, script)
-        if rc != code or phrase not in out:
+        rc, out, err = summarize(cuda, torch, script)
+        if not concluded(rc, out, code) or phrase not in out:
             failures.append(f"{what}: exit {rc} (expected {code}), '{phrase}' {'found' if phrase in out else 'missing'}"
-                            f"\n{out}")
+                            f"\n{out}{err}")
     return expect
 
 
@@ -86,6 +122,7 @@ def report(name, failures):
 
 def main():
     failures = []
+    same_keys(cuda_results(), BENCHMARK, failures)
     expect = verdicts(SCRIPT, failures)
 
     good = cuda_results()

@@ -167,6 +167,19 @@ expect 2 "ci/gpu: [load] library closure: PASS"
 expect 2 "ci/gpu: [bench] bench_cuda_drafter_step: NOT RUN (no time left"
 grep -q "| bench | bench_cuda_drafter_step | NOT RUN |" "$work/out/results.md" 2> /dev/null ||
   { echo "ci_gpu_honesty: run 2: results.md does not list the check that did not run"; failed=1; }
+# The plan's rates: the measured cards by their exact names; a near name (another card) and no name
+# at the slower rates, so that a plan errs long.
+python3 - "$root/ci" << 'PY' || { echo "ci_gpu_honesty: ci/gpu_plan.py picks the wrong card's rates"; failed=1; }
+import sys
+sys.path.insert(0, sys.argv[1])
+from gpu_plan import card_of
+cases = {"NVIDIA H200, 580.159.03, 143771 MiB": "H200", "NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB": "H100",
+         "NVIDIA H100 PCIe, 580.159.04, 81559 MiB": None, "NVIDIA GH200 480GB, 580.159.04, 97871 MiB": None,
+         "no nvidia-smi": None, "": None, None: None}
+wrong = {name: card_of(name) for name, card in cases.items() if card_of(name) != card}
+print(f"card_of: {wrong}" if wrong else "card_of: as expected")
+sys.exit(1 if wrong else 0)
+PY
 if [ "$failed" -ne 0 ]; then
   for n in 1 2; do echo "---- ci/gpu log, run $n ----"; cat "$work/log$n"; done
   exit 1
