@@ -3,8 +3,8 @@
 cannot rot between GPU runs (summarize.py holds the CUDA loss to within 1e-3 of its loss):
 
 1. its step (loss_head_step: checkpointed chunks, the sums divided by W, dL/dY by backward) on its
-   CPU data taken to float64, against bench/reference/torch_reference.py's loss_head_case (the
-   float64 PyTorch loss head that bench_reference_vs_torch holds to the C++ reference): the same
+   CPU data taken to float64 (the step still takes the logits' softmaxes in fp32), against bench/reference/torch_reference.py's loss_head_case (the
+   float64 PyTorch loss head that reference_vs_torch_check holds to the C++ reference): the same
    loss and dL/dY; the chunked step equals the unchunked one; ce, kl and accuracy against the
    same sums written here from SPEC 5;
 2. the script end to end (--device cpu, a small shape, --json), and its JSON through summarize.py
