@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/cuda/drafter_step_torch.py's step (eager attention, float64, on the CPU) against
 bench/reference/torch_reference.py's drafter_case (the float64 PyTorch step that
-bench_reference_vs_torch holds to the C++ reference), on one tiny problem with the anchors and
+reference_vs_torch_check holds to the C++ reference), on one tiny problem with the anchors and
 block rows of libdflash_bench_data.so: same loss, same gradient of every parameter.
 
   drafter_step_torch_check.py LIB CONFIG
