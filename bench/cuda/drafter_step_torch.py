@@ -45,7 +45,7 @@ except ImportError as error:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loss_head_torch import (add_run_arguments, hybrid_loss_sums, skipped_without_gpu,  # noqa: E402
-                             synchronize, timed_steps)
+                             synchronize, timed_steps, write_json)
 
 LOGIT_SCALE = 4.0  # W_lm's amplitude, as bench_cuda_drafter_step's kLogitScale
 
@@ -381,9 +381,7 @@ def main():
         print("drafter_step_torch.py: the loss is not finite")
         return 1
     if args.json:
-        with open(args.json + ".tmp", "w") as f:
-            json.dump(out, f, indent=2)
-        os.replace(args.json + ".tmp", args.json)
+        write_json(args.json, out)
     return 0
 
 

@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
@@ -69,6 +70,21 @@ def add_run_arguments(p):
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--seed", type=int, default=20261129)
     p.add_argument("--json", help="write the numbers here")
+
+
+def write_json(path, out):
+    """The peer's results at `path`, whole or not at all: a temporary created exclusively beside it
+    (no link followed), then renamed."""
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(out, f, indent=2)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
 
 
 def skipped_without_gpu(script):
@@ -212,8 +228,7 @@ def main():
         torch.cuda.empty_cache()
         rows //= 2
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+        write_json(args.json, out)
     return 0
 
 
