@@ -371,16 +371,18 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_out, "write the report here");
   app.add_option("--work", s.work, "folder for the exchanged inputs (default: a fresh temporary folder, removed)");
   app.add_flag("--check", s.check,
-               "small shapes, one repeat; exit 0 when torch agrees with the reference within 1e-12, 1 when not, "
-               "77 when torch cannot run");
+               "small shapes, one repeat; exit 0 when torch agrees with the reference within 1e-12, 1 when not "
+               "or when the script fails, 77 only when torch cannot be imported");
   CLI11_PARSE(app, argc, argv);
   if (s.check) s.repeats = 1;
   const bool own_work = s.work.empty();
   if (own_work) {  // created exclusively (mkdtemp, 0700): nothing planted in it is followed, whoever writes there
-    std::string pattern = (std::filesystem::temp_directory_path() / "dflash-vs-torch-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) {
-      std::cerr << "bench_reference_vs_torch: cannot create a work folder " << pattern << ": " << std::strerror(errno)
-                << "\n";
+    std::error_code error;
+    const std::filesystem::path parent = std::filesystem::temp_directory_path(error);
+    std::string pattern = (parent / "dflash-vs-torch-XXXXXX").string();
+    if (error || mkdtemp(pattern.data()) == nullptr) {
+      std::cerr << "bench_reference_vs_torch: cannot create a work folder in " << (error ? "$TMPDIR" : parent.string())
+                << ": " << (error ? error.message() : std::strerror(errno)) << " (--work DIR names one)\n";
       return 2;
     }
     s.work = pattern;

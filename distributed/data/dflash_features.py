@@ -81,10 +81,11 @@ class ShardWriter:
                                  f"(S = {S} tokens, K H = {KH}, H = {self.hidden_size})")
         if not (np.issubdtype(tokens.dtype, np.integer) or np.issubdtype(tokens.dtype, np.floating)):
             raise ValueError(f"sequence {seq}: tokens are {tokens.dtype}; expected integers")
+        # Compared in float64, which holds 2^31 - 1 and 2^31 exactly: under NumPy 2's promotion a
+        # float32 array compared with 2^31 - 1 would round the bound to 2^31 and let 2^31 through.
+        wide = tokens.astype(np.float64)
         with np.errstate(invalid="ignore"):
-            bad = (tokens < 0) | (tokens > _INT32_MAX)
-            if np.issubdtype(tokens.dtype, np.floating):
-                bad |= ~np.isfinite(tokens) | (tokens != np.floor(tokens))
+            bad = ~np.isfinite(wide) | (wide != np.floor(wide)) | (wide < 0) | (wide > _INT32_MAX)
         _refuse_first(bad, seq, "tokens", tokens, "is not a token id (an integer in [0, 2^31 - 1])")
         loss_mask = np.asarray(loss_mask)
         _refuse_first(~np.isin(loss_mask, (0, 1)), seq, "loss_mask", loss_mask, "is neither 0 nor 1")
@@ -127,7 +128,9 @@ class ShardWriter:
                 overflow = ~np.isfinite(stored)
             if overflow.any():  # every value was finite in float32 (add): rounding took it past the format
                 row, col = (int(k) for k in np.argwhere(overflow)[0])
-                raise ValueError(f"{path}: {name}[{row}, {col}] = {values[row, col].item()!r} overflows {dtype}; "
+                seq = int(np.searchsorted(np.cumsum(lengths), row, side="right"))  # the add() it came from
+                raise ValueError(f"{path}: sequence {seq}: {name}[{row - sum(lengths[:seq])}, {col}] = "
+                                 f"{values[row, col].item()!r} overflows {dtype}; "
                                  "write the shard as float32 or scale the hidden states")
             tensors.append((name, _DTYPES[dtype], stored))
         metadata = {"format": "dflash-features", "version": "1", "hidden_size": str(self.hidden_size),

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/cuda/summarize_step.py's verdicts on synthetic results: on target and correct (exit 0),
 each performance target missed on its own (exit 3, the target named), the loss beyond the bound or
-the PyTorch peer missing (exit 1). Needs only python3.
+the PyTorch peer missing (exit 1). GOOD_CUDA holds exactly the keys bench/cuda/drafter_step_bench.cpp's
+write_json spells (summarize_check.same_keys reads them from its source). Needs only python3.
 
   summarize_step_check.py
 """
@@ -11,9 +12,10 @@ import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
-from summarize_check import report, verdicts  # noqa: E402
+from summarize_check import report, same_keys, verdicts  # noqa: E402
 
 SCRIPT = os.path.join(here, "..", "..", "bench", "cuda", "summarize_step.py")
+BENCHMARK = os.path.join(here, "..", "..", "bench", "cuda", "drafter_step_bench.cpp")
 
 
 def cuda_run(loss_policy, ms):
@@ -21,6 +23,8 @@ def cuda_run(loss_policy, ms):
     return {"trunk_policy": "per_layer", "loss_policy": loss_policy, "ms_median": ms, "ms": [ms],
             "executed_flops": 8e14, "model_tflops": tflops, "mfu_of_card": tflops / 700, "mfu_of_datasheet": tflops / 989,
             "attention_forward_ms": 100.0, "attention_backward_ms": 200.0, "attention_executed_flops": 2e13,
+            "attention_forward_kernel": "tensor_cores", "attention_forward_executed_flops": 8e12,
+            "attention_backward_kernel": "tensor_cores", "attention_backward_executed_flops": 1.2e13,
             "loss": 20.0, "ce": 20.0, "kl": 1.0, "accuracy": 0.0, "losses": [20.0], "grad_norms": [1.0, 2.0],
             "peak_total_bytes": 10 * 2**30, "planned_total_bytes": 11 * 2**30,
             "memory": [{"category": "parameters", "planned": 2**30, "measured": 2**30},
@@ -30,7 +34,7 @@ def cuda_run(loss_policy, ms):
 GOOD_CUDA = {"device": "H200", "config": "c.json", "seed": 1,
              "dims": {k: 1 for k in ("T", "S", "N", "B", "H", "I", "nh", "nkv", "d", "K", "V", "L")},
              "weight_sum": 10.0, "card_bf16_tflops": 700.0, "card_rate_ms": 1.0, "datasheet_bf16_tflops": 989.0,
-             "baseline_loss_tolerance": 5e-3, "targets": {"mfu": 0.5, "plan_excess": 0.02},
+             "baseline_loss_tolerance": 5e-3, "targets": {"mfu": 0.5, "plan_excess": 0.02}, "visible_pairs": [40, 60],
              "flops": {"block_linear": 3e14, "context": 3e12, "attention_forward": 5e12, "attention_backward": 1e13,
                        "loss_head": 2.5e14, "model": 5.84e14},
              "parameters": ["fc.weight", "norm.weight"],
@@ -41,9 +45,16 @@ GOOD_TORCH = {"torch": "2.11", "attention": "flex", "chunk": 2048, "ms_median": 
 
 def main():
     failures = []
+    same_keys(GOOD_CUDA, BENCHMARK, failures)
     expect = verdicts(SCRIPT, failures)
 
     expect("on target", GOOD_CUDA, GOOD_TORCH, 0, "correctness: PASS")
+    expect("the attention kernels named", GOOD_CUDA, GOOD_TORCH, 0,
+           "chunk_recompute, tensor-core attention forward, tensor-core backward")
+    simt = copy.deepcopy(GOOD_CUDA)
+    simt["runs"][0].update(attention_forward_kernel="cuda_cores", attention_backward_kernel="cuda_cores")
+    expect("the CUDA-core attention named", simt, GOOD_TORCH, 0,
+           "chunk_recompute, CUDA-core attention forward, CUDA-core backward")
     slow = copy.deepcopy(GOOD_CUDA)
     slow["runs"][1]["mfu_of_card"] = 0.49
     expect("MFU below half the GEMM rate", slow, GOOD_TORCH, 3, "MFU 49.0% < 50%")

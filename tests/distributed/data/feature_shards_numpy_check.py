@@ -81,6 +81,7 @@ with tempfile.TemporaryDirectory() as tmp:
     refused("tokens[1] = 1.5 is not a token id", np.array([0, 1.5, 2]), *good[1:])
     refused("tokens[1] = inf is not a token id", np.array([0, np.inf, 2]), *good[1:])
     refused("tokens[2] = 2147483648 is not a token id", np.array([0, 1, 2**31]), *good[1:])
+    refused("tokens[2] = 2147483648.0 is not a token id", np.array([0, 1, 2**31], np.float32), *good[1:])
     refused("loss_mask[1] = 2 is neither 0 nor 1", good[0], np.array([0, 2, 1]), good[2], good[3])
     nan = np.zeros((S, KH))
     nan[2, 5] = np.nan
@@ -109,8 +110,9 @@ with tempfile.TemporaryDirectory() as tmp:
     big = np.zeros((S, KH))
     big[1, 2] = 70000.0
     writer = ShardWriter(H, ids)
+    writer.add(*good)
     writer.add(good[0], good[1], big, good[3])
-    write_refused("target_features[1, 2] = 70000.0 overflows float16", writer, "float16")
+    write_refused("sequence 1: target_features[1, 2] = 70000.0 overflows float16", writer, "float16")
     big[1, 2] = 3.4e38
     writer = ShardWriter(H, ids)
     writer.add(good[0], good[1], big, good[3])
