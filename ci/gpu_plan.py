@@ -203,9 +203,8 @@ def main():
     p.add_argument("--stage", default="all", choices=["all", "correctness", "bench"])
     a = p.parse_args()
     shape = os.environ.get("DFLASH_BENCH_SHAPE", "")
-    name = os.environ.get("DFLASH_GPU_NAME") or ""
-    why = "the card found" if card_of(name) else (f"card not measured ({name.split(',')[0].strip()}): the slower"
-                                                  if name.strip() else "no card named: the slower")
+    name = (os.environ.get("DFLASH_GPU_NAME") or "").split(",")[0].strip()
+    why = "the card found" if card_of(name) else (f"card not measured ({name})" if name else "no card named") + ": the slower"
     print(f"ci/gpu_plan.py: the {CARD}'s rates ({why}), "
           f"bf16 GEMM {BF16_GEMM_FLOP_PER_S / 1e12:.0f} TFLOP/s, copy {COPY_BYTE_PER_S / 1e12:.1f} TB/s",
           file=sys.stderr)

@@ -20,6 +20,7 @@
 #include "harness/mpi_world.hpp"
 #include "planner/plan_vs_measured.hpp"
 #include "planner/training_plan.hpp"
+#include "tests/distributed/forwarding_communicator.hpp"
 #include "tests/distributed/training_run.hpp"
 
 namespace dflash::testing {
@@ -307,35 +308,29 @@ struct StepEvent {
 };
 
 // Passes every collective on to `inner` and records it.
-class RecordingCommunicator final : public Communicator {
+class RecordingCommunicator final : public ForwardingCommunicator {
  public:
-  RecordingCommunicator(Communicator& inner, std::vector<StepEvent>& events) : inner_(inner), events_(events) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string_view backend() const override { return inner_.backend(); }
+  RecordingCommunicator(Communicator& inner, std::vector<StepEvent>& events)
+      : ForwardingCommunicator(inner), events_(events) {}
   void all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override {
     record("all_reduce", count);
-    inner_.all_reduce(send, recv, count, type, op);
+    ForwardingCommunicator::all_reduce(send, recv, count, type, op);
   }
   void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override {
     record("reduce_scatter", count);
-    inner_.reduce_scatter(send, recv, count, type, op);
+    ForwardingCommunicator::reduce_scatter(send, recv, count, type, op);
   }
   void all_gather(const void* send, void* recv, std::size_t count, CommType type) override {
     record("all_gather", count);
-    inner_.all_gather(send, recv, count, type);
+    ForwardingCommunicator::all_gather(send, recv, count, type);
   }
   void broadcast(void* buffer, std::size_t count, CommType type, int root) override {
     record("broadcast", count);
-    inner_.broadcast(buffer, count, type, root);
+    ForwardingCommunicator::broadcast(buffer, count, type, root);
   }
-
- protected:
-  void end_job(int exit_code) override { inner_.abort(exit_code); }
 
  private:
   void record(const char* what, std::size_t count) { events_.push_back({what, std::int64_t(count)}); }
-  Communicator& inner_;
   std::vector<StepEvent>& events_;
 };
 

@@ -12,17 +12,16 @@
 #include <cmath>
 #include <functional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "common/tolerances.hpp"
-#include "distributed/communicator.hpp"
 #include "distributed/cuda/train_step_loop.hpp"
 #include "distributed/run/plan_gate.hpp"
 #include "planner/parameter_memory.hpp"
 #include "planner/training_plan.hpp"
 #include "tests/cuda/optimizer/test_support.hpp"
 #include "tests/distributed/cuda/train_test_support.hpp"
+#include "tests/distributed/forwarding_communicator.hpp"
 
 namespace dflash::testing {
 
@@ -66,40 +65,21 @@ inline ::testing::AssertionResult equal_on_every_rank(Communicator& comm, const 
 // which the step overwrites with the gathered master before it returns. The collectives are
 // synchronous (NCCL's wait for their stream), so `read` after one sees its result.
 template <class Backend>
-class ShardSumsRecorder final : public Communicator {
+class ShardSumsRecorder final : public ForwardingCommunicator {
  public:
-  ShardSumsRecorder(Communicator& inner, const Backend& be) : inner_(inner), be_(be) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string_view backend() const override { return inner_.backend(); }
-  void all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override {
-    inner_.all_reduce(send, recv, count, type, op);
-  }
+  ShardSumsRecorder(Communicator& inner, const Backend& be) : ForwardingCommunicator(inner), be_(be) {}
   void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override {
-    inner_.reduce_scatter(send, recv, count, type, op);
+    ForwardingCommunicator::reduce_scatter(send, recv, count, type, op);
     if (type != CommType::f32) return;
     sums.resize(count);
     be_.read(sums.data(), recv, count * sizeof(float));
     ++calls;
   }
-  void all_gather(const void* send, void* recv, std::size_t count, CommType type) override {
-    inner_.all_gather(send, recv, count, type);
-  }
-  void broadcast(void* buffer, std::size_t count, CommType type, int root) override {
-    inner_.broadcast(buffer, count, type, root);
-  }
-  void all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op, void* stream) override {
-    inner_.all_reduce_in_place_on_stream(buffer, count, type, op, stream);
-  }
 
   std::vector<float> sums;  // the last f32 reduce-scatter's block on this rank
   int calls = 0;            // f32 reduce-scatters so far
 
- protected:
-  void end_job(int exit_code) override { inner_.abort(exit_code); }
-
  private:
-  Communicator& inner_;
   const Backend& be_;
 };
 
