@@ -89,12 +89,20 @@ void export_drafter(const std::filesystem::path& out, const DrafterConfig& confi
                     const DrafterParameters<double>& params, const json* released) {
   validate_drafter_config(config);
   const std::string config_text = exported_drafter_config(config, released).dump(2) + "\n";
-  // Serving stacks would load a NaN drafter without a word: refuse it before writing anything.
+  // Serving stacks would load a NaN drafter without a word: refuse it before writing anything. A
+  // finite master weight beyond the export dtype's range (|w| > 3.39e38 in bf16) would be written
+  // as inf, so the check is on the value as exported.
   params.for_each([&](const std::string& name, const Tensor<double>& t) {
     for (std::int64_t e = 0; e < t.numel(); ++e) {
-      if (!std::isfinite(t[e])) {
-        throw_input_error(str("tensor '", name, "'"),
-                          str("element ", e, " is ", t[e], "; an exported drafter must hold finite weights"));
+      std::byte stored[8];
+      safetensors::store_float_element(kExportDtype, t[e], stored);
+      if (!std::isfinite(safetensors::load_float_element(kExportDtype, stored))) {
+        throw_input_error(
+            str("tensor '", name, "'"),
+            str("element ", e, " is ", t[e],
+                std::isfinite(t[e]) ? str(", which ", safetensors::dtype_name(kExportDtype), " rounds to infinity")
+                                    : std::string(),
+                "; an exported drafter must hold finite weights"));
       }
     }
   });

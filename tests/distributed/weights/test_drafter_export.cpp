@@ -60,6 +60,11 @@ TEST(DrafterExport, ConfigJsonIsTheHuggingFaceDrafterLayout) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(w.names(), names);
+  // transformers' loader refuses a safetensors file whose "format" is not one it knows, and serving
+  // stacks load the weights in the dtype config.json declares.
+  EXPECT_EQ(safetensors::Reader::open_file(dir / "out" / "model.safetensors").metadata(),
+            (safetensors::Metadata{{"format", "pt"}}));
+  EXPECT_EQ(j.at("torch_dtype"), "bfloat16");
 }
 
 TEST(DrafterExport, WithoutTheTargetDepthIsRefusedWritingNothing) {
@@ -74,13 +79,25 @@ TEST(DrafterExport, WithoutTheTargetDepthIsRefusedWritingNothing) {
 TEST(DrafterExport, NonFiniteWeightIsRefusedNamingTheTensorWritingNothing) {
   const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
+  // NaN, both infinities, and a finite master weight that bf16 (largest 3.39e38) rounds to infinity.
+  for (const double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e39}) {
+    ScratchDirectory dir;
+    DrafterParameters<double> p = seeded_drafter_parameters(tracker, c, 3);
+    p.layers[1].up_proj[5] = bad;
+    const std::string message = input_error_message([&] { export_drafter(dir / "out", c, p); });
+    EXPECT_THAT(message, HasSubstr("'layers.1.mlp.up_proj.weight'")) << bad;
+    EXPECT_THAT(message, HasSubstr("element 5")) << bad;
+    if (std::isfinite(bad)) {
+      EXPECT_THAT(message, HasSubstr("BF16 rounds to infinity"));
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir / "out")) << bad;
+  }
+  // The largest weight bf16 holds is exported as it is.
   ScratchDirectory dir;
   DrafterParameters<double> p = seeded_drafter_parameters(tracker, c, 3);
-  p.layers[1].up_proj[5] = std::nan("");
-  const std::string message = input_error_message([&] { export_drafter(dir / "out", c, p); });
-  EXPECT_THAT(message, HasSubstr("'layers.1.mlp.up_proj.weight'"));
-  EXPECT_THAT(message, HasSubstr("element 5"));
-  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+  p.layers[1].up_proj[5] = -3.3895313892515355e38;
+  export_drafter(dir / "out", c, p);
+  EXPECT_EQ(import_drafter_for_run(tracker, dir / "out", c).layers[1].up_proj[5], -3.3895313892515355e38);
 }
 
 TEST(DrafterExport, ReleasedConfigKeepsWhatTheProjectDoesNotModel) {
@@ -154,6 +171,25 @@ TEST(DrafterExport, ImportWithoutATensorIsRefusedNamingIt) {
   w.write_file(dir / "d" / "model.safetensors");
   EXPECT_THAT(input_error_message([&] { import_drafter_for_run(tracker, dir / "d", c); }),
               HasSubstr("'hidden_norm.weight' is missing"));
+}
+
+TEST(DrafterExport, ImportOfANonFiniteWeightIsRefusedNamingTheElement) {
+  const DrafterConfig c = tiny_export_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 1));
+  for (const double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    safetensors::Writer w;
+    for (const ParameterShape& s : drafter_parameter_shapes(c)) {
+      std::vector<double> v(std::size_t(shape_numel(s.shape)), 0.25);
+      if (s.name == "layers.1.mlp.gate_proj.weight") v[9] = bad;
+      w.add_floats(s.name, Dtype::F32, s.shape, v);
+    }
+    w.write_file(dir / "d" / "model.safetensors");
+    const std::string message = input_error_message([&] { import_drafter_for_run(tracker, dir / "d", c); });
+    EXPECT_THAT(message, HasSubstr("'layers.1.mlp.gate_proj.weight'")) << bad;
+    EXPECT_THAT(message, HasSubstr("element 9")) << bad;
+  }
 }
 
 TEST(DrafterExport, ImportWithATensorTheConfigDoesNotModelIsRefusedNamingIt) {

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "distributed/weights/target_tensors.hpp"
 #include "io/hf_checkpoint.hpp"
 #include "tests/distributed/train_test_support.hpp"
@@ -87,6 +89,29 @@ TEST(TargetWeights, WrongVocabOrHiddenSizeIsRefusedNamingTensorAndShapes) {
     EXPECT_THAT(message, HasSubstr("'model.embed_tokens.weight'"));
     EXPECT_THAT(message, HasSubstr(safetensors::format_shape(shape)));
     EXPECT_THAT(message, HasSubstr("[64, 16]"));
+  }
+}
+
+TEST(TargetWeights, NonFiniteValueIsRefusedNamingTensorAndElement) {
+  // A NaN in the frozen lm_head would make every teacher softmax NaN; one in the embedding, every
+  // step whose block holds that token.
+  const DrafterConfig c = tiny_config();
+  const std::int64_t n = c.vocab_size * c.hidden_size;
+  for (const char* tensor : {kTargetEmbeddingName, kTargetLmHeadName}) {
+    for (const double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+      ScratchDirectory dir;
+      safetensors::Writer w;
+      for (const char* name : {kTargetEmbeddingName, kTargetLmHeadName}) {
+        std::vector<double> v = values(n, 1);
+        if (std::string_view(name) == tensor) v[17] = bad;
+        w.add_floats(name, Dtype::F32, {c.vocab_size, c.hidden_size}, v);
+      }
+      w.write_file(dir / "model.safetensors");
+      MemoryTracker tracker;
+      const std::string message = input_error_message([&] { load_target_weights(tracker, dir.path(), c); });
+      EXPECT_THAT(message, HasSubstr(str("'", tensor, "'"))) << bad;
+      EXPECT_THAT(message, HasSubstr("element 17")) << bad;
+    }
   }
 }
 
