@@ -2,6 +2,7 @@
 // tolerances a bf16 implementation is held to are earned by input and logit rounding, the exact
 // reference passes under them, and a result off by more than its tolerance fails on that tensor.
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -81,6 +82,39 @@ TEST_P(GoldenBf16Rule, AnLseOffByThreeTimesItsToleranceFailsOnLseAlone) {
   results["output/lse"].values[0] = golden_lse[0] + 3 * tolerance_.at("output/lse") * scale;
   for (const GoldenCheckRow& row : compare_golden_outputs(*golden_, held_to_the_rule(results))) {
     EXPECT_EQ(row.passed(), row.tensor != "output/lse") << row.tensor;
+  }
+}
+
+// Accuracy is a count of rows: its tolerance, on the check's measure (relative to the golden's
+// accuracy), must convert to a whole number k of rows, and an accuracy k rows off passes while one
+// k + 1 rows off fails.
+TEST_P(GoldenBf16Rule, TheAccuracyToleranceIsAWholeNumberOfRows) {
+  std::int64_t valid_rows = 0;
+  for (std::size_t b = 0; b < problems_->device.size(); ++b) {
+    valid_rows += hybrid_loss_bf16_emulation(tracker_, problems_->options, problems_->device[b], &problems_->exact[b])
+                      .result.stats.valid_rows;
+  }
+  ASSERT_GT(valid_rows, 0);
+  const double accuracy = golden_->results.at("output/accuracy").values.at(0);
+  if (accuracy == 0) {  // no relative measure: any change is allowed (an ambiguous row) or none
+    EXPECT_TRUE(tolerance_.at("output/accuracy") == 0 || std::isinf(tolerance_.at("output/accuracy")));
+    return;
+  }
+  const double rows = tolerance_.at("output/accuracy") * accuracy * double(valid_rows);
+  const double k = std::round(rows);
+  EXPECT_NEAR(rows, k, 1e-9) << "the tolerance is not a whole number of rows";
+  const double correct = std::round(accuracy * double(valid_rows));
+  for (const auto& [off, passes] : {std::pair{k, true}, std::pair{k + 1, false}}) {
+    // Off downwards where the golden has that many correct rows, else upwards.
+    const double moved = correct >= off ? correct - off : correct + off;
+    if (moved > double(valid_rows)) continue;
+    GoldenResults results = reference_loss_head_results(tracker_, *golden_);
+    results["output/accuracy"].values.at(0) = moved / double(valid_rows);
+    for (const GoldenCheckRow& row : compare_golden_outputs(*golden_, held_to_the_rule(results))) {
+      if (row.tensor == "output/accuracy") {
+        EXPECT_EQ(row.passed(), passes) << off << " rows off";
+      }
+    }
   }
 }
 

@@ -146,6 +146,17 @@ TEST(GoldenCompare, AGradientOffByOnePartIn10000FailsFp32AndExactButNotBf16) {
   EXPECT_TRUE(compare_results(golden(), r, CompareRule::bf16).passed());
 }
 
+TEST(GoldenCompare, TheErrorIsOverTheGoldensLargestValueNotTheResults) {
+  // SPEC §10: the largest difference over the largest *reference* value. A gradient doubled differs
+  // by exactly the golden's values (error 1), one halved by half of them (error 0.5); measured over
+  // the result's own values both would read 0.5 and 1, and a result scaled up would look closer.
+  for (const auto& [scale, error] : {std::pair{2.0, 1.0}, std::pair{0.5, 0.5}}) {
+    ResultFile r = results_stored_as(Dtype::F64);
+    for (double& v : tensor(r, "grad/norm.weight").values) v *= scale;
+    EXPECT_EQ(row_of(compare_results(golden(), r, CompareRule::exact), "grad/norm.weight").error, error) << scale;
+  }
+}
+
 TEST(GoldenCompare, ATensorOfTheWrongShapeFailsNamingBothShapes) {
   ResultFile r = results_stored_as(Dtype::F64);
   ResultTensor& lse = tensor(r, "output/lse");
@@ -180,9 +191,14 @@ TEST(GoldenCompare, ANameNotInTheGoldenFailsNamingIt) {
 }
 
 TEST(GoldenCompare, ANonFiniteValueFailsNamingTheElement) {
-  ResultFile r = results_stored_as(Dtype::F64);
-  tensor(r, "grad/norm.weight").values.at(3) = std::numeric_limits<double>::quiet_NaN();
-  expect_only_failure(compare_results(golden(), r, CompareRule::bf16), "grad/norm.weight", "element 3 is nan");
+  for (const auto& [bad, text] : {std::pair{std::numeric_limits<double>::quiet_NaN(), "nan"},
+                                  std::pair{std::numeric_limits<double>::infinity(), "inf"},
+                                  std::pair{-std::numeric_limits<double>::infinity(), "-inf"}}) {
+    ResultFile r = results_stored_as(Dtype::F64);
+    tensor(r, "grad/norm.weight").values.at(3) = bad;
+    expect_only_failure(compare_results(golden(), r, CompareRule::bf16), "grad/norm.weight",
+                        std::string("element 3 is ") + text);
+  }
 }
 
 TEST(GoldenCompare, APartialResultIsJudgedAndTheRestListedMissing) {

@@ -128,9 +128,11 @@ TEST(SafetensorsHandmade, ReadsAnUnpaddedHeaderWithWhitespaceAndAnyKeyOrder) {
 }
 
 TEST(SafetensorsHandmade, ReadsTrailingSpacePaddingAndEmptyTensorsAtAnyBoundary) {
-  // Empty tensors occupy no bytes: [0, 0] and [8, 8] are legal beside [0, 8].
+  // Empty tensors occupy no bytes: [0, 0] and [8, 8] are legal beside [0, 8], whatever their names
+  // sort like: "z0" at 0 sorts after "x", which starts there too, and must not be read as overlapping it.
   const std::string header = R"({"e0":{"dtype":"F64","shape":[0],"data_offsets":[0,0]},)"
                              R"("x":{"dtype":"F64","shape":[],"data_offsets":[0,8]},)"
+                             R"("z0":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]},)"
                              R"("e1":{"dtype":"I32","shape":[2,0],"data_offsets":[8,8]}})"
                              "   ";
   const Reader reader = Reader::from_bytes(
@@ -138,6 +140,7 @@ TEST(SafetensorsHandmade, ReadsTrailingSpacePaddingAndEmptyTensorsAtAnyBoundary)
   EXPECT_THAT(reader.doubles("x"), ElementsAreArray(std::vector<double>{1.0}));
   EXPECT_TRUE(reader.doubles("e0").empty());
   EXPECT_TRUE(reader.int64s("e1").empty());
+  EXPECT_TRUE(reader.doubles("z0").empty());
 }
 
 TEST(SafetensorsHandmade, ReadsUnicodeEscapesInNames) {
