@@ -146,6 +146,22 @@ inline std::vector<MalformedShardCase> malformed_shard_cases() {
   cases.push_back({"teacher_inf",
                    [inf](RawShard& s) { s.tensors.at("teacher_hidden").values[9 * 16 + 15] = -inf; },
                    {"'teacher_hidden'[9][15]", "not finite"}});
+  // The last sequence's offset and the last row: a check whose loop stops one short passes these.
+  cases.push_back({"offsets_last_not_increasing",
+                   [](RawShard& s) { s.tensors.at("offsets").values.at(4) = s.tensors.at("offsets").values.at(3); },
+                   {"'offsets'[4]", "not greater"}});
+  cases.push_back({"token_last_row_at_vocab",
+                   [](RawShard& s) { s.tensors.at("tokens").values.at(17) = 64; },
+                   {"'tokens'[17]", "64", "vocab_size = 64"}});
+  cases.push_back({"loss_mask_last_row_two",
+                   [](RawShard& s) { s.tensors.at("loss_mask").values.at(17) = 2; },
+                   {"'loss_mask'[17]", "not 0 or 1"}});
+  cases.push_back({"feature_last_row_nan",
+                   [nan](RawShard& s) { s.tensors.at("target_features").values.at(17 * 32 + 31) = nan; },
+                   {"'target_features'[17][31]", "not finite"}});
+  cases.push_back({"teacher_last_row_inf",
+                   [inf](RawShard& s) { s.tensors.at("teacher_hidden").values.at(17 * 16 + 15) = inf; },
+                   {"'teacher_hidden'[17][15]", "not finite"}});
   return cases;
 }
 

@@ -44,6 +44,43 @@ TEST(FeatureShards, SetReadsBackExactlyInFileNameOrder) {
   EXPECT_EQ(d.sequence(1, 100).tokens, std::vector<std::int64_t>(b.tokens.begin() + 3, b.tokens.begin() + 7));
 }
 
+// Every sequence of a set, every field, is the rows the writer was given at that sequence's offsets
+// in its shard: a sequence past a shard's first, read from the shard's first rows, would train on
+// another sequence's features and mask under its own tokens. Cut to max_context, its first rows.
+TEST(FeatureShards, EverySequenceIsItsOwnRowsOfItsShard) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  const FeatureShardContents a = valid_shard(c, 3, 4), b = valid_shard(c, 2, 7);  // lengths 3, 4, 5 and 3, 4
+  write_feature_shard(dir / "a.safetensors", a, safetensors::Dtype::F32);
+  write_feature_shard(dir / "b.safetensors", b, safetensors::Dtype::F32);
+  const FeatureDataset d = FeatureDataset::open(dir.path(), FeatureSetShape::of(c));
+  ASSERT_EQ(d.num_sequences(), 5);
+  const std::int64_t KH = c.feature_width(), H = c.hidden_size;
+  for (const std::int64_t max_context : {std::int64_t(100), std::int64_t(4)}) {
+    for (std::int64_t i = 0; i < d.num_sequences(); ++i) {
+      const FeatureShardContents& s = i < 3 ? a : b;
+      const std::int64_t local = i < 3 ? i : i - 3;
+      const std::int64_t begin = s.offsets[std::size_t(local)];
+      const std::int64_t rows = std::min(s.offsets[std::size_t(local + 1)] - begin, max_context);
+      const FeatureSequence q = d.sequence(i, max_context);
+      ASSERT_EQ(q.length(), rows) << i;
+      for (std::int64_t p = 0; p < rows; ++p) {
+        const auto r = std::size_t(begin + p);
+        EXPECT_EQ(q.tokens[std::size_t(p)], s.tokens[r]) << i << " row " << p;
+        EXPECT_EQ(q.loss_mask[std::size_t(p)], s.loss_mask[r]) << i << " row " << p;
+        for (std::int64_t e = 0; e < KH; ++e) {
+          ASSERT_EQ(q.target_features[std::size_t(p * KH + e)], double(float(s.target_features[r * KH + e])))
+              << i << " row " << p;
+        }
+        for (std::int64_t e = 0; e < H; ++e) {
+          ASSERT_EQ(q.teacher_hidden[std::size_t(p * H + e)], double(float(s.teacher_hidden[r * H + e])))
+              << i << " row " << p;
+        }
+      }
+    }
+  }
+}
+
 TEST(FeatureShards, LongSequenceKeepsItsFirstMaxContextRowsAndIsCounted) {
   const DrafterConfig c = tiny_config();
   ScratchDirectory dir;

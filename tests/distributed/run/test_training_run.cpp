@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/philox.hpp"
 #include "distributed/metrics/svg_report.hpp"
 #include "distributed/run/cuda_step_backend.hpp"
 #include "distributed/run/trainer.hpp"
@@ -66,6 +67,117 @@ TEST(TrainingRun, LossFallsOnTheLearnableSetAndTheRunIsRecorded) {
   // The target's depth, from its config.json (data synth: 4), is recorded for the export.
   EXPECT_EQ(ck.config.at("num_target_layers"), 4);
   EXPECT_TRUE(std::filesystem::exists(run / "step-00000010"));
+}
+
+// The reference backend, keeping what each step is given: per step, each sequence's global index,
+// tokens, loss mask and target features.
+struct SeenSequence {
+  std::int64_t g = 0;
+  std::vector<std::int64_t> tokens;
+  std::vector<std::uint8_t> loss_mask;
+  std::vector<double> target_features;
+};
+
+class BatchRecordingBackend final : public StepBackend {
+ public:
+  BatchRecordingBackend(Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                        const FrozenWeights<double>& frozen, TrainingState state,
+                        std::vector<std::vector<SeenSequence>>& seen)
+      : inner_(make_reference_step_backend(tracker_, comm, config, training, frozen, std::move(state))), seen_(seen) {}
+  std::int64_t completed_steps() const override { return inner_->completed_steps(); }
+  SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
+                                        const DrafterStepOptions& options) override {
+    return inner_->forward_statistics(config, batch, options);
+  }
+  StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
+    std::vector<SeenSequence>& step = seen_.emplace_back();
+    for (const RankSequences& s : sequences) {
+      step.push_back({s.first_global_index, s.batch->tokens.values(), s.batch->loss_mask.values(),
+                      s.batch->target_features.values()});
+    }
+    return inner_->step(sequences, options);
+  }
+  std::array<std::vector<double>, 3> gather_optimizer() override { return inner_->gather_optimizer(); }
+  safetensors::Dtype master_dtype() const override { return inner_->master_dtype(); }
+  std::map<std::string, std::int64_t> peak_bytes() const override { return inner_->peak_bytes(); }
+  void reset_peaks() override { inner_->reset_peaks(); }
+
+ private:
+  MemoryTracker tracker_;
+  std::unique_ptr<StepBackend> inner_;
+  std::vector<std::vector<SeenSequence>>& seen_;
+};
+
+// TRAINING §11 and §14 from the files themselves, not through FeatureDataset or DataOrder: the
+// shards read raw in name order, epoch e's order by Philox key word 0 (ties by index), and global
+// batch t the positions t B ... t B + B - 1 of the epochs laid end to end; each sequence cut to its
+// first max_context rows. Every step must train on exactly those sequences, in that order.
+TEST(TrainingRun, EveryStepTrainsOnTheSequencesTheDataOrderNamesAsTheShardsHoldThem) {
+  ScratchDirectory dir;
+  std::vector<std::vector<SeenSequence>> seen;
+  TrainingRunOptions o = options_for(dir / "run");
+  o.make_step_backend = [&seen](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                                const FrozenWeights<double>& frozen, TrainingState state) {
+    return std::make_unique<BatchRecordingBackend>(comm, config, training, frozen, std::move(state), seen);
+  };
+  ASSERT_EQ(train(o), 0);
+
+  std::vector<SeenSequence> set;  // every sequence of the set, whole
+  std::vector<std::filesystem::path> shards;
+  for (const auto& entry : std::filesystem::directory_iterator(o.data)) {
+    if (entry.path().extension() == ".safetensors") shards.push_back(entry.path());
+  }
+  std::sort(shards.begin(), shards.end());
+  const DrafterConfig c = tiny_config();
+  const std::int64_t KH = c.feature_width();
+  for (const auto& shard : shards) {
+    const safetensors::Reader r = safetensors::Reader::open_file(shard);
+    const std::vector<std::int64_t> offsets = r.int64s("offsets"), tokens = r.int64s("tokens"),
+                                    mask = r.int64s("loss_mask");
+    const std::vector<double> features = r.doubles("target_features");
+    for (std::size_t i = 0; i + 1 < offsets.size(); ++i) {
+      SeenSequence q;
+      for (std::int64_t row = offsets[i]; row < offsets[i + 1]; ++row) {
+        q.tokens.push_back(tokens[std::size_t(row)]);
+        q.loss_mask.push_back(std::uint8_t(mask[std::size_t(row)]));
+        q.target_features.insert(q.target_features.end(), features.begin() + row * KH,
+                                 features.begin() + (row + 1) * KH);
+      }
+      set.push_back(std::move(q));
+    }
+  }
+  const auto N = std::int64_t(set.size());
+  auto epoch_order_of = [&](std::int64_t epoch) {
+    std::vector<std::pair<std::uint32_t, std::int64_t>> keyed;
+    for (std::int64_t i = 0; i < N; ++i) {
+      const Philox4x32 counter{{std::uint32_t(i), 0u, 0xFFFFFu, std::uint32_t(epoch)}};
+      keyed.push_back({philox4x32_10(counter, philox_key_from_seed(c.seed)).v[0], i});
+    }
+    std::sort(keyed.begin(), keyed.end());
+    return keyed;
+  };
+  const TrainingConfig training = load_training_config(tiny_train_config_path());
+  const std::int64_t B = training.global_batch_sequences;
+  ASSERT_EQ(std::int64_t(seen.size()), training.total_steps);
+  ASSERT_GT(training.total_steps * B, N);  // the run crosses epochs
+  for (std::int64_t t = 0; t < training.total_steps; ++t) {
+    ASSERT_EQ(std::int64_t(seen[std::size_t(t)].size()), B);
+    for (std::int64_t g = 0; g < B; ++g) {
+      const std::int64_t position = t * B + g;
+      const std::int64_t i = epoch_order_of(position / N)[std::size_t(position % N)].second;
+      const SeenSequence& want = set[std::size_t(i)];
+      const SeenSequence& got = seen[std::size_t(t)][std::size_t(g)];
+      const auto rows = std::min<std::size_t>(want.tokens.size(), std::size_t(training.max_context));
+      ASSERT_EQ(got.g, g);
+      EXPECT_EQ(got.tokens, std::vector<std::int64_t>(want.tokens.begin(), want.tokens.begin() + rows))
+          << "step " << t << " g " << g << ": sequence " << i;
+      EXPECT_EQ(got.loss_mask, std::vector<std::uint8_t>(want.loss_mask.begin(), want.loss_mask.begin() + rows))
+          << "step " << t << " g " << g;
+      EXPECT_EQ(got.target_features,
+                std::vector<double>(want.target_features.begin(), want.target_features.begin() + rows * KH))
+          << "step " << t << " g " << g;
+    }
+  }
 }
 
 TEST(TrainingRun, SigtermMidRunSavesAndTheResumedRunIsBitwiseTheUninterruptedOne) {
