@@ -213,6 +213,55 @@ TEST(TrainingRun, SigtermMidRunSavesAndTheResumedRunIsBitwiseTheUninterruptedOne
   EXPECT_THAT(log, HasSubstr("already at total_steps"));
 }
 
+// TRAINING §15: SIGINT (Ctrl-C at a terminal) as SIGTERM: the step ends, a checkpoint is written,
+// exit 0. Not handled, it would kill the run with nothing saved since the last checkpoint.
+TEST(TrainingRun, SigintMidRunSavesTheCompletedStepAndExitsZero) {
+  ScratchDirectory dir;
+  TrainingRunOptions o = options_for(dir / "run");
+  o.after_step = [](std::int64_t t) {
+    if (t == 3) std::raise(SIGINT);
+  };
+  std::string log;
+  ASSERT_EQ(train(o, &log), 0);
+  EXPECT_THAT(log, HasSubstr("stopped by signal"));
+  EXPECT_EQ(latest_checkpoint(dir / "run"), dir / "run" / "step-00000004");
+  EXPECT_EQ(read_metrics_file(dir / "run" / "metrics.jsonl").size(), 4u);
+}
+
+// A run stopped right after an evaluation and resumed keeps that evaluation's record and ends with
+// the uninterrupted run's eval.jsonl: the same steps, the same losses.
+TEST(TrainingRun, HeldOutEvaluationSurvivesAStopAndResume) {
+  ScratchDirectory dir;
+  auto with_eval = [&](const std::filesystem::path& out) {
+    TrainingRunOptions o = options_for(out);
+    o.eval_data = synthetic_run_data() / "features";
+    o.eval_every = 5;
+    return o;
+  };
+  auto records_of = [](const std::filesystem::path& run) {
+    std::ifstream in(run / "eval.jsonl");
+    std::vector<std::pair<std::int64_t, double>> records;
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      records.push_back({j.at("step").get<std::int64_t>(), j.at("loss").get<double>()});
+    }
+    return records;
+  };
+  ASSERT_EQ(train(with_eval(dir / "whole")), 0);
+  TrainingRunOptions o = with_eval(dir / "run");
+  o.after_step = [](std::int64_t t) {
+    if (t == 4) std::raise(SIGTERM);  // step 4 is evaluated, then the run saves step 5 and stops
+  };
+  ASSERT_EQ(train(o), 0);
+  ASSERT_EQ(records_of(dir / "run").size(), 1u);
+  o.after_step = nullptr;
+  o.resume = true;
+  ASSERT_EQ(train(o), 0);
+  const auto whole = records_of(dir / "whole");
+  ASSERT_EQ(whole.size(), 4u);
+  EXPECT_EQ(records_of(dir / "run"), whole);
+}
+
 TEST(TrainingRun, InitFromAnExportedDrafterStartsFromItsWeights) {
   ScratchDirectory dir;
   const DrafterConfig c = tiny_export_config();
@@ -224,6 +273,31 @@ TEST(TrainingRun, InitFromAnExportedDrafterStartsFromItsWeights) {
   // Different start, different run than the seeded one.
   EXPECT_NE(read_run_checkpoint(dir / "run" / "step-00000020", c).master,
             read_run_checkpoint(uninterrupted_run() / "step-00000020", c).master);
+}
+
+// The released config.json an --init run started from stays with the run across a resume (which
+// has no --init), so that the final checkpoint's export keeps the keys this project does not model.
+TEST(TrainingRun, InitConfigOutlivesAResume) {
+  ScratchDirectory dir;
+  const DrafterConfig c = tiny_export_config();
+  MemoryTracker tracker;
+  export_drafter(dir / "released", c, seeded_drafter_parameters(tracker, c, 77));
+  nlohmann::json released = nlohmann::json::parse(file_text(dir / "released" / "config.json"));
+  released["x_released_only"] = "kept";
+  write_whole_file(dir / "released" / "config.json", released.dump(2));
+  TrainingRunOptions o = options_for(dir / "run");
+  o.init = dir / "released";
+  o.after_step = [](std::int64_t t) {
+    if (t == 6) std::raise(SIGTERM);
+  };
+  ASSERT_EQ(train(o), 0);
+  o.init.reset();
+  o.after_step = nullptr;
+  o.resume = true;
+  ASSERT_EQ(train(o), 0);
+  const RunCheckpoint ck = read_run_checkpoint(dir / "run" / "step-00000020", c);
+  ASSERT_TRUE(ck.config.contains(kInitConfigKey));
+  EXPECT_EQ(ck.config.at(kInitConfigKey).at("x_released_only"), "kept");
 }
 
 TEST(TrainingRun, HeldOutEvaluationEveryNStepsGoesToEvalJsonl) {
@@ -256,6 +330,23 @@ TEST_P(RunWithMalformedShard, IsRefusedBeforeAnythingIsWritten) {
   o.data = dir / "data";
   std::vector<std::string> named = GetParam().named;
   named.push_back((dir / "data" / "b.safetensors").string());
+  expect_refused_writing_nothing(o, named);
+}
+
+// The held-out set is validated as the training set is: a bad token, mask value or NaN feature in
+// it would otherwise reach evaluation (a NaN eval loss, or an out-of-range embedding row).
+TEST_P(RunWithMalformedShard, AsTheHeldOutSetIsRefusedBeforeAnythingIsWritten) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  std::filesystem::create_directories(dir / "eval");
+  RawShard raw(valid_shard(c, 4, 9));
+  GetParam().damage(raw);
+  raw.write(dir / "eval" / "b.safetensors");
+  TrainingRunOptions o = options_for(dir / "run");
+  o.eval_data = dir / "eval";
+  o.eval_every = 5;
+  std::vector<std::string> named = GetParam().named;
+  named.push_back((dir / "eval" / "b.safetensors").string());
   expect_refused_writing_nothing(o, named);
 }
 
