@@ -87,6 +87,19 @@ TEST(RunCheckpoint, KeepRemovesAllButTheMostRecent) {
   EXPECT_EQ(latest_checkpoint(run.path()), run / "step-00000008");
 }
 
+// A run resumed from an older checkpoint than the newest directory (killed between a save's rename
+// and its `latest` update, then resumed from the one before) saves a step below that directory's:
+// keeping the K newest must not delete the checkpoint just written, which `latest` now names.
+TEST(RunCheckpoint, KeepNeverRemovesTheCheckpointJustWritten) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run;
+  for (std::int64_t step : {10, 20}) write_run_checkpoint(run.path(), c, example(c, step));
+  write_run_checkpoint(run.path(), c, example(c, 11), {safetensors::Dtype::F64, 1, {}});
+  EXPECT_EQ(latest_checkpoint(run.path()), run / "step-00000011");
+  EXPECT_EQ(read_run_checkpoint(run / "step-00000011", c).step, 11);
+  EXPECT_FALSE(std::filesystem::exists(run / "step-00000010"));
+}
+
 TEST(RunCheckpoint, AlteredFileIsRefusedNamingItAndTheHashes) {
   const DrafterConfig c = tiny_config();
   ScratchDirectory run;

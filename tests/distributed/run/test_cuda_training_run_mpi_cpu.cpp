@@ -89,6 +89,12 @@ void expect_data_and_schedule_of_one_rank(const std::filesystem::path& run) {
     EXPECT_EQ(many[t].lr, one[t].lr) << "step " << t;
     EXPECT_TRUE(std::isfinite(many[t].loss)) << "step " << t;
   }
+  // Block statistics are summed over the ranks: at step 0 both runs compute every sequence's forward
+  // with the same initial weights, so the counts, and what is made of them, are the same exactly (a
+  // run reporting rank 0's blocks alone would have half of them).
+  EXPECT_EQ(many[0].accuracy_by_position, one[0].accuracy_by_position);
+  EXPECT_EQ(many[0].acceptance_length, one[0].acceptance_length);
+  EXPECT_EQ(many[0].accuracy, one[0].accuracy);
 }
 
 TEST(CudaTrainingRunOnCpuRanks, TwoRanksFollowOneRank) {
