@@ -19,7 +19,8 @@ struct HandState {
 };
 
 void hand_step(const DrafterConfig& config, const TrainingConfig& tc, const FrozenWeights<double>& frozen,
-               const std::vector<SequenceData>& data, std::int64_t t, HandState& s, double& norm_out) {
+               const std::vector<SequenceData>& data, std::int64_t t, HandState& s, double& norm_out,
+               LossHeadStats<double>& stats_out, double& weight_sum_out) {
   MemoryTracker tracker;
   DrafterParameters<double> params = make_drafter_parameters<double>(tracker, config, MemoryCategory::parameters);
   std::size_t k = 0;
@@ -36,6 +37,9 @@ void hand_step(const DrafterConfig& config, const TrainingConfig& tc, const Froz
     const DrafterStepResult<double> r =
         drafter_step(tracker, config, params, frozen, d.batch,
                      drafter_step_options(config, std::uint32_t(t), std::uint32_t(d.g)), std::optional<double>(W));
+    stats_out.loss += r.outputs.stats.loss;
+    stats_out.correct += r.outputs.stats.correct;
+    stats_out.valid_rows += r.outputs.stats.valid_rows;
     std::size_t i = 0;
     r.grads.for_each([&](const std::string&, const Tensor<double>& x) {
       for (std::int64_t e = 0; e < x.numel(); ++e) g[i][std::size_t(e)] += x[e];
@@ -47,6 +51,7 @@ void hand_step(const DrafterConfig& config, const TrainingConfig& tc, const Froz
     for (double y : x) sq += y * y;
   const double n = std::sqrt(sq), c = tc.max_grad_norm / (n + 1e-6);
   norm_out = n;
+  weight_sum_out = W;
   const double pi = std::acos(-1.0);
   const double lr = t < tc.warmup_steps ? tc.learning_rate * double(t + 1) / double(tc.warmup_steps)
                     : t >= tc.total_steps
@@ -84,7 +89,9 @@ void expect_tensors_close(const std::vector<std::vector<double>>& want, const Te
 void check_against_hand(int zero) {
   const TrainingConfig tc = tiny_training_config(4, 2, zero);
   SingleProcessCommunicator comm;
-  TinyTrainer tiny(comm, tc);
+  DrafterConfig decayed = tiny_drafter_config();
+  decayed.loss_decay_gamma = 2.0;  // W is then not the count of labelled rows
+  TinyTrainer tiny(comm, tc, decayed);
   const DrafterConfig& config = tiny.config;
   MemoryTracker& tracker = tiny.tracker;
   const FrozenWeights<double>& frozen = tiny.frozen;
@@ -99,9 +106,18 @@ void check_against_hand(int zero) {
   for (std::int64_t t = 0; t < 2; ++t) {
     const std::vector<SequenceData> data = load_sequences(tracker, config, t, {0, 1, 2, 3}, all_labelled);
     const StepMetrics metrics = train_step(tracker, comm, config, tc, frozen, state, as_rank_sequences(data));
-    double norm = 0;
-    hand_step(config, tc, frozen, data, t, hand, norm);
+    double norm = 0, W = 0;
+    LossHeadStats<double> stats;
+    hand_step(config, tc, frozen, data, t, hand, norm, stats, W);
     EXPECT_LE(std::abs(metrics.grad_norm - norm) / norm, kReferenceTolerance) << "t = " << t;
+    // Metrics (TRAINING §17): the loss over W; accuracy and tokens over the labelled rows, not W
+    // (the decay weights make W differ from their count).
+    EXPECT_LE(std::abs(metrics.loss - stats.loss) / std::abs(stats.loss), kReferenceTolerance) << "t = " << t;
+    EXPECT_LE(std::abs(metrics.weight_sum - W) / W, kReferenceTolerance) << "t = " << t;
+    ASSERT_GT(stats.valid_rows, 0);
+    EXPECT_NE(W, double(stats.valid_rows));
+    EXPECT_EQ(metrics.tokens, stats.valid_rows) << "t = " << t;
+    EXPECT_EQ(metrics.accuracy, double(stats.correct) / double(stats.valid_rows)) << "t = " << t;
     EXPECT_EQ(metrics.clipped, norm + 1e-6 > tc.max_grad_norm);
     expect_tensors_close(hand.theta, state.optimizer.master, 0, layout, "master");
     expect_tensors_close(hand.m, state.optimizer.exp_avg, 0, layout, "exp_avg");

@@ -47,6 +47,14 @@ TEST(TrainingConfig, RoundTripsThroughJsonAndIgnoresModelFields) {
   const TrainingConfig c = training_config_from_json(j);
   const TrainingConfig back = training_config_from_json(training_config_to_json(c));
   EXPECT_EQ(training_config_to_json(back), training_config_to_json(c));
+  // Every field read back as given, none left at its default: a field the writer drops would come
+  // back as the default on resume (checkpoints record the config this way), and the run would go on
+  // with another beta or learning rate than it started with.
+  for (const auto& [key, value] : j.items()) {
+    if (key != "hidden_size") {
+      EXPECT_EQ(training_config_to_json(back).at(key), value) << key;
+    }
+  }
   EXPECT_EQ(c.warmup_steps, 10);
   EXPECT_EQ(c.zero_stage, 0);
   EXPECT_EQ(c.max_grad_norm, 0.0);

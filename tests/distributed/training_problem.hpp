@@ -59,11 +59,12 @@ inline bool all_labelled(std::int64_t) { return false; }
 // The tiny drafter ready to train on one rank of `comm`: frozen weights and parameters from fixed
 // seeds, a fresh optimizer state; the tracker counts all of it (declared first: it outlives them).
 struct TinyTrainer {
-  TinyTrainer(const Communicator& comm, const TrainingConfig& training)
-      : frozen(init_frozen_weights<double>(tracker, config, 5)),
+  TinyTrainer(const Communicator& comm, const TrainingConfig& training, DrafterConfig drafter = tiny_drafter_config())
+      : config(std::move(drafter)),
+        frozen(init_frozen_weights<double>(tracker, config, 5)),
         state(make_training_state(tracker, config, training, comm,
                                   init_drafter_parameters<double>(tracker, config, 3, 0.2))) {}
-  DrafterConfig config = tiny_drafter_config();
+  DrafterConfig config;
   MemoryTracker tracker;
   FrozenWeights<double> frozen;
   TrainingState state;

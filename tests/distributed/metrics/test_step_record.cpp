@@ -52,6 +52,18 @@ TEST(StepRecord, JsonHasEveryFieldOfSection17AndReadsBack) {
   }
   EXPECT_EQ(j.size(), 16u);
   EXPECT_EQ(step_record_json(step_record_from_json(j)), j);
+  // Each key holds its own field (the round trip above would not see two fields swapped).
+  const StepRecord r = record(3);
+  EXPECT_EQ(j.at("loss"), r.loss);
+  EXPECT_EQ(j.at("ce"), r.ce);
+  EXPECT_EQ(j.at("kl"), r.kl);
+  EXPECT_EQ(j.at("accuracy"), r.accuracy);
+  EXPECT_EQ(j.at("weight_sum"), r.weight_sum);
+  EXPECT_EQ(j.at("lr"), r.lr);
+  EXPECT_EQ(j.at("grad_norm"), r.grad_norm);
+  EXPECT_EQ(j.at("tokens_per_s"), r.tokens_per_s);
+  EXPECT_EQ(j.at("step_s"), r.step_s);
+  EXPECT_EQ(j.at("acceptance_length"), r.acceptance_length);
   nlohmann::json missing = j;
   missing.erase("acceptance_length");
   EXPECT_THAT(input_error_message([&] { step_record_from_json(missing); }), HasSubstr("acceptance_length"));
