@@ -17,6 +17,7 @@
 Exit 0 when the rule holds, 1 with one line per violation otherwise. The layer table is read from
 CONTRIBUTING.md itself, so the table is the contract and this script has no copy of it.
 """
+import itertools
 import os
 import re
 import subprocess
@@ -294,6 +295,19 @@ def declared_tests(root, files, overrides=None):
         for args in cmake_calls(text, "dflash_add_mpi_test"):
             for n in keyword_values(args, "NAME"):
                 tests[n] = keyword_values(args, "LABELS")
+        # Plain add_test(NAME n COMMAND ...) (Python and command tests), labelled by
+        # set_tests_properties(n ... PROPERTIES LABELS a b <NEXT_PROPERTY> ...).
+        for args in cmake_calls(text, "add_test"):
+            for n in keyword_values(args, "NAME")[:1]:
+                tests.setdefault(n, [])
+        for args in cmake_calls(text, "set_tests_properties"):
+            if "PROPERTIES" not in args or "LABELS" not in args:
+                continue
+            after = args[args.index("LABELS") + 1:]
+            labels = list(itertools.takewhile(lambda a: not re.fullmatch(r"[A-Z_]+", a), after))
+            for n in args[:args.index("PROPERTIES")]:
+                if n in tests:
+                    tests[n] = labels
     return tests
 
 

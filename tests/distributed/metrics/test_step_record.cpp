@@ -69,6 +69,20 @@ TEST(StepRecord, JsonHasEveryFieldOfSection17AndReadsBack) {
   EXPECT_THAT(input_error_message([&] { step_record_from_json(missing); }), HasSubstr("acceptance_length"));
 }
 
+// The summary of an invocation that resumed at step 7 and ran steps 7, 8 and 9: the first loss is
+// step 7's, the sums run over all three.
+TEST(RunSummary, FirstStepIsTheInvocationsFirstAndSumsCoverEveryStep) {
+  RunSummary s;
+  for (std::int64_t step : {7, 8, 9}) s.add(record(step));
+  EXPECT_EQ(s.first_step, 7);
+  EXPECT_EQ(s.first_loss, record(7).loss);
+  EXPECT_EQ(s.last_step, 9);
+  EXPECT_EQ(s.last_loss, record(9).loss);
+  EXPECT_EQ(s.last_accuracy, record(9).accuracy);
+  EXPECT_EQ(s.tokens, 3 * record(7).tokens);
+  EXPECT_EQ(s.truncated_sequences, 3);
+}
+
 // An integer of a record (step, tokens, truncated_sequences, a peak_bytes value) given as a fraction,
 // a float or an integer beyond int64 was converted by nlohmann's get<> (1.5 read as 1; 1e300
 // undefined behaviour, found by fuzz/metrics under UBSan): each is refused, naming the key and value.
