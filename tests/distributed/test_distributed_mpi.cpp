@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "common/tolerances.hpp"
+#include "distributed/run/plan_gate.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "golden/training.hpp"
 #include "harness/mpi_world.hpp"
@@ -195,7 +196,7 @@ void expect_plan_equals_measured(int R, std::int64_t U, int zero) {
   const auto sub = MpiCommunicator::split(world().rank() < R ? 0 : 1);
   if (world().rank() >= R) return;
   const TrainingConfig training = tiny_training_config(R * U * 2, U, zero);
-  const std::int64_t S = 12, b = 2;
+  const std::int64_t S = training.max_context, b = 2;
   TinyTrainer tiny(*sub, training);
   const DrafterConfig& config = tiny.config;
   MemoryTracker& tracker = tiny.tracker;
@@ -211,13 +212,11 @@ void expect_plan_equals_measured(int R, std::int64_t U, int zero) {
     for (std::int64_t u = 0; u < U; ++u) mine.push_back({gs[u * b], &batches[u]});
     train_step(tracker, *sub, config, training, tiny.frozen, tiny.state, mine, {.bucket_bytes = kSmallBucket});
   }
-  PlanRequest q = PlanRequest::from_config(config);
-  q.context = S;
-  q.sequences = b;
-  q.micro_steps = U;
-  q.precision = TrainingPrecision::reference_training();
-  q.features_grad = true;  // drafter_step_accumulate makes each sequence's dL/dF
-  q.layout = {.gpus = R, .zero_stage = zero, .bucket_bytes = kSmallBucket, .buckets_in_flight = 1};
+  // The request `dflash train --backend cpu` plans with (its plan gate), at this step's buckets.
+  PlanRequest q = training_plan_request(config, training, R, TrainingBackend::cpu);
+  ASSERT_EQ(q.sequences, b);
+  q.layout.bucket_bytes = kSmallBucket;
+  q.layout.buckets_in_flight = 1;
   const MemoryPlan plan = plan_training_memory(q);
   const std::vector<CategoryComparison> rows = compare_plan_with_tracker(plan.categories, tracker);
   const std::string context = str("R = ", R, ", U = ", U, ", ZeRO-", zero, "\n", comparison_report(rows));

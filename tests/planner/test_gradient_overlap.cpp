@@ -149,6 +149,23 @@ TEST(GradientOverlap, OneGpuHasNothingToHide) {
   EXPECT_EQ(o.inter_node.exposed_seconds, 0);
 }
 
+// Recomputation lengthens the window by one forward of every layer, whatever the segment length:
+// per_layer rebuilds each layer, every_k each segment of k (5 layers, k = 2: segments 2, 2, 1).
+TEST(GradientOverlap, EveryRecomputingPolicyRebuildsEveryLayerOnce) {
+  PlanRequest r = full_scale(0);
+  r.trunk_policy = TrunkPolicy::none;
+  const double none = gradient_overlap(r).window_flops;
+  const TrunkFlops f = trunk_flops(r.config, r.tokens, r.context);
+  double forward_of_layers = 0;
+  for (const auto& layer : f.layers) forward_of_layers += layer.forward;
+  for (const auto& [policy, k] :
+       {std::pair{TrunkPolicy::per_layer, 1}, std::pair{TrunkPolicy::every_k, 2}, std::pair{TrunkPolicy::every_k, 3}}) {
+    r.trunk_policy = policy;
+    r.checkpoint_every = k;
+    EXPECT_DOUBLE_EQ(gradient_overlap(r).window_flops, none + forward_of_layers) << k;
+  }
+}
+
 // More sequences or micro-steps lengthen the step's backward, not the window: only the last
 // sequence's backward can hide the buckets.
 TEST(GradientOverlap, OnlyTheLastSequenceHidesTheReduction) {

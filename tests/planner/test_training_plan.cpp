@@ -163,6 +163,23 @@ TEST(TrainingPlan, ProductionPlansTheCudaStep) {
   EXPECT_LT(reference.categories[PlanCategory::saved], c[PlanCategory::saved]);  // bf16 residual, fewer tensors
 }
 
+// The activation summary of the CUDA trunk under every_k keeps one fp32 layer input per segment:
+// ceil(L / k) of them (L = 5: k = 2 keeps 3, k = 5 keeps 1), beside C and X_L.
+TEST(TrainingPlan, CudaEveryKKeepsOneBoundaryPerSegment) {
+  PlanRequest r = full_scale();
+  r.layout = {.gpus = 1, .zero_stage = 0};
+  r.trunk_policy = TrunkPolicy::every_k;
+  const DrafterDims m = DrafterDims::of(r.config, r.context, r.tokens / r.config.block_size);
+  ASSERT_EQ(m.L, 5);
+  for (const auto& [k, segments] : {std::pair{1, 5}, std::pair{2, 3}, std::pair{3, 2}, std::pair{5, 1}}) {
+    r.checkpoint_every = k;
+    const CudaTrunkMemory cuda = cuda_trunk_memory(m, TrunkPolicy::every_k, k, 2);
+    EXPECT_EQ(plan_training_memory(r).activations.boundary_bytes,
+              cuda.context_bytes + cuda.final_bytes + segments * cuda.boundary_bytes)
+        << "k = " << k;
+  }
+}
+
 // dL/dF is counted only for a step that makes it (features_grad): the frozen features get no
 // gradient in training (TRAINING §14), so the CUDA training step never allocates it; the
 // verification steps hand one back per sequence, and the reference's batch-wide copy is per sequence.

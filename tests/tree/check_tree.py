@@ -304,7 +304,8 @@ def declared_tests(root, files, overrides=None):
             if "PROPERTIES" not in args or "LABELS" not in args:
                 continue
             after = args[args.index("LABELS") + 1:]
-            labels = list(itertools.takewhile(lambda a: not re.fullmatch(r"[A-Z_]+", a), after))
+            labels = [label for a in itertools.takewhile(lambda a: not re.fullmatch(r"[A-Z_]+", a), after)
+                      for label in a.strip('"').split(";")]
             for n in args[:args.index("PROPERTIES")]:
                 if n in tests:
                     tests[n] = labels

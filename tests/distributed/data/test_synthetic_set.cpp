@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "distributed/data/feature_dataset.hpp"
 #include "distributed/data/synthetic_set.hpp"
 #include "io/hf_checkpoint.hpp"
@@ -52,6 +54,26 @@ TEST(SyntheticData, SetValidatesAndIsLearnable) {
   const HfCheckpoint target = HfCheckpoint::open(dir / "syn" / "target");
   EXPECT_EQ(target.info("model.embed_tokens.weight").shape, (safetensors::Shape{c.vocab_size, c.hidden_size}));
   EXPECT_EQ(target.info("lm_head.weight").dtype, safetensors::Dtype::BF16);
+  // The teacher of row p points at the token after it: it is W_lm's row of that token, scaled (so
+  // parallel to it up to the storage rounding; the last row's next token is not in the sequence).
+  const std::vector<double> lm_head = target.doubles("lm_head.weight");
+  const std::int64_t H = c.hidden_size;
+  std::int64_t rows = 0;
+  for (std::int64_t i = 0; i < d.num_sequences(); ++i) {
+    const FeatureSequence q = d.sequence(i, 1000);
+    for (std::int64_t p = 0; p + 1 < q.length(); ++p, ++rows) {
+      const std::int64_t next = q.tokens[std::size_t(p + 1)];
+      double dot = 0, gg = 0, ww = 0;
+      for (std::int64_t h = 0; h < H; ++h) {
+        const double g = q.teacher_hidden[std::size_t(p * H + h)], w = lm_head[std::size_t(next * H + h)];
+        dot += g * w;
+        gg += g * g;
+        ww += w * w;
+      }
+      ASSERT_GT(dot / std::sqrt(gg * ww), 0.999) << "sequence " << i << " row " << p;
+    }
+  }
+  EXPECT_GT(rows, 0);
 }
 
 TEST(SyntheticData, TargetConfigGivesItsDepth) {

@@ -12,8 +12,10 @@
 
 #include "common/tolerances.hpp"
 #include "distributed/run/evaluation.hpp"
+#include "distributed/run/step_backend.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "tests/distributed/run_test_support.hpp"
+#include "tests/distributed/training_problem.hpp"
 
 namespace dflash::train_testing {
 namespace {
@@ -179,6 +181,32 @@ TEST(Evaluation, EverySequenceOnceWithDropoutOffAtTheStepAndItsIndex) {
   EXPECT_EQ(r.sequences, expected.sequences);
   EXPECT_EQ(r.loss, expected.loss);
   EXPECT_EQ(r.accuracy_by_position, expected.accuracy_by_position);
+}
+
+// The reference backend's forward runs the config evaluate() gives it (dropout off), not the run's:
+// with the run's dropout, every evaluation would be a noisy draw of the held-out loss.
+TEST(ReferenceBackendEvaluation, TheForwardRunsTheConfigItIsGiven) {
+  SingleProcessCommunicator comm;
+  const TrainingConfig training = testing::tiny_training_config(4, 1, 1);
+  testing::TinyTrainer tiny(comm, training);  // attention and hidden dropout on
+  ASSERT_GT(tiny.config.hidden_dropout, 0.0);
+  DrafterConfig off = tiny.config;
+  off.attention_dropout = 0;
+  off.hidden_dropout = 0;
+  const std::vector<testing::SequenceData> data =
+      testing::load_sequences(tiny.tracker, tiny.config, 0, {1}, testing::all_labelled);
+  const DrafterStepOptions options = drafter_step_options(off, 3, 1);
+  MemoryTracker scratch;
+  const DrafterOutputs<double> want =
+      drafter_forward(scratch, off, tiny.state.params, tiny.frozen, data[0].batch, options, std::optional<double>(1.0));
+  MemoryTracker memory;
+  const std::unique_ptr<StepBackend> backend =
+      make_reference_step_backend(memory, comm, tiny.config, training, tiny.frozen, std::move(tiny.state));
+  const SequenceEvaluation got = backend->forward_statistics(off, data[0].batch, options);
+  EXPECT_EQ(got.stats.loss, want.stats.loss);
+  EXPECT_EQ(got.stats.correct, want.stats.correct);
+  // Not vacuous: with the run's dropout the same forward gives another loss.
+  EXPECT_NE(backend->forward_statistics(tiny.config, data[0].batch, options).stats.loss, want.stats.loss);
 }
 
 }  // namespace
