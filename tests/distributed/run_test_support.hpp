@@ -56,11 +56,6 @@ inline int train(const TrainingRunOptions& o, std::string* log = nullptr) {
   return code;
 }
 
-inline std::string file_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // A run with --eval-data (the synthetic set itself) and --eval-every 5, whose eval.jsonl must
 // hold a record after steps 4, 9, 14, 19 over the whole held-out set, its loss falling, and whose
 // final weights must equal `without_eval`'s (evaluating does not touch training).

@@ -39,6 +39,7 @@ TEST(GlobalBatch, AGlobalBatchThatRTimesUDoesNotDivideIsRefusedNamingTheThreeNum
       EXPECT_NE(what.find(part), std::string::npos) << what;
     }
   }
+  EXPECT_THROW(GlobalBatchLayout(6, 2, 2), InputError);  // R divides it, R U does not: 2 sequences left over
   EXPECT_THROW(GlobalBatchLayout(8, 0, 1), InputError);
   EXPECT_THROW(GlobalBatchLayout(8, 2, 0), InputError);
   EXPECT_THROW(GlobalBatchLayout(8, 2, 1).slot_of(8), InputError);

@@ -66,6 +66,32 @@ TEST(HfCheckpoint, ShardedCheckpointLoadsByName) {
   }
 }
 
+// `--target model` (relative, as users type it): the shards are next to the index, not in the
+// working directory, which may hold another model's shards of the same names.
+TEST(HfCheckpoint, RelativePathsFindTheShardsBesideTheIndex) {
+  ScratchDirectory directory;
+  std::filesystem::create_directories(directory / "model");
+  std::filesystem::create_directories(directory / "other");
+  safetensors::Writer shard;
+  shard.add_floats("lm_head.weight", Dtype::F32, {2}, std::vector<double>{7, 8});
+  shard.write_file(directory / "model" / kShard1);
+  safetensors::Writer decoy;  // same name, in the working directory: must not be read
+  decoy.add_floats("lm_head.weight", Dtype::F32, {2}, std::vector<double>{-7, -8});
+  decoy.write_file(directory / "other" / kShard1);
+  write_whole_file(directory / "model" / kHfIndexFileName,
+                   index_json(std::string(R"("lm_head.weight": ")") + kShard1 + R"(")"));
+  struct RestoreWorkingDirectory {
+    std::filesystem::path path = std::filesystem::current_path();
+    ~RestoreWorkingDirectory() { std::filesystem::current_path(path); }
+  } restore;
+  std::filesystem::current_path(directory / "other");
+  for (const std::filesystem::path& relative :
+       {std::filesystem::path("../model"), std::filesystem::path("../model") / kHfIndexFileName}) {
+    EXPECT_THAT(HfCheckpoint::open(relative).doubles("lm_head.weight"), ElementsAreArray(std::vector<double>{7, 8}))
+        << relative;
+  }
+}
+
 TEST(HfCheckpoint, SingleFileCheckpoint) {
   ScratchDirectory directory;
   safetensors::Writer writer;

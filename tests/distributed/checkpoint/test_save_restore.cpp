@@ -17,6 +17,7 @@
 #include "distributed/checkpoint/save_restore.hpp"
 #include "harness/file_fault_injector.hpp"
 #include "io/errors.hpp"
+#include "io/sha256.hpp"
 #include "reference/drafter_parameters.hpp"
 #include "tests/distributed/train_test_support.hpp"
 
@@ -98,6 +99,51 @@ TEST(RunCheckpoint, KeepNeverRemovesTheCheckpointJustWritten) {
   EXPECT_EQ(latest_checkpoint(run.path()), run / "step-00000011");
   EXPECT_EQ(read_run_checkpoint(run / "step-00000011", c).step, 11);
   EXPECT_FALSE(std::filesystem::exists(run / "step-00000010"));
+}
+
+// Only step-NNNNNNNN directories are checkpoints: a save killed before its rename leaves
+// step-NNNNNNNN.tmp, and a user may keep a copy as step-NNNNNNNN.bak; neither is listed, and --keep
+// deletes neither.
+TEST(RunCheckpoint, OnlyStepDirectoriesAreCheckpointsNotTemporariesOrCopies) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run;
+  std::filesystem::create_directories(run / "step-00000005.tmp");
+  std::filesystem::create_directories(run / "step-00000003.bak");
+  std::filesystem::create_directories(run / "old-step-00000001");
+  for (std::int64_t step : {2, 4})
+    write_run_checkpoint(run.path(), c, example(c, step), {safetensors::Dtype::F64, 1, {}});
+  EXPECT_EQ(run_checkpoints(run.path()), (std::vector<std::filesystem::path>{run / "step-00000004"}));
+  EXPECT_TRUE(std::filesystem::exists(run / "step-00000003.bak"));
+  EXPECT_TRUE(std::filesystem::exists(run / "old-step-00000001"));
+}
+
+// A tensor of the right size in another shape (a transposed matrix) is refused, naming both
+// shapes: read in file order, its elements would land in the wrong places.
+TEST(RunCheckpoint, TensorOfAnotherShapeIsRefusedNamingBothShapes) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run;
+  const auto dir = write_run_checkpoint(run.path(), c, example(c, 1));
+  const safetensors::Reader original = safetensors::Reader::open_file(dir / kModelFileName);
+  safetensors::Writer w;
+  for (const auto& [key, value] : original.metadata()) w.set_metadata(key, value);
+  std::string transposed;
+  for (const std::string& name : original.names()) {
+    safetensors::Shape shape = original.info(name).shape;
+    if (transposed.empty() && shape.size() == 2 && shape[0] != shape[1]) {
+      std::swap(shape[0], shape[1]);
+      transposed = name;
+    }
+    w.add_floats(name, original.info(name).dtype, shape, original.doubles(name));
+  }
+  ASSERT_FALSE(transposed.empty());
+  w.write_file(dir / kModelFileName);
+  // The hash recorded for it is brought up to date: only the shape is wrong.
+  nlohmann::json state = nlohmann::json::parse(file_text(dir / kTrainerStateFileName));
+  state["sha256"][kModelFileName] = sha256_file_hex(dir / kModelFileName);
+  write_whole_file(dir / kTrainerStateFileName, state.dump(2));
+  const std::string message = input_error_message([&] { read_run_checkpoint(dir, c); });
+  EXPECT_THAT(message, HasSubstr("'" + transposed + "'"));
+  EXPECT_THAT(message, HasSubstr("is not the config's"));
 }
 
 TEST(RunCheckpoint, AlteredFileIsRefusedNamingItAndTheHashes) {

@@ -189,6 +189,7 @@ TEST(TrainingRun, SigtermMidRunSavesAndTheResumedRunIsBitwiseTheUninterruptedOne
   std::string log;
   ASSERT_EQ(train(o, &log), 0);
   EXPECT_THAT(log, HasSubstr("stopped by signal"));
+  EXPECT_THAT(log, HasSubstr("last checkpoint " + (dir / "run" / "step-00000007").string()));
   EXPECT_EQ(latest_checkpoint(dir / "run"), dir / "run" / "step-00000007");
   EXPECT_EQ(read_metrics_file(dir / "run" / "metrics.jsonl").size(), 7u);
 
@@ -196,6 +197,11 @@ TEST(TrainingRun, SigtermMidRunSavesAndTheResumedRunIsBitwiseTheUninterruptedOne
   o.resume = true;
   ASSERT_EQ(train(o, &log), 0);
   EXPECT_THAT(log, HasSubstr("resuming from"));
+  EXPECT_THAT(log, HasSubstr("last checkpoint " + (dir / "run" / "step-00000020").string()));
+  // One line a step: the resume cut the file back to the checkpoint's step before appending (a
+  // reader that keeps one record a step would hide a repeated line).
+  const std::string lines = file_text(dir / "run" / "metrics.jsonl");
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 20);
   const std::filesystem::path& whole = uninterrupted_run();
   for (const char* file : {kModelFileName, kOptimizerFileName, kTrainerStateFileName}) {
     EXPECT_EQ(file_text(dir / "run" / "step-00000020" / file), file_text(whole / "step-00000020" / file)) << file;
@@ -578,6 +584,48 @@ TEST(RunResume, DiskRefusingWritesDuringAResumeKeepsEveryMetricsLine) {
 
 // Class 13: a resume on another data set (here: the same sequences in three shards, not two) was
 // accepted. It is refused, naming --data, the two fingerprints and the flag; with the flag it runs.
+// A resume against a target of another depth than the one the run recorded is refused, naming it:
+// the export would write the recorded depth for a drafter trained against another target.
+TEST(RunResume, AnotherTargetDepthIsRefusedNamingIt) {
+  ScratchDirectory dir;
+  const auto run = run_at_step_10(dir);
+  TrainingRunOptions o = options_for(run);
+  o.target = target_of_depth(dir.path(), 6);
+  o.resume = true;
+  const std::vector<std::string> before = directory_listing(run);
+  EXPECT_THAT(input_error_message([&] { train(o); }), HasSubstr("num_target_layers"));
+  EXPECT_EQ(directory_listing(run), before);
+}
+
+// A checkpoint that records no data set (its trainer_state.json edited, or written by hand) is not
+// taken as matching any --data: the resume is refused unless --allow-other-data says so.
+TEST(RunResume, ACheckpointRecordingNoDataSetIsRefusedUnlessAllowed) {
+  ScratchDirectory dir;
+  const auto run = run_at_step_10(dir);
+  const auto state_file = run / "step-00000010" / kTrainerStateFileName;
+  nlohmann::json state = nlohmann::json::parse(file_text(state_file));
+  ASSERT_TRUE(state.contains("data_set"));
+  state.erase("data_set");
+  std::filesystem::remove(state_file);
+  write_whole_file(state_file, state.dump(2));
+  TrainingRunOptions o = options_for(run);
+  o.resume = true;
+  EXPECT_THAT(input_error_message([&] { train(o); }), HasSubstr("--allow-other-data"));
+  o.allow_other_data = true;
+  EXPECT_EQ(train(o), 0);
+}
+
+// --keep K through the run: after saves every 5 steps, only the K newest checkpoints remain.
+TEST(TrainingRun, KeepLeavesTheNewestCheckpoints) {
+  ScratchDirectory dir;
+  TrainingRunOptions o = options_for(dir / "run");
+  o.save_every = 5;
+  o.keep = 2;
+  ASSERT_EQ(train(o), 0);
+  EXPECT_EQ(run_checkpoints(dir / "run"),
+            (std::vector<std::filesystem::path>{dir / "run" / "step-00000015", dir / "run" / "step-00000020"}));
+}
+
 TEST(RunResume, AnotherDataSetIsRefusedUnlessAllowed) {
   ScratchDirectory dir;
   const auto run = run_at_step_10(dir);
