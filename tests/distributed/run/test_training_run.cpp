@@ -615,6 +615,23 @@ TEST(RunResume, ACheckpointRecordingNoDataSetIsRefusedUnlessAllowed) {
   EXPECT_EQ(train(o), 0);
 }
 
+// A run killed at step 20 after saving step 10 (SIGKILL: no save at the end) has metrics lines past
+// its checkpoint; the resume cuts them back to step 10 before appending, so every step has exactly
+// one line, in order (read_metrics_file keeps one record a step: the raw lines are checked).
+TEST(RunResume, MetricsPastTheCheckpointAreCutBackBeforeTheResumeAppends) {
+  ScratchDirectory dir;
+  const auto run = run_at_step_10(dir);
+  TrainingRunOptions o = options_for(run);
+  o.resume = true;
+  ASSERT_EQ(train(o), 0);
+  std::istringstream lines(file_text(run / "metrics.jsonl"));
+  std::int64_t expected = 0;
+  for (std::string line; std::getline(lines, line); ++expected) {
+    EXPECT_EQ(nlohmann::json::parse(line).at("step"), expected);
+  }
+  EXPECT_EQ(expected, 20);
+}
+
 // --keep K through the run: after saves every 5 steps, only the K newest checkpoints remain.
 TEST(TrainingRun, KeepLeavesTheNewestCheckpoints) {
   ScratchDirectory dir;
