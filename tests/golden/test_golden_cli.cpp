@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "golden/training.hpp"
 #include "tests/golden/golden_test_support.hpp"
 #include "tests/support/cli_run.hpp"
 
@@ -72,6 +73,19 @@ TEST(GoldenCli, CheckOfAnUnreadableGoldenFailsNamingIt) {
   safetensors::testing::write_whole_file(dir / "broken.safetensors", std::string_view("not a golden"));
   const CliRun r = dflash("golden check --dir '" + dir.path().string() + "'");
   EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr((dir / "broken.safetensors").string()));
+  EXPECT_THAT(r.out, HasSubstr("FAIL"));
+}
+
+// The same for the training golden: an unreadable file beside a good one fails the run (exit 1),
+// named on stderr, with its FAIL row in the table.
+TEST(GoldenCli, CheckTrainingOfAnUnreadableGoldenFailsNamingIt) {
+  ScratchDirectory dir;
+  std::filesystem::copy_file(default_training_golden_dir() / "tiny-3-steps.safetensors",
+                             dir / "tiny-3-steps.safetensors");
+  safetensors::testing::write_whole_file(dir / "broken.safetensors", std::string_view("not a golden"));
+  const CliRun r = dflash("golden check-training --dir '" + dir.path().string() + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr((dir / "broken.safetensors").string()));
   EXPECT_THAT(r.out, HasSubstr("FAIL"));
 }

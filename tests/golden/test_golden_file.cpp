@@ -346,5 +346,10 @@ TEST_F(GoldenFileRejects, NonFiniteResult) {
   EXPECT_THAT(error_of_edited(), HasSubstr("tensor 'output/kl' element 0 is nan; results must be finite"));
 }
 
+TEST_F(GoldenFileRejects, InfiniteResult) {
+  raw.set_float("output/kl", 0, -std::numeric_limits<double>::infinity());
+  EXPECT_THAT(error_of_edited(), HasSubstr("tensor 'output/kl' element 0 is -inf; results must be finite"));
+}
+
 }  // namespace
 }  // namespace dflash

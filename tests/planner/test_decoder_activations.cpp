@@ -86,6 +86,15 @@ TEST(DecoderActivations, HeadDimAndKeyValueHeadsDefaultAsInHuggingFace) {
   EXPECT_EQ(c.head_dim, 8);
   EXPECT_EQ(c.num_key_value_heads, 8);
   EXPECT_FALSE(c.attn_output_gate);
+  // GQA: head_dim is hidden_size over the query heads, never over the key-value heads.
+  const DecoderConfig gqa = decoder_config_from_json({{"hidden_size", 64},
+                                                      {"intermediate_size", 128},
+                                                      {"num_attention_heads", 8},
+                                                      {"num_key_value_heads", 2},
+                                                      {"num_hidden_layers", 2}},
+                                                     "test");
+  EXPECT_EQ(gqa.head_dim, 8);
+  EXPECT_EQ(gqa.num_key_value_heads, 2);
 }
 
 TEST(DecoderActivations, ReadsANestedTextConfig) {

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -116,9 +117,49 @@ TEST(PlanCli, JsonIsTheLibrarysPlan) {
   r.layout.gpus = 4;
   r.layout.zero_stage = 0;
   r.device_bytes = std::int64_t(80) << 30;
-  const json library = plan_json(plan_training_memory(r), policy_verdicts(r));
+  const std::vector<PolicyVerdict> verdicts = policy_verdicts(r);
+  const json library = plan_json(plan_training_memory(r), verdicts);
   cli.erase("config");
   EXPECT_EQ(cli, library);
+  // And each verdict row holds its combination's numbers (the equality above would not see a field
+  // written from the wrong member on both sides).
+  ASSERT_EQ(cli.at("verdicts").size(), verdicts.size());
+  for (std::size_t k = 0; k < verdicts.size(); ++k) {
+    EXPECT_EQ(cli.at("verdicts")[k].at("total_bytes"), verdicts[k].total_bytes) << k;
+    EXPECT_EQ(cli.at("verdicts")[k].at("fits"), verdicts[k].fits) << k;
+    EXPECT_EQ(cli.at("verdicts")[k].at("zero"), verdicts[k].zero_stage) << k;
+  }
+}
+
+// The table's combination rows: ZeRO-0's verdict, then ZeRO-1's. On 8 GPUs, materialize with
+// per_layer does not fit under ZeRO-0 and fits under ZeRO-1 (the sharded optimizer state).
+TEST(PlanCli, TableVerdictsAreEachZeroStagesOwn) {
+  const CliRun r = plan("--config configs/qwen3.6-27b.json --gpus 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = plan_json_of("--config configs/qwen3.6-27b.json --gpus 8");
+  int differing = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> cells;  // columns are separated by two or more spaces
+    for (std::size_t at = 0; at < line.size();) {
+      const std::size_t begin = line.find_first_not_of(' ', at);
+      if (begin == std::string::npos) break;
+      std::size_t end = line.find("  ", begin);
+      if (end == std::string::npos) end = line.size();
+      cells.push_back(line.substr(begin, end - begin));
+      at = end;
+    }
+    if (cells.size() != 6) continue;
+    for (std::size_t k = 0; k + 1 < j.at("verdicts").size(); k += 2) {
+      const json& z0 = j.at("verdicts")[k];
+      const json& z1 = j.at("verdicts")[k + 1];
+      if (cells[0] != z0.at("loss_policy") || cells[1] != z0.at("trunk_policy")) continue;
+      EXPECT_EQ(cells[3], z0.at("fits").get<bool>() ? "fits" : "does not fit") << line;
+      EXPECT_EQ(cells[5], z1.at("fits").get<bool>() ? "fits" : "does not fit") << line;
+      differing += z0.at("fits") != z1.at("fits");
+    }
+  }
+  EXPECT_GT(differing, 0) << r.out;  // a row where the two stages differ, or the check proves nothing
 }
 
 TEST(PlanCli, TableShowsCategoriesVerdictAndEveryCombination) {

@@ -241,6 +241,10 @@ TEST(PolicyVerdicts, EveryCombinationInOrderAndMonotone) {
     EXPECT_LT(total(LossPolicy::chunk_recompute, t), total(LossPolicy::materialize, t));
     EXPECT_LT(total(LossPolicy::chunk_grad_in_forward, t), total(LossPolicy::materialize, t));
   }
+  // Each row plans its own trunk policy: keeping every layer costs more than rebuilding them.
+  for (LossPolicy l : {LossPolicy::materialize, LossPolicy::chunk_recompute, LossPolicy::chunk_grad_in_forward}) {
+    EXPECT_GT(total(l, TrunkPolicy::none), total(l, TrunkPolicy::per_layer)) << loss_policy_name(l);
+  }
 }
 
 // One bad field at a time on the full-scale request; the message must name it.

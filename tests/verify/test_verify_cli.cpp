@@ -4,9 +4,13 @@
 // without CUDA reports its one cuda row SKIPPED the same way).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
+#include "golden/file.hpp"
 #include "tests/support/cli_run.hpp"
 
 namespace dflash {
@@ -51,6 +55,31 @@ TEST_F(VerifyCli, RequiringAGpuDoesNotFailRowsThatRan) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.find("SKIPPED  "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" 0 FAIL, 0 SKIPPED"), std::string::npos) << r.out;
+}
+
+// One failing row is enough to fail the run (exit 1): a golden directory (DFLASH_GOLDEN_DIR) holding
+// the committed goldens, one of them with its loss moved by half.
+TEST_F(VerifyCli, ASingleFailingRowFailsTheRun) {
+  const std::filesystem::path committed = std::filesystem::path(DFLASH_SOURCE_DIR) / "golden" / "data";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("dflash-verify-cli-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const auto& entry : std::filesystem::directory_iterator(committed)) {
+    if (entry.path().extension() == ".safetensors") {
+      std::filesystem::copy_file(entry.path(), dir / entry.path().filename(),
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  std::filesystem::remove(dir / "short-context.safetensors");
+  Golden damaged = read_golden(committed / "short-context.safetensors");
+  damaged.results.at("output/loss").values.at(0) *= 1.5;
+  write_golden(damaged, dir / "short-context.safetensors");
+  setenv("DFLASH_GOLDEN_DIR", dir.c_str(), 1);
+  const CliRun r = verify("--group golden", false);
+  unsetenv("DFLASH_GOLDEN_DIR");
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find(" 1 FAIL, 0 SKIPPED"), std::string::npos) << r.out;
 }
 
 TEST_F(VerifyCli, UnknownGroupIsAnError) {

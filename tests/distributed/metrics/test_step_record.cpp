@@ -140,11 +140,6 @@ TEST(MetricsReport, MalformedLineIsRefusedNamingFileAndLine) {
               HasSubstr("metrics.jsonl line 2"));
 }
 
-std::string file_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::vector<std::string> names_in(const std::filesystem::path& dir) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
@@ -205,6 +200,33 @@ TEST(MetricsReport, ValuesNearTheLargestDoubleAreDrawnInsideThePanel) {
   const double top = xy[1], bottom = xy[3], middle = xy[5];
   EXPECT_LT(top, bottom);
   EXPECT_NEAR(middle, (top + bottom) / 2, 1e-3 * (bottom - top));
+}
+
+// Each panel plots its own series, and a step written twice (a resume whose file was not cut back)
+// is drawn from its last record. Loss 3, 1, then 2 (step 1 rewritten to 5); accuracy 0.25, 0.75,
+// 0.5: in its panel step 1 is the highest point, whereas loss puts it at the top.
+TEST(MetricsReport, EachPanelPlotsItsSeriesAndARepeatedStepItsLastRecord) {
+  ScratchDirectory run;
+  std::string lines;
+  const double losses[] = {3, 1, 2}, accuracies[] = {0.25, 0.75, 0.5};
+  for (std::int64_t s : {0, 1, 2}) {
+    StepRecord r = record(s);
+    r.loss = losses[s];
+    r.accuracy = accuracies[s];
+    lines += step_record_json(r).dump() + "\n";
+    if (s == 1) {
+      r.loss = 5;
+      lines += step_record_json(r).dump() + "\n";
+    }
+  }
+  write_whole_file(run / "metrics.jsonl", lines);
+  const std::vector<double> xy = polyline_coordinates(file_text(write_metrics_report(run.path())));
+  ASSERT_EQ(xy.size(), 18u);  // loss, accuracy, tokens/s: 3 steps x (x, y) each; y grows downwards
+  const double loss_y[] = {xy[1], xy[3], xy[5]}, accuracy_y[] = {xy[7], xy[9], xy[11]};
+  EXPECT_LT(loss_y[1], loss_y[0]);  // step 1's last record (5) is the largest loss
+  EXPECT_LT(loss_y[0], loss_y[2]);
+  EXPECT_LT(accuracy_y[1], accuracy_y[2]);  // 0.75 above 0.5 above 0.25
+  EXPECT_LT(accuracy_y[2], accuracy_y[0]);
 }
 
 // Class 8 of issue 22: a link planted at the temporary name of metrics.jsonl or report.svg pointed

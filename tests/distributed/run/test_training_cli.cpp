@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/tolerances.hpp"
+#include "distributed/data/feature_dataset.hpp"
 #include "distributed/metrics/svg_report.hpp"
 #include "distributed/weights/drafter_export.hpp"
 #include "tests/distributed/run_test_support.hpp"
@@ -144,12 +145,17 @@ TEST(TrainingCli, RealSigtermEndsTheStepSavesAndExitsZero) {
   EXPECT_EQ(std::int64_t(read_metrics_file(dir / "run" / "metrics.jsonl").size()), ck.step);
 }
 
-TEST(TrainingCli, PlanGateRefusesWithTheTableUnlessForced) {
-  ScratchDirectory dir;
+// The released full-scale drafter with a run's fields: a plan that does not fit one GPU's memory.
+void write_full_scale_run_config(const std::filesystem::path& path) {
   nlohmann::json j =
       nlohmann::json::parse(std::ifstream(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "qwen3.6-27b.json"));
   j.update({{"total_steps", 10}, {"global_batch_sequences", 8}, {"max_context", 4096}});
-  write_whole_file(dir / "big.json", j.dump());
+  write_whole_file(path, j.dump());
+}
+
+TEST(TrainingCli, PlanGateRefusesWithTheTableUnlessForced) {
+  ScratchDirectory dir;
+  write_full_scale_run_config(dir / "big.json");
   const auto r = run_dflash("train --config '" + (dir / "big.json").string() + "' --data x --target y --out '" +
                             (dir / "run").string() + "'");
   EXPECT_EQ(r.exit_code, 2);
@@ -157,6 +163,69 @@ TEST(TrainingCli, PlanGateRefusesWithTheTableUnlessForced) {
   EXPECT_THAT(r.out, HasSubstr("policy combinations"));
   EXPECT_THAT(r.err, HasSubstr("--force"));
   EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+}
+
+// --force passes the plan gate: the run goes on to its inputs (here a --data that does not exist,
+// named), instead of stopping at the plan.
+TEST(TrainingCli, ForceGoesPastThePlanGate) {
+  ScratchDirectory dir;
+  write_full_scale_run_config(dir / "big.json");
+  const auto r = run_dflash("train --config '" + (dir / "big.json").string() + "' --data '" + (dir / "x").string() +
+                            "' --target y --out '" + (dir / "run").string() + "' --force");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--data"));
+  EXPECT_THAT(r.err, HasSubstr((dir / "x").string()));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("--force")));
+}
+
+// --resume alone does not accept another data set (only --allow-other-data does).
+TEST(TrainingCli, ResumeOnAnotherDataSetNeedsAllowOtherData) {
+  ScratchDirectory dir;
+  std::filesystem::copy(one_rank_run(), dir / "run", std::filesystem::copy_options::recursive);
+  std::filesystem::remove_all(dir / "run" / "step-00000020");
+  std::filesystem::remove(dir / "run" / kLatestFileName);
+  write_whole_file(dir / "run" / kLatestFileName, "step-00000010\n");
+  SyntheticDataSpec spec;
+  spec.sequences = 24;
+  spec.shards = 3;
+  write_synthetic_data(tiny_config(), spec, dir / "other");
+  const std::string args =
+      "train --config '" + tiny_train_config_path().string() + "' --data '" + (dir / "other" / "features").string() +
+      "' --target '" + (synthetic_run_data() / "target").string() + "' --out '" + (dir / "run").string() + "' --resume";
+  const auto refused = run_dflash(args);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("--allow-other-data"));
+  const auto allowed = run_dflash(args + " --allow-other-data");
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
+}
+
+// `data synth` writes sequences of --min-length to --max-length rows.
+TEST(TrainingCli, DataSynthLengthsFollowTheFlags) {
+  ScratchDirectory dir;
+  const auto r = run_dflash("data synth --config '" + tiny_train_config_path().string() + "' --out '" +
+                            (dir / "syn").string() + "' --sequences 12 --shards 1 --min-length 5 --max-length 9");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const FeatureDataset d = FeatureDataset::open(dir / "syn" / "features", FeatureSetShape::of(tiny_config()));
+  ASSERT_EQ(d.num_sequences(), 12);
+  for (std::int64_t i = 0; i < d.num_sequences(); ++i) {
+    EXPECT_GE(d.sequence_length(i), 5) << i;
+    EXPECT_LE(d.sequence_length(i), 9) << i;
+  }
+}
+
+// A --target given to export is checked against the depth the run recorded, even when it recorded one.
+TEST(TrainingCli, ExportWithATargetOfAnotherDepthIsRefused) {
+  ScratchDirectory dir;
+  std::filesystem::copy(synthetic_run_data() / "target", dir / "target", std::filesystem::copy_options::recursive);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "target" / "config.json"));
+  j["num_hidden_layers"] = 6;
+  std::filesystem::remove(dir / "target" / "config.json");
+  write_whole_file(dir / "target" / "config.json", j.dump());
+  const auto r = run_dflash("export --checkpoint '" + one_rank_run().string() + "' --out '" +
+                            (dir / "drafter").string() + "' --target '" + (dir / "target").string() + "'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("num_target_layers"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "drafter"));
 }
 
 TEST(TrainingCli, DataCheckExportAndReport) {
