@@ -90,8 +90,9 @@ void export_drafter(const std::filesystem::path& out, const DrafterConfig& confi
   validate_drafter_config(config);
   const std::string config_text = exported_drafter_config(config, released).dump(2) + "\n";
   // Serving stacks would load a NaN drafter without a word: refuse it before writing anything. A
-  // finite master weight beyond the export dtype's range (|w| > 3.39e38 in bf16) would be written
-  // as inf, so the check is on the value as exported.
+  // finite master weight at or past the export dtype's rounding boundary (in bf16 |w| >= 3.3962e38,
+  // half an ulp above the largest value) would be written as inf, so the check is on the value as
+  // it is stored.
   params.for_each([&](const std::string& name, const Tensor<double>& t) {
     for (std::int64_t e = 0; e < t.numel(); ++e) {
       std::byte stored[8];

@@ -59,13 +59,19 @@ inline int train(const TrainingRunOptions& o, std::string* log = nullptr) {
 // A run with --eval-data (the synthetic set itself) and --eval-every 5, whose eval.jsonl must
 // hold a record after steps 4, 9, 14, 19 over the whole held-out set, its loss falling, and whose
 // final weights must equal `without_eval`'s (evaluating does not touch training).
+// The records of a run's eval.jsonl, one a line.
+inline std::vector<nlohmann::json> eval_records(const std::filesystem::path& run) {
+  std::ifstream in(run / "eval.jsonl");
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
 inline void expect_held_out_evaluation(TrainingRunOptions o, const std::filesystem::path& without_eval) {
   o.eval_data = synthetic_run_data() / "features";
   o.eval_every = 5;
   ASSERT_EQ(train(o), 0);
-  std::ifstream in(o.out / "eval.jsonl");
-  std::vector<nlohmann::json> records;
-  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> records = eval_records(o.out);
   ASSERT_EQ(records.size(), 4u);
   for (std::size_t k = 0; k < records.size(); ++k) {
     EXPECT_EQ(records[k].at("step"), std::int64_t(5 * k + 4));

@@ -36,13 +36,13 @@ inline DrafterConfig tiny_export_config() {
   return c;
 }
 
-// `sequences` valid sequences of lengths 3, 4, 5, ... with random tokens, mask and values.
 // A file's bytes as a string ("" when it cannot be opened).
 inline std::string file_text(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// `sequences` valid sequences of lengths 3, 4, 5, ... with random tokens, mask and values.
 inline FeatureShardContents valid_shard(const DrafterConfig& c, std::int64_t sequences, std::uint64_t seed) {
   FeatureShardContents s;
   s.hidden_size = c.hidden_size;

@@ -74,7 +74,7 @@ TEST(GoldenCli, CheckOfAnUnreadableGoldenFailsNamingIt) {
   const CliRun r = dflash("golden check --dir '" + dir.path().string() + "'");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr((dir / "broken.safetensors").string()));
-  EXPECT_THAT(r.out, HasSubstr("FAIL"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("broken.safetensors[^\n]*FAIL"));
 }
 
 // The same for the training golden: an unreadable file beside a good one fails the run (exit 1),
@@ -87,7 +87,7 @@ TEST(GoldenCli, CheckTrainingOfAnUnreadableGoldenFailsNamingIt) {
   const CliRun r = dflash("golden check-training --dir '" + dir.path().string() + "'");
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr((dir / "broken.safetensors").string()));
-  EXPECT_THAT(r.out, HasSubstr("FAIL"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("broken.safetensors[^\n]*FAIL"));
 }
 
 TEST(GoldenCli, CheckOfAMissingDirectoryIsAnError) {

@@ -134,23 +134,28 @@ TEST(GoldenRequest, AMidShapeGoldenRoundTripsIsDeterministicAndPassesTheReferenc
 }
 
 // The flags as a user types them reach the golden: --case names it (not the config file's stem),
-// each dropout flag sets its own rate, and a rate of 0 (dropout off) is a valid value.
+// each dropout flag sets its own rate (tiny.json has both at 0), and a rate of 0 is a valid value.
 TEST(GoldenRequest, TheCliFlagsReachTheGoldenFile) {
   ScratchDirectory dir;
   const auto tiny = std::filesystem::path(DFLASH_SOURCE_DIR) / "configs/tiny.json";
-  const CliRun gen = dflash("golden generate --config '" + tiny.string() +
-                            "' --case my-case --attention-dropout 0 --hidden-dropout 0.2 --sequences 1 --context 8 "
-                            "--seed 5 --step 2 --out '" +
-                            (dir / "g.safetensors").string() + "'");
-  ASSERT_EQ(gen.exit_code, 0) << gen.out << gen.err;
-  const Golden g = read_golden(dir / "g.safetensors");
+  auto generate = [&](const std::string& flags, const std::string& name) {
+    const CliRun gen = dflash("golden generate --config '" + tiny.string() + "' " + flags +
+                              " --sequences 1 --context 8 --seed 5 --step 2 --out '" + (dir / name).string() + "'");
+    EXPECT_EQ(gen.exit_code, 0) << gen.out << gen.err;
+    return read_golden(dir / name);
+  };
+  const Golden g = generate("--case my-case --attention-dropout 0.1 --hidden-dropout 0.2", "g.safetensors");
   EXPECT_EQ(g.case_name, "my-case");
-  EXPECT_EQ(g.config.attention_dropout, 0.0);
+  EXPECT_EQ(g.config.attention_dropout, 0.1);
   EXPECT_EQ(g.config.hidden_dropout, 0.2);
   EXPECT_EQ(g.config.seed, 5u);
   EXPECT_EQ(g.step, 2u);
   EXPECT_EQ(g.num_sequences(), 1);
   EXPECT_EQ(g.context_length(), 8);
+  const Golden off = generate("--attention-dropout 0 --hidden-dropout 0", "off.safetensors");
+  EXPECT_EQ(off.case_name, "tiny");  // without --case, the config file's stem
+  EXPECT_EQ(off.config.attention_dropout, 0.0);
+  EXPECT_EQ(off.config.hidden_dropout, 0.0);
 }
 
 TEST(GoldenRequest, GenerateOverTheBudgetIsRefusedNamingIt) {

@@ -153,13 +153,14 @@ TEST(GradientOverlap, OneGpuHasNothingToHide) {
 // per_layer rebuilds each layer, every_k each segment of k (5 layers, k = 2: segments 2, 2, 1).
 TEST(GradientOverlap, EveryRecomputingPolicyRebuildsEveryLayerOnce) {
   PlanRequest r = full_scale(0);
+  ASSERT_EQ(r.config.num_hidden_layers, 5);
   r.trunk_policy = TrunkPolicy::none;
   const double none = gradient_overlap(r).window_flops;
   const TrunkFlops f = trunk_flops(r.config, r.tokens, r.context);
   double forward_of_layers = 0;
   for (const auto& layer : f.layers) forward_of_layers += layer.forward;
-  for (const auto& [policy, k] :
-       {std::pair{TrunkPolicy::per_layer, 1}, std::pair{TrunkPolicy::every_k, 2}, std::pair{TrunkPolicy::every_k, 3}}) {
+  for (const auto& [policy, k] : {std::pair{TrunkPolicy::per_layer, 1}, std::pair{TrunkPolicy::every_k, 2},
+                                  std::pair{TrunkPolicy::every_k, 3}, std::pair{TrunkPolicy::every_k, 5}}) {
     r.trunk_policy = policy;
     r.checkpoint_every = k;
     EXPECT_DOUBLE_EQ(gradient_overlap(r).window_flops, none + forward_of_layers) << k;

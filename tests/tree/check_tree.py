@@ -280,7 +280,9 @@ def check_doc_words(root, files, overrides=None):
 
 def declared_tests(root, files, overrides=None):
     """{test name: labels} of every dflash_add_test / dflash_add_property_test / dflash_add_mpi_test
-    call in the tree's CMakeLists, without a build (a foreach(name ...) test is each of its names)."""
+    call and every plain add_test(NAME ...) in the tree's CMakeLists, without a build (a
+    foreach(name ...) test is each of its names; an add_test whose name is a variable, in a function
+    or loop, is left out)."""
     tests = {}
     for cmake in files:
         if not cmake.endswith("CMakeLists.txt"):
@@ -299,7 +301,8 @@ def declared_tests(root, files, overrides=None):
         # set_tests_properties(n ... PROPERTIES LABELS a b <NEXT_PROPERTY> ...).
         for args in cmake_calls(text, "add_test"):
             for n in keyword_values(args, "NAME")[:1]:
-                tests.setdefault(n, [])
+                if "${" not in n:
+                    tests.setdefault(n.strip('"'), [])
         for args in cmake_calls(text, "set_tests_properties"):
             if "PROPERTIES" not in args or "LABELS" not in args:
                 continue
@@ -307,8 +310,8 @@ def declared_tests(root, files, overrides=None):
             labels = [label for a in itertools.takewhile(lambda a: not re.fullmatch(r"[A-Z_]+", a), after)
                       for label in a.strip('"').split(";")]
             for n in args[:args.index("PROPERTIES")]:
-                if n in tests:
-                    tests[n] = labels
+                if n.strip('"') in tests:
+                    tests[n.strip('"')] = labels
     return tests
 
 

@@ -4,13 +4,12 @@
 // without CUDA reports its one cuda row SKIPPED the same way).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include "golden/file.hpp"
+#include "tests/io/safetensors_test_support.hpp"
 #include "tests/support/cli_run.hpp"
 
 namespace dflash {
@@ -58,12 +57,11 @@ TEST_F(VerifyCli, RequiringAGpuDoesNotFailRowsThatRan) {
 }
 
 // One failing row is enough to fail the run (exit 1): a golden directory (DFLASH_GOLDEN_DIR) holding
-// the committed goldens, one of them with its loss moved by half.
+// the committed goldens, one of them with its loss multiplied by 1.5.
 TEST_F(VerifyCli, ASingleFailingRowFailsTheRun) {
   const std::filesystem::path committed = std::filesystem::path(DFLASH_SOURCE_DIR) / "golden" / "data";
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("dflash-verify-cli-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const safetensors::testing::ScratchDirectory scratch;
+  const std::filesystem::path& dir = scratch.path();
   for (const auto& entry : std::filesystem::directory_iterator(committed)) {
     if (entry.path().extension() == ".safetensors") {
       std::filesystem::copy_file(entry.path(), dir / entry.path().filename(),
@@ -74,10 +72,11 @@ TEST_F(VerifyCli, ASingleFailingRowFailsTheRun) {
   Golden damaged = read_golden(committed / "short-context.safetensors");
   damaged.results.at("output/loss").values.at(0) *= 1.5;
   write_golden(damaged, dir / "short-context.safetensors");
-  setenv("DFLASH_GOLDEN_DIR", dir.c_str(), 1);
+  struct GoldenDirectoryForThisTest {
+    explicit GoldenDirectoryForThisTest(const std::filesystem::path& d) { setenv("DFLASH_GOLDEN_DIR", d.c_str(), 1); }
+    ~GoldenDirectoryForThisTest() { unsetenv("DFLASH_GOLDEN_DIR"); }
+  } golden_dir(dir);
   const CliRun r = verify("--group golden", false);
-  unsetenv("DFLASH_GOLDEN_DIR");
-  std::filesystem::remove_all(dir);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_NE(r.out.find(" 1 FAIL, 0 SKIPPED"), std::string::npos) << r.out;
 }

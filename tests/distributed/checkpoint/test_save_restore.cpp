@@ -113,6 +113,7 @@ TEST(RunCheckpoint, OnlyStepDirectoriesAreCheckpointsNotTemporariesOrCopies) {
   for (std::int64_t step : {2, 4})
     write_run_checkpoint(run.path(), c, example(c, step), {safetensors::Dtype::F64, 1, {}});
   EXPECT_EQ(run_checkpoints(run.path()), (std::vector<std::filesystem::path>{run / "step-00000004"}));
+  EXPECT_TRUE(std::filesystem::exists(run / "step-00000005.tmp"));
   EXPECT_TRUE(std::filesystem::exists(run / "step-00000003.bak"));
   EXPECT_TRUE(std::filesystem::exists(run / "old-step-00000001"));
 }
@@ -127,9 +128,11 @@ TEST(RunCheckpoint, TensorOfAnotherShapeIsRefusedNamingBothShapes) {
   safetensors::Writer w;
   for (const auto& [key, value] : original.metadata()) w.set_metadata(key, value);
   std::string transposed;
+  safetensors::Shape config_shape;
   for (const std::string& name : original.names()) {
     safetensors::Shape shape = original.info(name).shape;
     if (transposed.empty() && shape.size() == 2 && shape[0] != shape[1]) {
+      config_shape = shape;
       std::swap(shape[0], shape[1]);
       transposed = name;
     }
@@ -143,7 +146,8 @@ TEST(RunCheckpoint, TensorOfAnotherShapeIsRefusedNamingBothShapes) {
   write_whole_file(dir / kTrainerStateFileName, state.dump(2));
   const std::string message = input_error_message([&] { read_run_checkpoint(dir, c); });
   EXPECT_THAT(message, HasSubstr("'" + transposed + "'"));
-  EXPECT_THAT(message, HasSubstr("is not the config's"));
+  EXPECT_THAT(message, HasSubstr("shape " + safetensors::format_shape({config_shape[1], config_shape[0]}) +
+                                 " is not the config's " + safetensors::format_shape(config_shape)));
 }
 
 TEST(RunCheckpoint, AlteredFileIsRefusedNamingItAndTheHashes) {

@@ -203,8 +203,9 @@ TEST(MetricsReport, ValuesNearTheLargestDoubleAreDrawnInsideThePanel) {
 }
 
 // Each panel plots its own series, and a step written twice (a resume whose file was not cut back)
-// is drawn from its last record. Loss 3, 1, then 2 (step 1 rewritten to 5); accuracy 0.25, 0.75,
-// 0.5: in its panel step 1 is the highest point, whereas loss puts it at the top.
+// is drawn from its last record. Loss 3, 1 (rewritten to 5), 2 and accuracy 0.25, 0.75, 0.5 both
+// put step 1 highest; they differ in steps 0 and 2 (loss: 0 above 2; accuracy: 2 above 0), and a
+// loss drawn from step 1's first record (1) would put it lowest.
 TEST(MetricsReport, EachPanelPlotsItsSeriesAndARepeatedStepItsLastRecord) {
   ScratchDirectory run;
   std::string lines;

@@ -86,6 +86,14 @@ TEST(TrainingCli, TwoAndThreeRanksAgreeWithOneRankWithin1e12) {
     EXPECT_EQ(many.world_size, ranks);
     expect_same_state_within(many, one, kReferenceTolerance);
     EXPECT_NE(many.master, checkpoint_at(one_rank_run(), 10).master);  // it did train
+    // Block statistics are summed over the ranks: step 0 (the same weights on every R) counts the
+    // same hits exactly; rank 0's share alone would be a third or a half of them.
+    const std::vector<StepRecord> a = read_metrics_file(dir / "run" / "metrics.jsonl"),
+                                  b = read_metrics_file(one_rank_run() / "metrics.jsonl");
+    ASSERT_FALSE(a.empty());
+    ASSERT_FALSE(b.empty());
+    EXPECT_EQ(a[0].accuracy_by_position, b[0].accuracy_by_position) << ranks;
+    EXPECT_EQ(a[0].acceptance_length, b[0].acceptance_length) << ranks;
   }
 }
 
@@ -213,7 +221,7 @@ TEST(TrainingCli, DataSynthLengthsFollowTheFlags) {
   }
 }
 
-// A --target given to export is checked against the depth the run recorded, even when it recorded one.
+// A --target given to export is checked against the depth the run recorded, whenever it recorded one.
 TEST(TrainingCli, ExportWithATargetOfAnotherDepthIsRefused) {
   ScratchDirectory dir;
   std::filesystem::copy(synthetic_run_data() / "target", dir / "target", std::filesystem::copy_options::recursive);

@@ -244,28 +244,23 @@ TEST(TrainingRun, HeldOutEvaluationSurvivesAStopAndResume) {
     o.eval_every = 5;
     return o;
   };
-  auto records_of = [](const std::filesystem::path& run) {
-    std::ifstream in(run / "eval.jsonl");
-    std::vector<std::pair<std::int64_t, double>> records;
-    for (std::string line; std::getline(in, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      records.push_back({j.at("step").get<std::int64_t>(), j.at("loss").get<double>()});
-    }
-    return records;
-  };
   ASSERT_EQ(train(with_eval(dir / "whole")), 0);
   TrainingRunOptions o = with_eval(dir / "run");
   o.after_step = [](std::int64_t t) {
     if (t == 4) std::raise(SIGTERM);  // step 4 is evaluated, then the run saves step 5 and stops
   };
   ASSERT_EQ(train(o), 0);
-  ASSERT_EQ(records_of(dir / "run").size(), 1u);
+  ASSERT_EQ(eval_records(dir / "run").size(), 1u);
   o.after_step = nullptr;
   o.resume = true;
   ASSERT_EQ(train(o), 0);
-  const auto whole = records_of(dir / "whole");
+  const std::vector<nlohmann::json> whole = eval_records(dir / "whole"), resumed = eval_records(dir / "run");
   ASSERT_EQ(whole.size(), 4u);
-  EXPECT_EQ(records_of(dir / "run"), whole);
+  ASSERT_EQ(resumed.size(), whole.size());
+  for (std::size_t k = 0; k < whole.size(); ++k) {
+    EXPECT_EQ(resumed[k].at("step"), whole[k].at("step")) << k;
+    EXPECT_EQ(resumed[k].at("loss"), whole[k].at("loss")) << k;
+  }
 }
 
 TEST(TrainingRun, InitFromAnExportedDrafterStartsFromItsWeights) {

@@ -79,8 +79,9 @@ TEST(DrafterExport, WithoutTheTargetDepthIsRefusedWritingNothing) {
 TEST(DrafterExport, NonFiniteWeightIsRefusedNamingTheTensorWritingNothing) {
   const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
-  // NaN, both infinities, and a finite master weight that bf16 (largest 3.39e38) rounds to infinity.
-  for (const double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e39}) {
+  // NaN, both infinities, and finite master weights that bf16 rounds to infinity: 1e39, and the
+  // rounding boundary itself, half an ulp above bf16's largest value (a tie, rounded to even: up).
+  for (const double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL, 1e39, 0x1.ffp+127}) {
     ScratchDirectory dir;
     DrafterParameters<double> p = seeded_drafter_parameters(tracker, c, 3);
     p.layers[1].up_proj[5] = bad;
@@ -92,12 +93,14 @@ TEST(DrafterExport, NonFiniteWeightIsRefusedNamingTheTensorWritingNothing) {
     }
     EXPECT_FALSE(std::filesystem::exists(dir / "out")) << bad;
   }
-  // The largest weight bf16 holds is exported as it is.
-  ScratchDirectory dir;
-  DrafterParameters<double> p = seeded_drafter_parameters(tracker, c, 3);
-  p.layers[1].up_proj[5] = -3.3895313892515355e38;
-  export_drafter(dir / "out", c, p);
-  EXPECT_EQ(import_drafter_for_run(tracker, dir / "out", c).layers[1].up_proj[5], -3.3895313892515355e38);
+  // The largest weight bf16 holds is exported as it is, and one just below the boundary rounds to it.
+  for (const double fine : {-0x1.fep+127, 0x1.fe8p+127}) {
+    ScratchDirectory dir;
+    DrafterParameters<double> p = seeded_drafter_parameters(tracker, c, 3);
+    p.layers[1].up_proj[5] = fine;
+    export_drafter(dir / "out", c, p);
+    EXPECT_EQ(import_drafter_for_run(tracker, dir / "out", c).layers[1].up_proj[5], std::copysign(0x1.fep+127, fine));
+  }
 }
 
 TEST(DrafterExport, ReleasedConfigKeepsWhatTheProjectDoesNotModel) {
