@@ -10,6 +10,11 @@
 # compute-sanitizer that cannot attach is NOT AVAILABLE, one that finds errors a failure.
 # Run 2: the same carry with both libraries in its lib/ and a 100 s budget: the closure passes and
 # a check whose estimate does not fit is "NOT RUN: no time left", in results.md too.
+# Runs 3 to 6 each on a carry of their own: a check's own time limit, a timeout that needs SIGKILL,
+# skip expressions, failing exits under "0 errors", --stage, the budget's reserve, a library in lib/
+# (3, 4); the benchmark summaries' verdicts and the exit code of a run with nothing failed but
+# checks not available (5, 6). Then `ci/gpu train-cuda` on a dflash stub, and ci/gpu_plan.py's
+# arithmetic.
 #   ci_gpu_honesty.sh ROOT
 set -uo pipefail
 root=$1
@@ -180,8 +185,205 @@ wrong = {name: card_of(name) for name, card in cases.items() if card_of(name) !=
 print(f"card_of: {wrong}" if wrong else "card_of: as expected")
 sys.exit(1 if wrong else 0)
 PY
+
+# A carry of stubs at $1 (bin/, lib/, tests.tsv): every stub answers --help and --gtest_list_tests
+# at once, mpirun starts; tests.tsv gets the lines on stdin.
+new_carry() {
+  mkdir -p "$1/root/bin" "$1/root/lib"
+  printf '#!/usr/bin/env bash\nexit 0\n' > "$1/root/bin/mpirun"
+  chmod +x "$1/root/bin/mpirun"
+  cat > "$1/root/tests.tsv"
+}
+stub() {  # carry name body: a shell stub that runs body unless asked to list or to help
+  { echo '#!/usr/bin/env bash'
+    echo 'case ${1:-} in --help|--gtest_list_tests) exit 0 ;; esac'
+    echo "$3"; } > "$1/root/bin/$2"
+  chmod +x "$1/root/bin/$2"
+}
+passing='echo "[  PASSED  ] 1 test."'
+
+# run 3, --stage correctness without a GPU required: a test that ignores SIGTERM is killed at its
+# own 2 s limit (exit 137) and is a timeout; a test whose output matches its skip expression is
+# SKIPPED, not PASS; `dflash verify` exiting 1 and a sanitizer exiting 1 with "0 errors" (the test
+# under it failed) are failures; no benchmark runs.
+c3=$work/carry3
+printf 'hang_gpu\t2\t77\t-\t1\t@bin@/hang_gpu\nskip_gpu\t60\t77\tSKIPPED\t1\t@bin@/skip_gpu\ntest_loss_head_gpu\t60\t77\t-\t1\t@bin@/test_loss_head_gpu\n' |
+  new_carry "$c3"
+stub "$c3" hang_gpu "trap '' TERM; sleep 30"
+stub "$c3" skip_gpu 'echo "no usable GPU: SKIPPED"'
+stub "$c3" test_loss_head_gpu "$passing"
+stub "$c3" dflash '[ "$1" = verify ] && { echo "cuda  T1  x  -  2.0e+00  1e-2  FAIL"; echo "1 rows: 0 PASS, 1 FAIL, 0 SKIPPED"; exit 1; }; exit 0'
+mkdir -p "$work/tools3"
+cat > "$work/tools3/compute-sanitizer" << 'STUB'
+#!/usr/bin/env bash
+echo "========= ERROR SUMMARY: 0 errors"
+[ "$2" = memcheck ] && exit 1
+exit 0
+STUB
+chmod +x "$work/tools3/compute-sanitizer"
+PATH=$work/tools3:$PATH DFLASH_GPU_CARRY=$c3 OUT=$work/out3 DFLASH_REQUIRE_GPU=0 "$root/ci/gpu" run --stage correctness \
+  > "$work/log3" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || { echo "ci_gpu_honesty: run 3: ci/gpu exited $rc, not 1"; failed=1; }
+expect 3 "== [correctness] hang_gpu (estimate 2 s, limit 2 s"
+expect 3 "FAILED: hang_gpu: timed out after 2 s"
+expect 3 "ci/gpu: [correctness] skip_gpu: SKIPPED"
+expect 3 "ci/gpu: [correctness] test_loss_head_gpu: PASS"
+expect 3 "FAILED: dflash verify --device cuda: exit 1"
+expect 3 "FAILED: compute-sanitizer --tool memcheck: exit 1"
+expect 3 "ci/gpu: [sanitizers] compute-sanitizer --tool racecheck: PASS"
+if grep -q "\[bench\]" "$work/log3"; then echo "ci_gpu_honesty: run 3 (--stage correctness) ran a benchmark"; failed=1; fi
+
+# run 4, a 60 s budget: a test that takes 12 s leaves 60 - ~14 - the 10 s reserve for the
+# summary, under the next test's 40 s estimate (620 cases): it is NOT RUN. No dflash in the
+# carry, and a library in lib/ that needs one nowhere to be found.
+c4=$work/carry4
+printf 'slow_gpu\t60\t77\t-\t1\t@bin@/slow_gpu\nlate_gpu\t60\t77\t-\t620\t@bin@/late_gpu\n' | new_carry "$c4"
+stub "$c4" slow_gpu "sleep 12; $passing"
+stub "$c4" late_gpu "$passing"
+printf 'int dflash_gone(void);\nint dflash_needs_gone(void) { return dflash_gone(); }\n' > "$work/build/needs_gone.c"
+cc -shared -fPIC -o "$c4/root/lib/libdflash_needs_gone.so" "$work/build/needs_gone.c" -L"$work/build" -ldflash_gone ||
+  { echo "ci_gpu_honesty: cannot build the library stub"; exit 1; }
+DFLASH_GPU_CARRY=$c4 OUT=$work/out4 DFLASH_REQUIRE_GPU=0 DFLASH_GPU_BUDGET_S=60 DFLASH_BENCH_SHAPE="--rows 8" \
+  "$root/ci/gpu" run > "$work/log4" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || { echo "ci_gpu_honesty: run 4: ci/gpu exited $rc, not 1"; failed=1; }
+expect 4 "ci/gpu: [correctness] slow_gpu: PASS"
+expect 4 "ci/gpu: [correctness] late_gpu: NOT RUN (no time left: estimate 40 s"
+expect 4 "FAILED: dflash: not in the carry"
+expect 4 "libdflash_needs_gone.so needs libdflash_gone.so: not found"
+
+# runs 5 and 6, --stage bench: the benchmarks' stubs write the results the summaries judge (the
+# PyTorch peers' files too, since torch cannot be imported here: NOT AVAILABLE). Run 5: the loss
+# head correct but a target missed (SLOW), the drafter step correct and on target (PASS): no
+# failure, but checks not available, so exit 77 and not a pass. Run 6: the drafter step's loss
+# beyond its bound against PyTorch (FAIL), and a loss head result left in OUT by an earlier run
+# is not summarized as this run's.
+mkdir -p "$work/notorch" "$work/json"
+echo 'raise ImportError("torch is not installed on this runtime (ci_gpu_honesty)")' > "$work/notorch/torch.py"
+python3 - "$root/tests/bench" "$work/json" << 'PY' || { echo "ci_gpu_honesty: cannot write the benchmark results"; exit 1; }
+import copy, json, os, sys
+sys.path.insert(0, sys.argv[1])
+import summarize_check as lh
+import summarize_step_check as step
+def write(name, data):
+    json.dump(data, open(os.path.join(sys.argv[2], name), "w"))
+slow = lh.cuda_results()
+slow["runs"][0]["model_fraction_of_card_rate"] = 0.5
+write("lh_cuda.json", slow)
+write("lh_torch.json", lh.GOOD_TORCH)
+write("step_cuda.json", step.GOOD_CUDA)
+write("step_torch.json", step.GOOD_TORCH)
+write("step_torch_far.json", dict(step.GOOD_TORCH, loss=20.2))
+PY
+bench_carry() {  # carry step_torch_file loss_head_writes(1/0)
+  printf 'test_loss_head_gpu\t60\t77\t-\t1\t@bin@/test_loss_head_gpu\n' | new_carry "$1"
+  stub "$1" test_loss_head_gpu "$passing"
+  stub "$1" dflash 'exit 0'
+  cc -shared -fPIC -o "$1/root/bin/libdflash_bench_data.so" "$work/build/gone.c" ||
+    { echo "ci_gpu_honesty: cannot build the library stub"; exit 1; }
+  local json_of='json=; while [ $# -gt 0 ]; do [ "$1" = --json ] && json=$2; shift; done'
+  if [ "$3" = 1 ]; then
+    stub "$1" bench_cuda_loss_head "$json_of; cp '$work/json/lh_cuda.json' \"\$json\"; cp '$work/json/lh_torch.json' \"\$OUT/bench_torch.json\""
+  else
+    stub "$1" bench_cuda_loss_head 'exit 0'
+  fi
+  stub "$1" bench_cuda_drafter_step "case \" \$* \" in *' --count '*) exit 1 ;; esac; $json_of
+cp '$work/json/step_cuda.json' \"\$json\"; cp '$work/json/$2' \"\$(dirname \"\$json\")/torch.json\""
+}
+bench_carry "$work/carry5" step_torch.json 1
+bench_carry "$work/carry6" step_torch_far.json 0
+mkdir -p "$work/out6" && cp "$work/json/lh_cuda.json" "$work/out6/bench_cuda.json"
+for n in 5 6; do
+  PYTHONPATH=$work/notorch DFLASH_GPU_CARRY=$work/carry$n OUT=$work/out$n DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" \
+    "$root/ci/gpu" run --stage bench > "$work/log$n" 2>&1
+  echo $? > "$work/rc$n"
+done
+[ "$(cat "$work/rc5")" -eq 77 ] || { echo "ci_gpu_honesty: run 5: ci/gpu exited $(cat "$work/rc5"), not 77"; failed=1; }
+expect 5 "ci/gpu: [bench] loss_head_torch.py: NOT AVAILABLE (python3 cannot import torch here)"
+expect 5 "ci/gpu: [bench] loss head vs PyTorch: SLOW (summarize.py: correct, a performance target missed)"
+expect 5 "ci/gpu: [bench] drafter step vs PyTorch: PASS"
+expect 5 "ci/gpu: NOT A PASS"
+grep -q "| bench | loss head vs PyTorch | SLOW |" "$work/out5/results.md" 2> /dev/null ||
+  { echo "ci_gpu_honesty: run 5: results.md does not list the missed target"; failed=1; }
+[ "$(cat "$work/rc6")" -eq 1 ] || { echo "ci_gpu_honesty: run 6: ci/gpu exited $(cat "$work/rc6"), not 1"; failed=1; }
+expect 6 "FAILED: drafter step vs PyTorch: summarize_step.py exit 1: correctness: FAIL"
+if grep -q "loss head vs PyTorch" "$work/log6"; then
+  echo "ci_gpu_honesty: run 6 summarized a loss-head result an earlier run left in OUT"; failed=1
+fi
+
+# ci/gpu train-cuda on a dflash stub whose run is what the check wants (ten falling losses, two
+# held-out records at steps 4 and 9, an export): exit 0; held-out records at step 4 only, or an
+# export that fails: exit 1, each named.
+tc=$work/train-stub
+mkdir -p "$tc"
+cat > "$tc/dflash" << 'STUB'
+#!/usr/bin/env bash
+if [ "$1" = train ]; then
+  while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+  mkdir -p "$out"
+  for s in 0 1 2 3 4 5 6 7 8 9; do echo "{\"step\": $s, \"loss\": $(( 30 - s ))}"; done > "$out/metrics.jsonl"
+  for s in $DFLASH_STUB_EVAL_STEPS; do echo "{\"step\": $s, \"loss\": 25.0, \"sequences\": 8}"; done > "$out/eval.jsonl"
+fi
+[ "$1" = export ] && exit "${DFLASH_STUB_EXPORT_RC:-0}"
+exit 0
+STUB
+chmod +x "$tc/dflash"
+train_stub() {  # eval steps, export exit code, expected exit code, expected line
+  local out
+  out=$(DFLASH_STUB_EVAL_STEPS=$1 DFLASH_STUB_EXPORT_RC=$2 bash "$root/ci/gpu" train-cuda "$tc" 2>&1)
+  local rc=$?
+  if [ "$rc" -ne "$3" ] || ! grep -qF -- "$4" <<< "$out"; then
+    echo "ci_gpu_honesty: train-cuda (held-out steps '$1', export exit $2): exit $rc (expected $3), '$4' not said:"
+    echo "$out"
+    failed=1
+  fi
+}
+train_stub "4 9" 0 0 "ci/gpu: CUDA held-out losses [25.0, 25.0]"
+train_stub "4" 0 1 "train-cuda: eval.jsonl is not two finite records of 8 sequences"
+train_stub "4 9" 1 1 "train-cuda: dflash export failed"
+
+# The plan's arithmetic: a test's estimate is its cases at the per-case cost plus its start,
+# rounded up by the slack (never down), and the drafter-step benchmark runs exactly one of its
+# three configurations with the attention on the kind the step does not use.
+python3 - "$root/ci" "$work" << 'PY' || { echo "ci_gpu_honesty: ci/gpu_plan.py estimates wrongly"; failed=1; }
+import math, os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import gpu_plan as g
+work = sys.argv[2]
+wrong = []
+manifest = os.path.join(work, "plan-tests.tsv")
+open(manifest, "w").write("a_gpu\t60\t77\t-\t620\t@bin@/a_gpu\n")
+out = subprocess.run([sys.executable, os.path.join(sys.argv[1], "gpu_plan.py"), "--manifest", manifest, "--bin", work,
+                      "--root", os.path.dirname(sys.argv[1]), "--stage", "correctness"], capture_output=True, text=True)
+rows = {l.split("\t")[0]: int(l.split("\t")[1]) for l in out.stdout.splitlines()}
+want = math.ceil((g.PROCESS_START_S + 620 * g.CASE_S) * g.SLACK)
+if rows.get("a_gpu") != want or want <= g.PROCESS_START_S + 620 * g.CASE_S:
+    wrong.append(f"a 620-case test planned at {rows.get('a_gpu')} s, not {want} s")
+counter = os.path.join(work, "count_stub")
+for attention in ("tensor_cores", "cuda_cores"):
+    open(counter, "w").write("#!/bin/sh\necho 'count steps 4'\necho 'count chunk_recompute 1e15 2e13'\n"
+                             "echo 'count chunk_grad_in_forward 9e14 2e13'\n"
+                             f"echo 'count step_attention {attention}'\n")
+    os.chmod(counter, 0o755)
+    total, _ = g.drafter_step_bench(counter, "c.json", 4096, os.path.dirname(sys.argv[1]))
+    rate, _ = g.simt_attention_flop_per_s(os.path.dirname(sys.argv[1]))
+    tc = g.seconds(1e15) + g.seconds(9e14) if attention == "tensor_cores" else 0.0
+    simt = g.seconds(1e15 - 2e13, simt_flops=2e13, simt_rate=rate)
+    if attention == "tensor_cores":
+        want = g.PROCESS_START_S + g.CARD_RATE_S + 4 * (tc + simt)
+    else:
+        want = g.PROCESS_START_S + g.CARD_RATE_S + 4 * (g.seconds(1e15 - 2e13, simt_flops=2e13, simt_rate=rate) +
+                                                        g.seconds(9e14 - 2e13, simt_flops=2e13, simt_rate=rate) +
+                                                        g.seconds(1e15))
+    if not math.isclose(total, want, rel_tol=1e-12):
+        wrong.append(f"drafter step with {attention} attention planned at {total:.3f} s, not {want:.3f} s")
+print("plan: " + ("; ".join(wrong) if wrong else "as expected"))
+sys.exit(1 if wrong else 0)
+PY
+
 if [ "$failed" -ne 0 ]; then
-  for n in 1 2; do echo "---- ci/gpu log, run $n ----"; cat "$work/log$n"; done
+  for n in 1 2 3 4 5 6; do echo "---- ci/gpu log, run $n ----"; cat "$work/log$n"; done
   exit 1
 fi
 echo "ci_gpu_honesty: ci/gpu named every unresolved library, missing check and check without time"
