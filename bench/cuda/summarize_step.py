@@ -101,12 +101,14 @@ def report(cuda, torch):
                   "of the plan's category peaks."]
     if torch and cuda["runs"]:
         names = cuda["parameters"]
-        diffs = [abs(a - torch["grad_norms"][n]) / torch["grad_norms"][n]
+        # (relative difference, name) of each parameter whose PyTorch norm is non-zero: a name stays
+        # with its own difference when a zero norm is left out
+        diffs = [(abs(a - torch["grad_norms"][n]) / torch["grad_norms"][n], n)
                  for n, a in zip(names, cuda["runs"][0]["grad_norms"]) if torch["grad_norms"].get(n, 0) > 0]
         if diffs:
-            worst = max(range(len(diffs)), key=lambda i: diffs[i])
+            worst, worst_name = max(diffs)
             lines += ["", f"Gradient norms, CUDA vs PyTorch, over {len(diffs)} parameters: relative difference median "
-                          f"{statistics.median(diffs):.2e}, largest {diffs[worst]:.2e} ({names[worst]})."]
+                          f"{statistics.median(d for d, _ in diffs):.2e}, largest {worst:.2e} ({worst_name})."]
         rel = abs(cuda["runs"][0]["loss"] - torch["loss"]) / abs(torch["loss"])
         lines.append(f"Same data (Philox, seed {cuda['seed']}); loss CUDA {cuda['runs'][0]['loss']:.6f} vs PyTorch "
                      f"{torch['loss']:.6f}: relative difference {rel:.2e} (bound {cuda['baseline_loss_tolerance']:g}).")

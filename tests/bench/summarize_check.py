@@ -148,6 +148,12 @@ def main():
            "chunk_recompute chunk 2048: full-scale gate (worst ratio 1.70)")
     expect("the loss beyond the bound", changed(2, loss=12.03), GOOD_TORCH, 1, "materialize chunk 32768: loss")
     expect("the loss within the bound", changed(2, loss=12.011), GOOD_TORCH, 0, "correctness: PASS")
+    expect("a NaN loss", changed(2, loss=float("nan")), GOOD_TORCH, 1, "materialize chunk 32768: loss nan")
+    # the cells worked by hand: PyTorch's chunked 300 ms over the target run's 100 ms; the
+    # materialized run at T 16384 does 3 products of 2 T V H = 1.2498e14 FLOPs in 120 ms
+    expect("the speed-up over PyTorch", good, GOOD_TORCH, 0, "| CUDA chunk_grad_in_forward | 2048 | 100.0 |")
+    expect("the speed-up over PyTorch", good, GOOD_TORCH, 0, "| 3.00x |")
+    expect("PyTorch materialized at half T", good, GOOD_TORCH, 0, "| PyTorch materialized, T 16384 | - | 120.0 | 3 | | | 1041.5 |")
     expect("no PyTorch baseline", good, None, 1, "no PyTorch baseline")
     none = copy.deepcopy(good)
     none["runs"] = []

@@ -67,6 +67,22 @@ def main():
     fast_torch = dict(GOOD_TORCH, ms_median=1450.0)
     expect("slower than PyTorch", GOOD_CUDA, fast_torch, 3, "not faster than PyTorch")
     expect("loss beyond the bound", GOOD_CUDA, dict(GOOD_TORCH, loss=20.2), 1, "wrong: per_layer x chunk_recompute: loss")
+    nan = copy.deepcopy(GOOD_CUDA)
+    nan["runs"][1]["loss"] = float("nan")
+    expect("a NaN loss", nan, GOOD_TORCH, 1, "wrong: per_layer x chunk_grad_in_forward: loss nan")
+    # the cells worked by hand for chunk_recompute: 5.84e14 model FLOPs in 1500 ms, 389.3 TFLOP/s;
+    # attention 2e13 FLOPs in 100 + 200 ms, 66.7 TFLOP/s; PyTorch's 3000 ms over 1500 ms, 2.00x
+    expect("the model FLOP rate", GOOD_CUDA, GOOD_TORCH, 0, "tensor-core backward | 1500.0 | 389.3 |")
+    expect("the attention FLOP rate", GOOD_CUDA, GOOD_TORCH, 0, "| 100.0 | 200.0 | 66.7 |")
+    expect("the speed-up over PyTorch", GOOD_CUDA, GOOD_TORCH, 0, "| 10.00 | 11.00 | 2.00x |")
+    # a parameter whose PyTorch gradient norm is 0 is left out, and the largest difference keeps its
+    # own name: norm.weight (2.5 against 2.0), not the first parameter's
+    zero = dict(GOOD_TORCH, grad_norms={"fc.weight": 0.0, "norm.weight": 2.0})
+    expect("the largest gradient difference named", GOOD_CUDA, zero, 0,
+           "over 1 parameters: relative difference median 0.00e+00, largest 0.00e+00 (norm.weight)")
+    far = copy.deepcopy(GOOD_CUDA)
+    far["runs"][0]["grad_norms"] = [1.0, 2.5]
+    expect("the largest gradient difference named", far, zero, 0, "largest 2.50e-01 (norm.weight)")
     expect("no PyTorch result", GOOD_CUDA, None, 1, "no PyTorch peer result")
     one = copy.deepcopy(GOOD_CUDA)
     one["runs"].pop()
