@@ -86,13 +86,16 @@ inline void round_step_to_device_formats(DrafterParameters<double>& params, Froz
 }
 
 // Two sequences of a config's drafter (the case's context, anchor slots, loss chunk and dropout
-// rate at both hidden sites and the attention site; parameters seed 11 at scale 0.2, frozen
-// weights seed 12, batch seed 5), in the device formats; the steps' options at step 3, sequence
-// offset 1 (dropout streams other than the first), every_k with k = 2.
+// rates; parameters seed 11 at scale 0.2, frozen weights seed 12, batch seed 5), in the device
+// formats; the steps' options at step 3, sequence offset 1 (dropout streams other than the
+// first), every_k with k = 2.
 struct StepProblemCase {
   const char* config;  // file in configs/
   std::int64_t context_length, max_anchors, chunk_rows;
-  double dropout;
+  double dropout;                 // both hidden sites, and the attention site unless set apart
+  double attention_dropout = -1;  // >= 0: the attention site's own rate (a rate mixed up shows)
+
+  double attention_rate() const { return attention_dropout < 0 ? dropout : attention_dropout; }
 };
 
 struct DeviceFormatStepProblem {
@@ -104,7 +107,7 @@ struct DeviceFormatStepProblem {
 
   // `loaded`: the case's config file, read by the caller (tests and verify find configs/ apart).
   DeviceFormatStepProblem(DrafterConfig loaded, const StepProblemCase& c) : config(std::move(loaded)) {
-    config.attention_dropout = c.dropout;
+    config.attention_dropout = c.attention_rate();
     config.hidden_dropout = c.dropout;
     config.max_anchors = c.max_anchors;
     config.loss_chunk_rows = c.chunk_rows;

@@ -26,6 +26,13 @@ inline std::vector<AttentionCase> tensor_core_cases() {
     cases.push_back(c);
   }
   cases.push_back({"full_scale_tile_sliding_dropout", 96, 2, 32, 4, 1, 128, true, 48, 32, 0.1, {40, 95}, {1, 1}});
+  // Shapes where the tile's three sizes part ways, each sized by its own rule (tc_tile_keys,
+  // tc_query_rows): a block wider than the context key tile (32 keys per tile from B, not 16 from
+  // key_tile), one query head per kv head (16 query rows against 32 tile keys), and query rows
+  // that fill their last warp only half (24 rows: warp 1's rows 8..15 are padding).
+  cases.push_back({"block_wider_than_key_tile", 40, 3, 32, 2, 1, 16, true, 24, 8, 0.2, {3, 21, 39}, {1, 1, 1}});
+  cases.push_back({"key_tile_over_query_rows", 70, 3, 16, 2, 2, 32, false, 32, 32, 0.1, {5, 33, 69}, {1, 0, 1}});
+  cases.push_back({"query_rows_half_a_warp_over", 50, 3, 8, 6, 2, 16, true, 20, 16, 0.3, {4, 26, 49}, {1, 1, 1}});
   return cases;
 }
 

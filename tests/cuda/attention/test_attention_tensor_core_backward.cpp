@@ -128,5 +128,74 @@ TEST_P(AttentionTensorCoreBackward, BitsIndependentOfRunAndWarpAndLaneOrder) {
   }
 }
 
+// Site-1 dropout element indices (h T + i)(S + T) + key pass 2^32 at full scale (3.9e10 at
+// qwen3.6-27b's T = 32768), where every case above stays below 2^16. A sequence of 4096 blocks
+// of 16 (T = 65536) puts its last query tile's elements up to 1.9e10; only that tile runs,
+// forward and then dq, through the tensor-core and the CUDA-core programs (the whole grid would
+// take minutes on the host). Both must draw the same elements, each by its full 64-bit index.
+TEST(AttentionTensorCoreLongSequence, DropoutElementsPast2To32DrawWhatTheCudaCoreProgramsDraw) {
+  AttentionCase c{"long_sequence", 4096, 4096, 16, 4, 1, 16, true, 24, 32, 0.5, {}, {}};
+  for (std::int64_t n = 0; n < c.N; ++n) c.anchors.push_back(n);  // block n sees context keys [n - 24, n)
+  c.keep.assign(static_cast<std::size_t>(c.N), 1);
+  const AttentionData data = bf16_rounded(AttentionData(c));
+  const auto cast = in_storage<Bf16Bits>;
+  const std::vector<Bf16Bits> q = cast(data.q), kc = cast(data.k_ctx), vc = cast(data.v_ctx), kb = cast(data.k_blk),
+                              vb = cast(data.v_blk), dout = cast(data.d_out);
+  const AttentionProblem pb = attention_problem(c);
+  const AttentionTiling tl = pb.tiling;
+  const std::int64_t last = tl.query_tiles() - 1;
+  ASSERT_TRUE(attention_forward_uses_tensor_cores<Bf16Bits>(tl));
+
+  // One implementation's forward and dq on the last tile: {forward draws, dq draws}, sorted.
+  auto draws_of_last_tile = [&](bool tensor_cores) {
+    std::vector<Bf16Bits> out(q.size());
+    std::vector<float> lse(static_cast<std::size_t>(c.T() * c.nh)), dq(q.size()), dk_ctx(kc.size()), dv_ctx(kc.size()),
+        dk_blk(kb.size()), dv_blk(kb.size()), delta(lse.size());
+    AttentionOperands<Bf16Bits> in{q.data(), kc.data(), vc.data(), kb.data(), vb.data(), nullptr, nullptr, nullptr};
+    const AttentionForwardOutputs<Bf16Bits> fwd{out.data(), lse.data()};
+    const AttentionGradients grads{dq.data(), dk_ctx.data(), dv_ctx.data(), dk_blk.data(), dv_blk.data(), delta.data()};
+    std::vector<DropoutDrawRecord> forward, backward;
+    if (tensor_cores) {
+      forward = run_grid_on_host<HostWarpExec>(1, attention_forward_tc_shared_bytes(tl), tc_forward_threads(tl), false,
+                                               [&](HostWarpExec& exec, unsigned char* shared, std::int64_t) {
+                                                 attention_forward_tc_block(exec, pb, in, fwd, shared, last);
+                                               })
+                    .draws;
+    } else {
+      forward = run_grid_on_host(1, attention_forward_shared_bytes<Bf16Bits>(tl), kAttentionThreads, false,
+                                 [&](HostBlockExec& exec, unsigned char* shared, std::int64_t) {
+                                   attention_forward_block(exec, pb, in, fwd, shared, last);
+                                 })
+                    .draws;
+    }
+    in.out = out.data();
+    in.d_out = dout.data();
+    in.lse = lse.data();
+    if (tensor_cores) {
+      backward = run_grid_on_host<HostWarpExec>(1, attention_dq_tc_shared_bytes(tl), tc_forward_threads(tl), false,
+                                                [&](HostWarpExec& exec, unsigned char* shared, std::int64_t) {
+                                                  attention_dq_tc_block(exec, pb, in, grads, shared, last);
+                                                })
+                     .draws;
+    } else {
+      backward = run_grid_on_host(1, attention_dq_shared_bytes<Bf16Bits>(tl), kAttentionThreads, false,
+                                  [&](HostBlockExec& exec, unsigned char* shared, std::int64_t) {
+                                    attention_dq_block(exec, pb, in, grads, shared, last);
+                                  })
+                     .draws;
+    }
+    std::sort(forward.begin(), forward.end());
+    std::sort(backward.begin(), backward.end());
+    return std::pair{forward, backward};
+  };
+  const auto [tc_forward, tc_dq] = draws_of_last_tile(true);
+  const auto [simt_forward, simt_dq] = draws_of_last_tile(false);
+  ASSERT_FALSE(simt_forward.empty());
+  EXPECT_GT(simt_forward.back().element, std::uint64_t{1} << 32) << "the case no longer reaches past 2^32";
+  EXPECT_EQ(tc_forward, simt_forward);
+  EXPECT_EQ(tc_dq, simt_dq);
+  EXPECT_EQ(simt_dq, simt_forward) << "the backward replays the forward's draws";
+}
+
 }  // namespace
 }  // namespace dflash

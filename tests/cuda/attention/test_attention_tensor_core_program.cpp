@@ -188,6 +188,13 @@ TEST(AttentionTensorCoreSelection, KeyTileAbove64Refused) {
   t.key_tile = 80;
   expect_refused(t, "key_tile");
 }
+// The block's own keys count as much as a context tile's: a block of 80 under a key tile of 32.
+TEST(AttentionTensorCoreSelection, BlockAbove64KeysRefused) {
+  auto t = mid_tiling();
+  t.B = 80;
+  t.nh = t.nkv;  // 80 query rows: within the row limit
+  expect_refused(t, "key_tile and B");
+}
 TEST(AttentionTensorCoreSelection, QueryTileAbove128RowsRefused) {
   auto t = full_scale_tiling();
   t.nkv = 4;  // 8 heads per kv head x B 32 = 256 rows

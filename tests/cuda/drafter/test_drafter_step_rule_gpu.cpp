@@ -23,7 +23,8 @@ namespace dflash {
 namespace {
 
 std::string case_name(const StepProblemCase& c) {
-  return std::string(c.config) + (c.dropout > 0 ? " dropout" : " no dropout");
+  return std::string(c.config) + (c.dropout > 0 ? " dropout" : " no dropout") +
+         (c.attention_dropout >= 0 ? " attention apart" : "");
 }
 
 void expect_step_within_rule(const DrafterParameters<double>& params, const StepValues& got, const StepValues& plain,
@@ -83,6 +84,7 @@ TEST_P(DrafterStepRule, EveryPolicyWithinBf16RuleAndBitwiseEqual) {
 INSTANTIATE_TEST_SUITE_P(TinyAndMid, DrafterStepRule,
                          ::testing::Values(StepProblemCase{"tiny.json", 11, 4, 5, 0.0},
                                            StepProblemCase{"tiny.json", 11, 4, 5, 0.1},
+                                           StepProblemCase{"tiny.json", 11, 4, 5, 0.1, 0.3},
                                            StepProblemCase{"mid.json", 300, 4, 24, 0.0},
                                            StepProblemCase{"mid.json", 300, 4, 24, 0.1}),
                          [](const ::testing::TestParamInfo<StepProblemCase>& info) {

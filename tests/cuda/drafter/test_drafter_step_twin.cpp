@@ -1,5 +1,7 @@
 // The harness the GPU step is judged by, on the CPU (every CI): the plain bf16 computation of the
-// whole step (harness/cuda/drafter_step_twin.hpp) on the tiny and mid configs, dropout off and on,
+// whole step (harness/cuda/drafter_step_twin.hpp) on the tiny and mid configs, dropout off and on
+// (and on tiny with the attention site's rate apart from the hidden sites', so that a rate read
+// from the other site shows),
 // against the double reference step on the same device-format inputs. Each quantity must be off
 // by no more than SPEC §10's model bound of a plain bf16 step (step_result_bound,
 // golden/compare_rules.hpp: independent bf16 roundings along the step's path) and must be
@@ -48,10 +50,12 @@ TEST_P(PlainBf16Step, WithinTheModelBoundOfTheReferenceAndNotExact) {
 INSTANTIATE_TEST_SUITE_P(TinyAndMid, PlainBf16Step,
                          ::testing::Values(StepProblemCase{"tiny.json", 11, 4, 5, 0.0},
                                            StepProblemCase{"tiny.json", 11, 4, 5, 0.1},
+                                           StepProblemCase{"tiny.json", 11, 4, 5, 0.1, 0.3},
                                            StepProblemCase{"mid.json", 300, 4, 24, 0.1}),
                          [](const ::testing::TestParamInfo<StepProblemCase>& info) {
                            return std::string(info.param.config[0] == 't' ? "tiny" : "mid") +
-                                  (info.param.dropout > 0 ? "_dropout" : "");
+                                  (info.param.dropout > 0 ? "_dropout" : "") +
+                                  (info.param.attention_dropout >= 0 ? "_attention_apart" : "");
                          });
 
 }  // namespace
