@@ -72,18 +72,20 @@ class DoubleAdamW {
         moved_(theta.size(), 0.0),
         g_max_(theta.size(), 0.0) {}
 
-  // Optimizer step t (0-based) with gradient g scaled by clip.
-  void step(const std::vector<float>& g, double clip, long long t) {
+  // Optimizer step t (0-based) with gradient g scaled by clip, at the learning rate h.lr.
+  void step(const std::vector<float>& g, double clip, long long t) { step(g, clip, t, h_.lr); }
+  // The same at learning rate `lr` (a schedule's lr_t).
+  void step(const std::vector<float>& g, double clip, long long t, double lr) {
     const double bias1 = 1.0 - std::pow(h_.beta1, double(t + 1)), bias2 = 1.0 - std::pow(h_.beta2, double(t + 1));
     for (std::size_t i = 0; i < theta_.size(); ++i) {
       const double gd = double(g[i]) * clip;
       if (flat_.decays(std::int64_t(i))) {
-        moved_[i] += h_.lr * h_.weight_decay * std::abs(theta_[i]);
-        theta_[i] *= 1.0 - h_.lr * h_.weight_decay;
+        moved_[i] += lr * h_.weight_decay * std::abs(theta_[i]);
+        theta_[i] *= 1.0 - lr * h_.weight_decay;
       }
       m_[i] = h_.beta1 * m_[i] + (1.0 - h_.beta1) * gd;
       v_[i] = h_.beta2 * v_[i] + (1.0 - h_.beta2) * gd * gd;
-      const double update = h_.lr / bias1 * m_[i] / (std::sqrt(v_[i]) / std::sqrt(bias2) + h_.eps);
+      const double update = lr / bias1 * m_[i] / (std::sqrt(v_[i]) / std::sqrt(bias2) + h_.eps);
       theta_[i] -= update;
       moved_[i] += std::abs(update);
       g_max_[i] = std::max(g_max_[i], std::abs(gd));

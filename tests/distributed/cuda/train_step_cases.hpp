@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/tolerances.hpp"
@@ -84,7 +85,8 @@ class ShardSumsRecorder final : public ForwardingCommunicator {
 };
 
 // Three steps on R = comms' ranks (each its share of the global batch), under `zero`, with a
-// constant lr_t (warmup 0, min lr = lr: the double AdamW below takes one lr). Held to:
+// warm-up of 2 steps (lr_0 half the peak: the optimizer must apply the schedule's lr_t, which the
+// double AdamW below takes step by step). Held to:
 //   - the gradient, against the backend's drafter step on each rank's share (the same code: a view,
 //     zeroing, W or share mistake shows), summed over ranks in fp32 in rank order: on one rank
 //     bitwise; on R ranks each element within 2 (R - 1) u of the sum of the ranks' |g| (any two
@@ -100,8 +102,8 @@ class ShardSumsRecorder final : public ForwardingCommunicator {
 //     communicator sums in) with the clip factor of its norm. A shard offset dropped from the
 //     update, the reduce-scatter or the all-gather moves an element by ~lr, far outside the rule;
 //   - what precision cannot change, exactly against the reference train_step on the same ranks:
-//     W, tokens, lr, step; the loss as the sum of the ranks' (kReferenceTolerance: the order of a
-//     double sum);
+//     W, tokens, lr, step; the loss, ce and kl each as the sum of the ranks' (kReferenceTolerance:
+//     the order of a double sum);
 //   - every rank's master, moments and working copy bitwise rank 0's.
 template <class Backend>
 void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicators comms, int zero,
@@ -109,7 +111,7 @@ void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicat
   Communicator& comm = comms.host;
   const int R = comm.size(), r = comm.rank();
   CudaTinyProblem p(zero);
-  p.training.warmup_steps = 0;
+  p.training.warmup_steps = 2;
   p.training.min_learning_rate = p.training.learning_rate;
   const FlatLayout layout(p.config, R, zero);
   const std::size_t P = std::size_t(layout.count());
@@ -150,8 +152,8 @@ void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicat
         magnitude[e] += std::abs(double(every[std::size_t(q) * P + e]));
       }
     }
-    double totals[2] = {local.stats.loss, double(local.stats.valid_rows)};
-    all_reduce_sum(comm, std::span<double>(totals, 2));
+    double totals[4] = {local.stats.loss, double(local.stats.valid_rows), local.stats.ce, local.stats.kl};
+    all_reduce_sum(comm, std::span<double>(totals, 4));
 
     const StepMetrics m = train_step_on(host, state, p.config, p.training, {&share, 1});
     const StepMetrics ref =
@@ -173,11 +175,16 @@ void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicat
       if (!(std::abs(double(g[e]) - double(summed[e])) <= 2.0 * (R - 1) * kFp32Unit * magnitude[e])) off = e;
     }
     EXPECT_EQ(off, P) << "gradient element " << off << ": " << g[off % P] << " against the sum " << summed[off % P];
-    if (R == 1) {
-      EXPECT_EQ(m.loss, totals[0]);
-    } else {
-      EXPECT_NEAR(m.loss, totals[0], kReferenceTolerance * std::abs(totals[0]));
+    for (const auto& [name, got, want] : {std::tuple{"loss", m.loss, totals[0]}, std::tuple{"ce", m.ce, totals[2]},
+                                          std::tuple{"kl", m.kl, totals[3]}}) {
+      if (R == 1) {
+        EXPECT_EQ(got, want) << name;
+      } else {
+        EXPECT_NEAR(got, want, kReferenceTolerance * std::abs(want)) << name;
+      }
     }
+    EXPECT_GT(m.kl, 0.0);  // kl and ce are told apart
+    EXPECT_NE(m.kl, m.ce);
     EXPECT_EQ(double(m.tokens), totals[1]);
     EXPECT_EQ(m.weight_sum, W);
     EXPECT_EQ(m.weight_sum, ref.weight_sum);
@@ -194,7 +201,10 @@ void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicat
     const double clip = clip_coefficient(m.grad_norm, h.max_norm);
     EXPECT_EQ(m.clipped, clip < 1.0);
     const CudaStateSnapshot now = snapshot(state, p.config);
-    adamw.step(g, clip, t);
+    if (t == 0) {
+      EXPECT_LT(m.lr, p.training.learning_rate) << "the warm-up's first lr is not below the peak";
+    }
+    adamw.step(g, clip, t, m.lr);  // m.lr is the reference's schedule (above)
     EXPECT_TRUE(adamw.within_fp32_rule(floats(now.full[0]), floats(now.full[1]), floats(now.full[2])));
     EXPECT_EQ(now.step, t + 1);
     EXPECT_TRUE(equal_on_every_rank(comm, now.full[0], "master"));
