@@ -31,6 +31,22 @@ TEST(OptimizerProgram, NormThreadRangesCoverEveryElementOnce) {
   }
 }
 
+// The norm's grid writes one partial a block into a buffer of kNormMaxBlocks (the step's and the
+// ZeRO-0 reduction's): at any size, up to a full-scale gradient and far past it, the grid must not
+// outgrow it (past 1024 x 256 elements each thread takes several).
+TEST(OptimizerProgram, NormGridFitsItsPartialsBufferAtEverySize) {
+  for (std::int64_t n : {std::int64_t(0), std::int64_t(1), kNormMaxBlocks * kOptimizerThreads,
+                         kNormMaxBlocks * kOptimizerThreads + 1, std::int64_t(300000), std::int64_t(1) << 33}) {
+    EXPECT_GE(norm_blocks(n), 1) << "n " << n;
+    EXPECT_LE(norm_blocks(n), kNormMaxBlocks) << "n " << n;
+  }
+  // and the norm of such a gradient is still one tree over every element
+  const std::vector<float> g = random_floats(300000, 2, 1.0f);
+  double plain = 0;
+  for (float x : g) plain += double(x) * double(x);
+  EXPECT_LE(std::abs(squared_norm_on_host(g, false) - plain), kReferenceTolerance * plain);
+}
+
 TEST(OptimizerProgram, SquaredNormIsOneTreeWhateverTheThreadOrder) {
   const std::vector<float> g = random_floats(kCount, 1, 1.0f);
   const double forward = squared_norm_on_host(g, false);

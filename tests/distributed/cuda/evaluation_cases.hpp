@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -30,6 +31,7 @@
 #include "harness/cuda/config_path.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
 #include "planner/parameter_memory.hpp"
+#include "tests/distributed/cuda/train_test_support.hpp"
 #include "tests/distributed/training_problem.hpp"
 #include "tests/io/safetensors_test_support.hpp"
 
@@ -123,6 +125,16 @@ inline void expect_evaluation_within_the_bf16_rule(const EvalCase& e, const Make
   EXPECT_TRUE(losses.ok()) << losses.name << ": error " << losses.error << " > bound " << losses.bound;
   std::printf("  %s: losses error %.2e plain %.2e bound %.2e; accuracy %.4f (reference %.4f)\n", e.config, losses.error,
               losses.plain_error, losses.bound, got.accuracy, exact.accuracy);
+  // the hits: bf16 logits can flip an argmax only on near-ties (kHitAgreement), and the same
+  // rows are labelled, so the accuracies differ by at most that share of rows
+  EXPECT_LE(std::abs(got.accuracy - exact.accuracy), 1.0 - kHitAgreement)
+      << "accuracy " << got.accuracy << " against the reference's " << exact.accuracy;
+  // and the block statistics, from the loss head's hits: a flipped row moves one kept block's
+  // acceptance length by at most B - 1, and a kept block holds at most B - 1 labelled rows (so
+  // kept blocks >= tokens / (B - 1)): the mean moves by at most (1 - kHitAgreement)(B - 1)^2
+  const double b1 = double(config.block_size - 1);
+  EXPECT_LE(std::abs(got.acceptance_length - exact.acceptance_length), (1.0 - kHitAgreement) * b1 * b1)
+      << "acceptance length " << got.acceptance_length << " against the reference's " << exact.acceptance_length;
 
   const PlanRequest request = training_plan_request(config, training, 1, TrainingBackend::cuda);
   const std::int64_t flat_gradient =

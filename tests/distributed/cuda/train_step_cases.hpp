@@ -215,16 +215,6 @@ void expect_steps_follow_the_rule_of_each_part(const Backend& be, CudaCommunicat
   EXPECT_EQ(reference.state.optimizer.step, kCudaSteps);
 }
 
-// The share of labelled rows whose CUDA hit (argmax z = y) must equal the reference step's. The two
-// steps see the same rows (anchors, keep, w01: exactly equal) but the CUDA one computes the logits
-// from the bf16 working copy with bf16 activations (relative error about 2^-8 per rounding) and
-// its parameters drift from the double reference's over the steps; an argmax can differ only on
-// a row whose two largest logits are that close. On the tiny problem (V = 24, about 150 labelled
-// rows over three steps) such near-ties are rare: 5% leaves room for a few of them, while hits of
-// the wrong rows (a shifted or reordered download) agree on far fewer (most rows miss, and the
-// hits land elsewhere).
-constexpr double kHitAgreement = 0.95;
-
 // One rank: the per-row hits behind the block statistics are the loss head's own (they count the
 // step's accuracy exactly), on the reference's rows, equal to the reference's on kHitAgreement.
 template <class Backend>
