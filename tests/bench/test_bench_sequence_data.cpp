@@ -2,7 +2,9 @@
 // code): the anchors and block rows the reference's prepare_sequences makes of the same tokens and
 // loss mask, and a clear error for a bad shape.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -39,11 +41,13 @@ Rows call(long long S, long long V, long long B, long long mask_token, long long
 }
 
 // 48 tokens with a prompt of 12 leave 35 candidates: 8 slots all kept; 40 slots leave 5 unkept.
+// A decay gamma of 0 is a config's null (no decay: every weight 1), as the PyTorch peer passes it.
 TEST(BenchSequenceData, EqualsTheReferencesBlockRows) {
-  for (const long long N : {8LL, 40LL}) {
+  for (const auto& [N, gamma] : {std::pair{8LL, 3.0}, std::pair{40LL, 3.0}, std::pair{8LL, 0.0}}) {
+    SCOPED_TRACE(gamma);
     const long long S = 48, V = 97, B = 4, mask_token = 96;
     const std::uint64_t seed = 11, anchor_seed = 5;
-    const Rows r = call(S, V, B, mask_token, N, 3.0, seed, anchor_seed);
+    const Rows r = call(S, V, B, mask_token, N, gamma, seed, anchor_seed);
     ASSERT_EQ(r.status, 0) << r.error.c_str();
 
     MemoryTracker tracker;
@@ -59,7 +63,7 @@ TEST(BenchSequenceData, EqualsTheReferencesBlockRows) {
     config.seed = anchor_seed;
     config.block_size = B;
     config.mask_token_id = mask_token;
-    config.loss_decay_gamma = 3.0;
+    config.loss_decay_gamma = gamma > 0 ? std::optional<double>(gamma) : std::nullopt;
     const PreparedSequence<double> s = prepare_sequences(config, batch, DrafterStepOptions{}).at(0);
     EXPECT_EQ(s.slots.anchors, r.anchors);
     EXPECT_EQ(s.slots.keep, r.keep);

@@ -119,6 +119,8 @@ TEST_F(FullScaleGateSmall, ExactAndPlainValuesAreTheReferencesAndTheEmulations) 
     EXPECT_LE(scalar_relative_error(gate_.lse[j], reference_->lse[i], 1.0), kReferenceTolerance) << i;
     EXPECT_LE(scalar_relative_error(gate_.token_loss[j], reference_->token_loss[i], 1.0), kReferenceTolerance) << i;
     EXPECT_LE(scalar_relative_error(gate_.plain_lse[j], plain_->result.lse[i], 1.0), kReferenceTolerance) << i;
+    EXPECT_LE(scalar_relative_error(gate_.plain_token_loss[j], plain_->result.token_loss[i], 1.0), kReferenceTolerance)
+        << i;
     EXPECT_LE(relative_error(std::span<const double>(&gate_.hidden_grad[j * H], H),
                              std::span<const double>(reference_->hidden_grad.row(i), H)),
               kReferenceTolerance)
@@ -145,14 +147,44 @@ TEST_F(FullScaleGateSmall, TheReferencePassesAndANeighboursGradientFails) {
   EXPECT_NE(fail.describe().find("hidden_grad: error"), std::string::npos);
 }
 
+// Any output of an unlabelled row: its lse, its token loss, the first or the last entry of its
+// dL/dY.
 TEST_F(FullScaleGateSmall, AnUnlabelledRowWithAnyNonZeroOutputFails) {
-  GateObserved o = reference_observed();
   const std::size_t j = static_cast<std::size_t>(std::find(rows_.begin(), rows_.end(), unlabelled_) - rows_.begin());
   ASSERT_EQ(gate_.valid[j], 0);
-  o.hidden_grad[j * static_cast<std::size_t>(p_->hidden.dim(1))] = 1e-30f;
-  const Bf16RuleReport report = check_full_scale_gate(gate_, o);
-  EXPECT_FALSE(report.ok());
-  EXPECT_NE(report.describe().find("unlabelled_rows_zero"), std::string::npos);
+  const std::size_t H = static_cast<std::size_t>(p_->hidden.dim(1));
+  for (int which = 0; which < 4; ++which) {
+    SCOPED_TRACE(which);
+    GateObserved o = reference_observed();
+    float& planted = which == 0   ? o.lse[j]
+                     : which == 1 ? o.token_loss[j]
+                     : which == 2 ? o.hidden_grad[j * H]
+                                  : o.hidden_grad[j * H + H - 1];
+    planted = 1e-30f;
+    const Bf16RuleReport report = check_full_scale_gate(gate_, o);
+    EXPECT_FALSE(report.ok());
+    EXPECT_NE(report.describe().find("unlabelled_rows_zero"), std::string::npos);
+  }
+}
+
+// The rule measures a result against the exact values: one 1.5 times as far from them as the
+// plain computation, on the side away from the plain values, passes (against the plain values it
+// would be 2.5 times the plain error), and one 3 times as far fails.
+TEST_F(FullScaleGateSmall, ErrorsAreMeasuredAgainstTheExactValues) {
+  for (const double factor : {1.5, 3.0}) {
+    SCOPED_TRACE(factor);
+    GateObserved o;
+    auto away = [&](double exact, double plain) { return static_cast<float>(exact - factor * (plain - exact)); };
+    for (std::size_t j = 0; j < rows_.size(); ++j) {
+      o.lse.push_back(gate_.valid[j] ? away(gate_.lse[j], gate_.plain_lse[j]) : 0.0f);
+      o.token_loss.push_back(gate_.valid[j] ? away(gate_.token_loss[j], gate_.plain_token_loss[j]) : 0.0f);
+    }
+    for (std::size_t e = 0; e < gate_.hidden_grad.size(); ++e) {
+      o.hidden_grad.push_back(away(gate_.hidden_grad[e], gate_.plain_hidden_grad[e]));
+    }
+    const Bf16RuleReport report = check_full_scale_gate(gate_, o);
+    EXPECT_EQ(report.ok(), factor < 2) << report.describe();
+  }
 }
 
 }  // namespace
