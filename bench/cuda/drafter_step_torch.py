@@ -108,6 +108,13 @@ class DFlashMask:
         return self.visible(q, kv)
 
 
+def layer_masks(x, S, c):
+    """The masks of a sequence's layers by kind ({sliding: DFlashMask}), for the kinds the config's
+    layers use."""
+    return {sliding: DFlashMask(x["anchors"], x["keep"], S, c["block_size"], sliding, c.get("sliding_window") or 0)
+            for sliding in {t == "sliding_attention" for t in c["layer_types"]}}
+
+
 class Attention:
     """One attention implementation for all layers: flex (BlockMask per layer type), sdpa or eager."""
 
@@ -345,9 +352,7 @@ def main():
         model = Drafter(c).to(dtype=dtype)
     x = make_inputs(args, c, lib, model, device, dtype)
     T = x["tokens"].shape[0]
-    masks = {sliding: DFlashMask(x["anchors"], x["keep"], args.context, c["block_size"], sliding,
-                                 c.get("sliding_window") or 0)
-             for sliding in {t == "sliding_attention" for t in c["layer_types"]}}
+    masks = layer_masks(x, args.context, c)
     out = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
            "config": args.config, "context": args.context, "tokens": T, "seed": args.seed, "attention": kind,
            "weight_sum": x["W"], "chunk": c["loss_chunk_rows"]}

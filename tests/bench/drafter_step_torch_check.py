@@ -82,8 +82,7 @@ def main():
     keep = x["keep"].tolist()
     assert 0 < sum(keep) < len(keep), f"keep {keep}: the check needs kept and unkept blocks"
     T = x["tokens"].shape[0]
-    masks = {sliding: peer.DFlashMask(x["anchors"], x["keep"], S, c["block_size"], sliding, c["sliding_window"])
-             for sliding in (False, True)}
+    masks = peer.layer_masks(x, S, c)  # the peer's own, as its main() builds them
     loss = peer.drafter_step(model, x, peer.Attention("eager", masks, T), c, c["loss_chunk_rows"])[0]
     grads = {name: q.grad.clone() for name, q in model.named_parameters()}
 
@@ -97,7 +96,9 @@ def main():
                                                t == "sliding_attention", c["sliding_window"])
     scalars = {k: c[k] for k in ("rms_norm_eps", "rope_theta", "num_attention_heads", "num_key_value_heads",
                                  "head_dim", "num_hidden_layers", "temperature", "hard_weight", "soft_weight")}
-    scalars.update(parameters=names, weight_sum=x["W"])
+    # W from the weights (decaying with gamma), not the peer's own: its normaliser is under test too
+    W = float(x["weights"].double().sum())
+    scalars.update(parameters=names, weight_sum=W)
     ref_loss, ref_grads = torch_reference.drafter_case(tensors, scalars)
 
     failures = []

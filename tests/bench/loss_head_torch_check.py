@@ -75,7 +75,12 @@ def check_step(failures):
         best = (data["y"] @ data["lm_head"].T).argmax(-1)
     data["labels"][::3] = best[::3]
     data["y"].requires_grad_(True)
-    s = {"temperature": HYPER["tau"], "hard_weight": HYPER["hard"], "soft_weight": HYPER["soft"], "weight_sum": data["W"]}
+    # W from the weights themselves, not the baseline's own: its normaliser is under test too (the
+    # weights are not all 1, so a count of valid rows would differ)
+    W = float(data["weights"].sum())
+    if W == float(data["valid"].sum()):
+        failures.append("the weights sum to the count of valid rows: a wrong normaliser would not show")
+    s = {"temperature": HYPER["tau"], "hard_weight": HYPER["hard"], "soft_weight": HYPER["soft"], "weight_sum": W}
     x = {"hidden": data["y"].detach(), "teacher_hidden": data["g"], "lm_head": data["lm_head"], "labels": data["labels"],
          "weights": data["weights"], "valid": data["valid"].long()}
     ref_loss, (ref_grad,) = torch_reference.loss_head_case(x, s)
@@ -87,8 +92,8 @@ def check_step(failures):
     row_ce, row_kl, spec_accuracy = spec_sums(data, **HYPER)
     w = data["weights"]
     expected = {"loss": (loss, ref_loss, TOLERANCE), "dL/dY": (grad, ref_grad, TOLERANCE),
-                "ce": (ce, float((w * row_ce).sum()) / data["W"], TOLERANCE),
-                "kl": (kl, float((w * row_kl).sum()) / data["W"], TOLERANCE),
+                "ce": (ce, float((w * row_ce).sum()) / W, TOLERANCE),
+                "kl": (kl, float((w * row_kl).sum()) / W, TOLERANCE),
                 "accuracy": (accuracy, spec_accuracy, 0.0),
                 "loss, chunks against one": (loss, whole[0], CHUNK_TOLERANCE),
                 "dL/dY, chunks against one": (grad, whole_grad, CHUNK_TOLERANCE)}
