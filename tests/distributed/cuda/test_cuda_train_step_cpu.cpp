@@ -5,6 +5,11 @@
 // host_drafter_step: the device step's own code on the CPU backends.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "distributed/single_process_communicator.hpp"
 #include "harness/cuda/host_training_backend.hpp"
 #include "tests/distributed/cuda/host_step_support.hpp"
@@ -45,6 +50,32 @@ TEST_F(CudaTrainStepCpu, StateMemoryPerCategoryIsThePlansWithZeroOne) {
 
 TEST_F(CudaTrainStepCpu, BucketsDuringTheBackwardEqualBucketsAfterIt) {
   expect_buckets_during_the_backward_equal_buckets_after_it(backend(), {comm_, comm_});
+}
+
+// §12's report names the tensor and element that hold the non-finite value, found by downloading
+// the first tensor whose squared norm is not finite: here one element deep inside a later tensor
+// (the step's own test poisons every gradient, where the first tensor is the answer whatever the
+// search reads).
+TEST_F(CudaTrainStepCpu, NonFiniteSearchNamesTheTensorAndTheElement) {
+  CudaTinyProblem p(0);
+  DeviceTrainingState<HostTrainingBackend> state(backend(), {comm_, comm_}, p.config, p.training, p.frozen,
+                                                 p.initial_state(1, 0));
+  const std::vector<FlatTensor>& tensors = state.layout().tensors();
+  ASSERT_GE(tensors.size(), 3u);
+  const std::size_t t = tensors.size() - 2;
+  const std::int64_t e = tensors[t].numel - 2;
+  std::fill_n(state.gradient(), state.layout().count(), 0.0f);
+  state.gradient()[tensors[t].offset + e] = std::numeric_limits<float>::infinity();
+  std::vector<double> squares(tensors.size(), 0.0);
+  squares[t] = std::numeric_limits<double>::infinity();
+  const NonFiniteReport found = train_step_detail::find_non_finite(state, squares.data(), 1.0);
+  EXPECT_EQ(found.kind, 2);
+  EXPECT_EQ(found.tensor, std::int64_t(t));
+  EXPECT_EQ(found.element, e);
+  // a finite gradient with a non-finite loss is the loss's
+  state.gradient()[tensors[t].offset + e] = 0.0f;
+  squares[t] = 0.0;
+  EXPECT_EQ(train_step_detail::find_non_finite(state, squares.data(), std::nan("")).kind, 1);
 }
 
 }  // namespace

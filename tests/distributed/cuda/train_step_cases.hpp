@@ -398,7 +398,8 @@ void expect_ranks_equal_the_single_process_step(const Backend& be, CudaCommunica
 // backward (TrainStepOptions::reduce_during_backward): the same collective on the same data, so
 // bitwise the same metrics, master weights, moments and working copy over three steps, on every
 // rank, for 512 B buckets (many per layer: most are issued before layer 0's backward) and the
-// default 25 MiB (one bucket: after fc). On R >= 2 ranks it fails if a bucket is summed before its
+// default 25 MiB (one bucket: after fc), and with the rank's share in two groups of sequences (the
+// buckets follow the last group's backward). On R >= 2 ranks it fails if a bucket is summed before its
 // gradients are final (issued too early; on the GPU also the communication stream not waiting for
 // the compute stream's work) or the norm reads the gradient before the sums land; on one rank the
 // in-place sum changes nothing, and it checks that the path runs and leaves the step as it was.
@@ -406,17 +407,23 @@ template <class Backend>
 void expect_buckets_during_the_backward_equal_buckets_after_it(const Backend& be, CudaCommunicators comms) {
   const int R = comms.host.size(), r = comms.host.rank();
   CudaTinyProblem p(0);
-  for (const std::int64_t bucket_bytes : {std::int64_t(512), kDefaultBucketBytes}) {
-    SCOPED_TRACE("bucket " + std::to_string(bucket_bytes) + " B");
+  // The rank's share as one group of sequences, and as two (its halves, as a trainer hands over
+  // several): the buckets go to the communicator during the backward of the last group only.
+  for (const auto& [bucket_bytes, groups] :
+       {std::pair{std::int64_t(512), 1}, std::pair{kDefaultBucketBytes, 1}, std::pair{std::int64_t(512), 2}}) {
+    SCOPED_TRACE("bucket " + std::to_string(bucket_bytes) + " B, " + std::to_string(groups) + " groups");
     DeviceTrainingState<Backend> during(be, comms, p.config, p.training, p.frozen, p.initial_state(R, r));
     DeviceTrainingState<Backend> after(be, comms, p.config, p.training, p.frozen, p.initial_state(R, r));
     for (std::int64_t t = 0; t < kCudaSteps; ++t) {
-      const DrafterBatch<double> mine = p.share(t, R, r);
-      const RankSequences share{CudaTinyProblem::first_of(R, r), &mine};
+      std::vector<DrafterBatch<double>> batches;
+      std::vector<RankSequences> share;
+      for (int h = 0; h < groups; ++h) batches.push_back(p.rank_batch(t, groups * R, groups * r + h));
+      for (int h = 0; h < groups; ++h)
+        share.push_back({CudaTinyProblem::first_of(groups * R, groups * r + h), &batches[std::size_t(h)]});
       MemoryTracker host;
-      const StepMetrics a = train_step_on(host, during, p.config, p.training, {&share, 1},
+      const StepMetrics a = train_step_on(host, during, p.config, p.training, share,
                                           {.bucket_bytes = bucket_bytes, .reduce_during_backward = true});
-      const StepMetrics b = train_step_on(host, after, p.config, p.training, {&share, 1},
+      const StepMetrics b = train_step_on(host, after, p.config, p.training, share,
                                           {.bucket_bytes = bucket_bytes, .reduce_during_backward = false});
       EXPECT_EQ(metrics_vector(a), metrics_vector(b)) << "step " << t;
     }
