@@ -7,7 +7,9 @@
 //     (harness/cuda/host_optimizer_exec.hpp);
 //   - the drafter's loop is the device step's own code on the CPU backends (host_drafter_sequences);
 //   - the GPU's two streams are emulated (HostStreams), so that a missing wait shows as it would on
-//     the GPU, every time rather than now and then: see below.
+//     the GPU, every time rather than now and then: see below;
+//   - what a kernel is documented to touch must lie within the buffer it is given
+//     (HostStreams::require_extent), where the GPU would overrun it silently.
 #pragma once
 
 #include <algorithm>
@@ -15,13 +17,16 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "distributed/communicator.hpp"
 #include "harness/cuda/drafter_step_twin.hpp"
 #include "harness/cuda/host_optimizer_exec.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 
@@ -57,6 +62,23 @@ class HostStreams {
     landing_.clear();
   }
 
+  // The live buffers by address, so that what a kernel is documented to touch can be held to the
+  // buffer it is given, as compute-sanitizer would on the GPU (where an overrun corrupts a
+  // neighbour silently): [p, p + bytes) must lie within one live buffer.
+  void note_allocation(const void* p, std::size_t bytes) {
+    if (p != nullptr) live_[p] = bytes;
+  }
+  void note_release(const void* p) { live_.erase(p); }
+  void require_extent(const void* p, std::size_t bytes, const char* what) const {
+    auto it = live_.upper_bound(p);
+    if (it == live_.begin()) throw std::logic_error(str(what, ": not in any live buffer"));
+    --it;
+    const auto offset = std::size_t(static_cast<const char*>(p) - static_cast<const char*>(it->first));
+    if (offset > it->second || bytes > it->second - offset) {
+      throw std::logic_error(str(what, ": ", bytes, " B at offset ", offset, " of a buffer of ", it->second, " B"));
+    }
+  }
+
  private:
   struct Landing {
     float* buffer;
@@ -64,6 +86,7 @@ class HostStreams {
   };
   std::vector<std::function<void()>> compute_;
   std::vector<Landing> landing_;
+  std::map<const void*, std::size_t> live_;
 };
 
 // A HostBuffer whose writes through zero() and whose release are compute-stream work (the
@@ -74,7 +97,9 @@ class StreamOrderedHostBuffer {
   StreamOrderedHostBuffer() = default;
   StreamOrderedHostBuffer(MemoryTracker& tracker, MemoryCategory category, std::size_t n,
                           std::shared_ptr<HostStreams> streams)
-      : values_(tracker, category, n), streams_(std::move(streams)) {}
+      : values_(tracker, category, n), streams_(std::move(streams)) {
+    streams_->note_allocation(values_.data(), n * sizeof(T));
+  }
   StreamOrderedHostBuffer(StreamOrderedHostBuffer&&) noexcept = default;
   StreamOrderedHostBuffer& operator=(StreamOrderedHostBuffer&& other) noexcept {
     if (this != &other) {
@@ -95,7 +120,10 @@ class StreamOrderedHostBuffer {
     streams_->enqueue([p, n] { std::fill(p, p + n, T(0)); });
   }
   void release() noexcept {
-    if (streams_) streams_->run_compute();  // nothing queued may outlive the bytes it touches
+    if (streams_) {
+      streams_->run_compute();  // nothing queued may outlive the bytes it touches
+      streams_->note_release(values_.data());
+    }
     values_.release();
   }
 
@@ -141,7 +169,10 @@ struct HostTrainingBackend {
   }
   void synchronize() const { streams->run_compute(); }
 
+  // CudaTrainingBackend's contract: g holds n values, partials kNormMaxBlocks.
   void squared_norm(const float* g, std::int64_t n, double* partials, double* out) const {
+    if (n > 0) streams->require_extent(g, std::size_t(n) * sizeof(float), "squared_norm's gradient");
+    streams->require_extent(partials, std::size_t(kNormMaxBlocks) * sizeof(double), "squared_norm's partials");
     streams->enqueue([=] { squared_norm_on_host(g, n, partials, out); });
   }
   void adamw_step(const AdamWRange& range) const {

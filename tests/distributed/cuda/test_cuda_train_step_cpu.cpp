@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "distributed/single_process_communicator.hpp"
@@ -50,6 +51,21 @@ TEST_F(CudaTrainStepCpu, StateMemoryPerCategoryIsThePlansWithZeroOne) {
 
 TEST_F(CudaTrainStepCpu, BucketsDuringTheBackwardEqualBucketsAfterIt) {
   expect_buckets_during_the_backward_equal_buckets_after_it(backend(), {comm_, comm_});
+}
+
+// The CPU backend holds a kernel to the extents its contract names (the GPU would overrun the
+// buffer silently): the norm's partials hold kNormMaxBlocks values, the gradient n.
+TEST_F(CudaTrainStepCpu, TheBackendRefusesAKernelExtentBeyondItsBuffer) {
+  const HostTrainingBackend be = backend();
+  auto g = be.buffer<float>(MemoryCategory::gradients, 1000);
+  auto out = be.buffer<double>(MemoryCategory::transient, 1);
+  auto partials = be.buffer<double>(MemoryCategory::transient, std::size_t(kNormMaxBlocks));
+  auto short_partials = be.buffer<double>(MemoryCategory::transient, std::size_t(kOptimizerThreads));
+  g.zero();
+  EXPECT_NO_THROW(be.squared_norm(g.data(), 1000, partials.data(), out.data()));
+  EXPECT_THROW(be.squared_norm(g.data(), 1000, short_partials.data(), out.data()), std::logic_error);
+  EXPECT_THROW(be.squared_norm(g.data() + 1, 1000, partials.data(), out.data()), std::logic_error);
+  be.synchronize();
 }
 
 // §12's report names the tensor and element that hold the non-finite value, found by downloading
