@@ -111,6 +111,33 @@ INSTANTIATE_TEST_SUITE_P(TinyAndMid, HostSequenceStep,
                                       info.param.dropout > 0 ? "_dropout" : "");
                          });
 
+// Explicit anchors (a golden file's, checked with --impl cuda) fewer than the config's max_anchors:
+// the step is sized by the batch's anchor slots (3 here, under max_anchors 4), not the config's.
+TEST(HostSequenceStepAnchors, ExplicitAnchorsFewerThanTheConfigsSlotsSizeTheStep) {
+  const StepProblemCase c{"tiny.json", 11, 4, 5, 0.1};
+  DeviceFormatStepProblem p(load_drafter_config(test_config_file(c.config)), c);
+  const DrafterStepOptions o = p.options(TrunkPolicy::per_layer, LossPolicy::chunk_recompute);
+  const std::vector<PreparedSequence<double>> sampled = prepare_sequences(p.config, p.batch, o);
+  constexpr std::int64_t N = 3;
+  ASSERT_LT(N, p.config.max_anchors);
+  const std::int64_t n_seq = p.batch.num_sequences();
+  p.batch.anchors = Tensor<std::int64_t>(p.tracker, MemoryCategory::inputs, {n_seq, N});
+  p.batch.keep = Tensor<std::uint8_t>(p.tracker, MemoryCategory::inputs, {n_seq, N});
+  for (std::int64_t b = 0; b < n_seq; ++b) {
+    for (std::int64_t a = 0; a < N; ++a) {  // the first N of the sampled slots: valid anchors
+      p.batch.anchors->row(b)[a] = sampled[std::size_t(b)].slots.anchors[std::size_t(a)];
+      p.batch.keep->row(b)[a] = 1;
+    }
+  }
+  const StepValues exact = step_values(drafter_step(p.tracker, p.config, p.params, p.frozen, p.batch, o));
+  const StepValues plain = plain_bf16_drafter_step(p.config, p.params, p.frozen, p.batch, o);
+  ASSERT_GT(exact.valid_rows, 0);
+  const StepValues got = host_drafter_step(p.config, p.params, p.frozen, p.batch, o);
+  const std::vector<RuleLine> lines = step_rule_lines(p.params, got, plain, exact);
+  EXPECT_LE(worst_ratio(lines), 1.0) << describe(lines);
+  EXPECT_EQ(got.valid_rows, exact.valid_rows);
+}
+
 // Production precision, one GPU, ZeRO-0 (the step holds no optimizer state): exact in every
 // category but transient, which lies between the plan and the plan plus the loss head's small
 // records (at most 3 x 64 B); this backend has no cuBLAS workspaces. The case's rows are partly
