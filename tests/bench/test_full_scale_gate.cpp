@@ -184,6 +184,11 @@ TEST_F(FullScaleGateSmall, ErrorsAreMeasuredAgainstTheExactValues) {
     }
     const Bf16RuleReport report = check_full_scale_gate(gate_, o);
     EXPECT_EQ(report.ok(), factor < 2) << report.describe();
+    // the power of the case: where the plain error is above twice the floor, the errors measured
+    // against the plain values (2.5 times it) would break the bound 2 x plain + floor
+    bool telling = false;
+    for (const ToleranceEntry& e : report.entries) telling = telling || e.plain_error > 2 * e.floor;
+    EXPECT_TRUE(telling) << "every plain error is within twice the floor: " << report.describe();
   }
 }
 
