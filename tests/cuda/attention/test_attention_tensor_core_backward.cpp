@@ -129,8 +129,8 @@ TEST_P(AttentionTensorCoreBackward, BitsIndependentOfRunAndWarpAndLaneOrder) {
 }
 
 // Site-1 dropout element indices (h T + i)(S + T) + key pass 2^32 at full scale (3.9e10 at
-// qwen3.6-27b's T = 32768), where every case above stays below 2^16. A sequence of 4096 blocks
-// of 16 (T = 65536) puts its last query tile's elements up to 1.9e10; only that tile runs,
+// qwen3.6-27b's T = 32768), where every case above stays below 2^18. A sequence of 4096 blocks
+// of 16 (T = 65536) puts its last query tile's elements at 4.6e9 to 1.8e10; only that tile runs,
 // forward and then dq, through the tensor-core and the CUDA-core programs (the whole grid would
 // take minutes on the host). Both must draw the same elements, each by its full 64-bit index.
 TEST(AttentionTensorCoreLongSequence, DropoutElementsPast2To32DrawWhatTheCudaCoreProgramsDraw) {
