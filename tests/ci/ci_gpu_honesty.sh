@@ -27,7 +27,7 @@ mkdir -p "$work/notorch"
 echo 'raise ImportError("torch is not installed on this runtime (ci_gpu_honesty)")' > "$work/notorch/torch.py"
 export PYTHONPATH=$work/notorch
 u=$work/carry/root
-mkdir -p "$u/bin" "$u/lib" "$work/out" "$work/build"
+mkdir -p "$u/bin" "$u/lib" "$work/build"
 for name in test_loss_head_gpu test_cuda_golden_gpu; do
   cat > "$u/bin/$name" << 'STUB'
 #!/usr/bin/env bash
@@ -141,10 +141,18 @@ expect() {
     failed=1
   fi
 }
-PATH=$work/tools:$PATH DFLASH_GPU_CARRY=$work/carry OUT=$work/out DFLASH_REQUIRE_GPU=1 DFLASH_BENCH_SHAPE="--rows 8" \
-  "$root/ci/gpu" run > "$work/log1" 2>&1
-rc=$?
-[ "$rc" -eq 1 ] || { echo "ci_gpu_honesty: run 1: ci/gpu exited $rc, not 1"; failed=1; }
+# gpu_run N EXIT CARRY [VAR=value ...] [-- ARGS ...]: `ci/gpu run ARGS` on the carry folder CARRY with
+# those variables, its log $work/logN and its OUT $work/outN; it must exit EXIT (-: not checked).
+gpu_run() {
+  local n=$1 want=$2 carry=$3 vars=() rc
+  shift 3
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  env DFLASH_GPU_CARRY="$carry" OUT="$work/out$n" "${vars[@]}" "$root/ci/gpu" run "$@" > "$work/log$n" 2>&1
+  rc=$?
+  [ "$want" = - ] || [ "$rc" -eq "$want" ] || { echo "ci_gpu_honesty: run $n: ci/gpu exited $rc, not $want"; failed=1; }
+}
+gpu_run 1 1 "$work/carry" PATH="$work/tools:$PATH" DFLASH_REQUIRE_GPU=1 DFLASH_BENCH_SHAPE="--rows 8"
 # each reason in the closing list of what failed (what the exit code is made of)
 expect 1 "FAILED: library closure:"
 expect 1 "test_trunk_gpu needs libdflash_gone.so: not found"
@@ -170,13 +178,11 @@ tail -1 "$work/log1" | grep -q "^ci/gpu: FAIL" || { echo "ci_gpu_honesty: run 1:
 cp "$work/build/libdflash_gone.so" "$zlib" "$work/build/v2/libdflash_versioned.so" "$u/lib/"
 printf '#!/usr/bin/env bash\nexit 0\n' > "$u/bin/bench_cuda_drafter_step"
 chmod +x "$u/bin/bench_cuda_drafter_step"
-rm -rf "$work/out"
-DFLASH_GPU_CARRY=$work/carry OUT=$work/out DFLASH_REQUIRE_GPU=1 DFLASH_GPU_BUDGET_S=100 DFLASH_BENCH_SHAPE="--rows 8" \
-  "$root/ci/gpu" run > "$work/log2" 2>&1
+gpu_run 2 - "$work/carry" DFLASH_REQUIRE_GPU=1 DFLASH_GPU_BUDGET_S=100 DFLASH_BENCH_SHAPE="--rows 8"
 expect 2 "s of a 100 s budget"
 expect 2 "ci/gpu: [load] library closure: PASS"
 expect 2 "ci/gpu: [bench] bench_cuda_drafter_step: NOT RUN (no time left"
-grep -q "| bench | bench_cuda_drafter_step | NOT RUN |" "$work/out/results.md" 2> /dev/null ||
+grep -q "| bench | bench_cuda_drafter_step | NOT RUN |" "$work/out2/results.md" 2> /dev/null ||
   { echo "ci_gpu_honesty: run 2: results.md does not list the check that did not run"; failed=1; }
 # The plan's rates: the measured cards by their exact names; a near name (another card) and no name
 # at the slower rates, so that a plan errs long.
@@ -227,10 +233,7 @@ echo "========= ERROR SUMMARY: 0 errors"
 exit 0
 STUB
 chmod +x "$work/tools3/compute-sanitizer"
-PATH=$work/tools3:$PATH DFLASH_GPU_CARRY=$c3 OUT=$work/out3 DFLASH_REQUIRE_GPU=0 "$root/ci/gpu" run --stage correctness \
-  > "$work/log3" 2>&1
-rc=$?
-[ "$rc" -eq 1 ] || { echo "ci_gpu_honesty: run 3: ci/gpu exited $rc, not 1"; failed=1; }
+gpu_run 3 1 "$c3" PATH="$work/tools3:$PATH" DFLASH_REQUIRE_GPU=0 -- --stage correctness
 one_case=$(python3 -c 'import math, sys; sys.path.insert(0, sys.argv[1]); import gpu_plan as g
 print(math.ceil((g.PROCESS_START_S + g.CASE_S) * g.SLACK))' "$root/ci")
 expect 3 "== [correctness] hang_gpu (estimate $one_case s, limit 2 s"
@@ -255,10 +258,7 @@ stub "$c4" late_gpu "$passing"
 printf 'int dflash_gone(void);\nint dflash_needs_gone(void) { return dflash_gone(); }\n' > "$work/build/needs_gone.c"
 cc -shared -fPIC -o "$c4/root/lib/libdflash_needs_gone.so" "$work/build/needs_gone.c" -L"$work/build" -ldflash_gone ||
   { echo "ci_gpu_honesty: cannot build the library stub"; exit 1; }
-DFLASH_GPU_CARRY=$c4 OUT=$work/out4 DFLASH_REQUIRE_GPU=0 DFLASH_GPU_BUDGET_S=60 DFLASH_BENCH_SHAPE="--rows 8" \
-  "$root/ci/gpu" run > "$work/log4" 2>&1
-rc=$?
-[ "$rc" -eq 1 ] || { echo "ci_gpu_honesty: run 4: ci/gpu exited $rc, not 1"; failed=1; }
+gpu_run 4 1 "$c4" DFLASH_REQUIRE_GPU=0 DFLASH_GPU_BUDGET_S=60 DFLASH_BENCH_SHAPE="--rows 8"
 expect 4 "ci/gpu: [correctness] slow_gpu: PASS"
 expect 4 "ci/gpu: [correctness] late_gpu: NOT RUN (no time left: estimate 40 s"
 expect 4 "FAILED: dflash: not in the carry"
@@ -305,19 +305,14 @@ cp '$work/json/step_cuda.json' \"\$json\"; cp '$work/json/$2' \"\$(dirname \"\$j
 bench_carry "$work/carry5" step_torch.json both
 bench_carry "$work/carry6" step_torch_far.json cuda
 mkdir -p "$work/out6" && cp "$work/json/lh_torch.json" "$work/out6/bench_torch.json"  # an earlier run's
-for n in 5 6; do
-  DFLASH_GPU_CARRY=$work/carry$n OUT=$work/out$n DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" \
-    "$root/ci/gpu" run --stage bench > "$work/log$n" 2>&1
-  echo $? > "$work/rc$n"
-done
-[ "$(cat "$work/rc5")" -eq 77 ] || { echo "ci_gpu_honesty: run 5: ci/gpu exited $(cat "$work/rc5"), not 77"; failed=1; }
+gpu_run 5 77 "$work/carry5" DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" -- --stage bench
+gpu_run 6 1 "$work/carry6" DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" -- --stage bench
 expect 5 "ci/gpu: [bench] loss_head_torch.py: NOT AVAILABLE (python3 cannot import torch here)"
 expect 5 "ci/gpu: [bench] loss head vs PyTorch: SLOW (summarize.py: correct, a performance target missed)"
 expect 5 "ci/gpu: [bench] drafter step vs PyTorch: PASS"
 expect 5 "ci/gpu: NOT A PASS"
 grep -q "| bench | loss head vs PyTorch | SLOW |" "$work/out5/results.md" 2> /dev/null ||
   { echo "ci_gpu_honesty: run 5: results.md does not list the missed target"; failed=1; }
-[ "$(cat "$work/rc6")" -eq 1 ] || { echo "ci_gpu_honesty: run 6: ci/gpu exited $(cat "$work/rc6"), not 1"; failed=1; }
 expect 6 "FAILED: drafter step vs PyTorch: summarize_step.py exit 1: correctness: FAIL"
 expect 6 "ci/gpu: [bench] loss head vs PyTorch: NOT AVAILABLE (no result from loss_head_torch.py to compare with)"
 
@@ -370,21 +365,18 @@ want = math.ceil((g.PROCESS_START_S + 620 * g.CASE_S) * g.SLACK)
 if rows.get("a_gpu") != want or want <= g.PROCESS_START_S + 620 * g.CASE_S:
     wrong.append(f"a 620-case test planned at {rows.get('a_gpu')} s, not {want} s")
 counter = os.path.join(work, "count_stub")
+rate, _ = g.simt_attention_flop_per_s(os.path.dirname(sys.argv[1]))
+def on(executed, simt):  # a step of `executed` FLOPs, its 2e13 of attention on CUDA cores or not
+    return g.seconds(executed - 2e13, simt_flops=2e13, simt_rate=rate) if simt else g.seconds(executed)
 for attention in ("tensor_cores", "cuda_cores"):
     open(counter, "w").write("#!/bin/sh\necho 'count steps 4'\necho 'count chunk_recompute 1e15 2e13'\n"
                              "echo 'count chunk_grad_in_forward 9e14 2e13'\n"
                              f"echo 'count step_attention {attention}'\n")
     os.chmod(counter, 0o755)
     total, _ = g.drafter_step_bench(counter, "c.json", 4096, os.path.dirname(sys.argv[1]))
-    rate, _ = g.simt_attention_flop_per_s(os.path.dirname(sys.argv[1]))
-    tc = g.seconds(1e15) + g.seconds(9e14) if attention == "tensor_cores" else 0.0
-    simt = g.seconds(1e15 - 2e13, simt_flops=2e13, simt_rate=rate)
-    if attention == "tensor_cores":
-        want = g.PROCESS_START_S + g.CARD_RATE_S + 4 * (tc + simt)
-    else:
-        want = g.PROCESS_START_S + g.CARD_RATE_S + 4 * (g.seconds(1e15 - 2e13, simt_flops=2e13, simt_rate=rate) +
-                                                        g.seconds(9e14 - 2e13, simt_flops=2e13, simt_rate=rate) +
-                                                        g.seconds(1e15))
+    step_simt = attention == "cuda_cores"
+    # chunk_recompute and chunk_grad_in_forward on the step's kind, chunk_recompute on the other
+    want = g.PROCESS_START_S + g.CARD_RATE_S + 4 * (on(1e15, step_simt) + on(9e14, step_simt) + on(1e15, not step_simt))
     if not math.isclose(total, want, rel_tol=1e-12):
         wrong.append(f"drafter step with {attention} attention planned at {total:.3f} s, not {want:.3f} s")
 print("plan: " + ("; ".join(wrong) if wrong else "as expected"))

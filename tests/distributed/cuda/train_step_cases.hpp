@@ -416,10 +416,12 @@ void expect_buckets_during_the_backward_equal_buckets_after_it(const Backend& be
     DeviceTrainingState<Backend> after(be, comms, p.config, p.training, p.frozen, p.initial_state(R, r));
     for (std::int64_t t = 0; t < kCudaSteps; ++t) {
       std::vector<DrafterBatch<double>> batches;
+      batches.reserve(std::size_t(groups));  // share points into it
       std::vector<RankSequences> share;
-      for (int h = 0; h < groups; ++h) batches.push_back(p.rank_batch(t, groups * R, groups * r + h));
-      for (int h = 0; h < groups; ++h)
-        share.push_back({CudaTinyProblem::first_of(groups * R, groups * r + h), &batches[std::size_t(h)]});
+      for (int h = 0; h < groups; ++h) {
+        batches.push_back(p.rank_batch(t, groups * R, groups * r + h));
+        share.push_back({CudaTinyProblem::first_of(groups * R, groups * r + h), &batches.back()});
+      }
       MemoryTracker host;
       const StepMetrics a = train_step_on(host, during, p.config, p.training, share,
                                           {.bucket_bytes = bucket_bytes, .reduce_during_backward = true});
