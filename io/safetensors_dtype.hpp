@@ -56,6 +56,11 @@ void store_float_element(Dtype dtype, double value, std::byte* out);
 // Reads the element of a float dtype at `in`. Exact for every float dtype.
 double load_float_element(Dtype dtype, const std::byte* in);
 
+// Reads `count` consecutive elements of a float dtype from `in` into out[0, count): what
+// load_float_element gives for each, bit for bit, with the dtype's switch outside the loop (the
+// readers of feature shards and weights convert 10^8 to 10^9 values at full scale).
+void load_float_elements(Dtype dtype, const std::byte* in, std::size_t count, double* out);
+
 // Writes the element `value` of an integer dtype. The caller has checked the range
 // (integer_fits_dtype).
 void store_integer_element(Dtype dtype, std::int64_t value, std::byte* out);

@@ -61,12 +61,12 @@ std::vector<double> to_doubles(const TensorData& tensor) {
   const std::size_t size = dtype_size(dtype);
   const std::size_t count = tensor.bytes.size() / size;
   std::vector<double> values(count);
+  if (dtype_is_float(dtype)) {
+    load_float_elements(dtype, tensor.bytes.data(), count, values.data());
+    return values;
+  }
   for (std::size_t i = 0; i < count; ++i) {
     const std::byte* element = tensor.bytes.data() + i * size;
-    if (dtype_is_float(dtype)) {
-      values[i] = load_float_element(dtype, element);
-      continue;
-    }
     std::int64_t integer = load_integer_element(dtype, element);
     if (dtype == Dtype::BOOL) integer = checked_bool(tensor, i, integer);
     if (integer > kLargestExactDoubleInteger || integer < -kLargestExactDoubleInteger) {

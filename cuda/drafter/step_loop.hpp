@@ -37,6 +37,24 @@ typename Backend::template Buffer<Bf16Bits> upload_bf16_to(const Backend& be, Me
   return be.from_host(c, bf16_bits_of(x, n));
 }
 
+// Sequence b's teacher rows as the loss head reads them, in bf16: gather_teacher_rows's rows
+// (G[a_n + k - 1] where w01 = 1, else 0) rounded as upload_bf16_to rounds, so the same bits, but
+// each row of G rounded once and then copied to the block rows that read it (at full scale 32768
+// block rows read 4096 rows of G: a gather of doubles would be 1.3 GB a sequence, 8 times G).
+inline std::vector<Bf16Bits> teacher_rows_bf16(const DrafterBatch<double>& batch, std::int64_t b,
+                                               const SequenceBlocks<double>& blocks) {
+  const std::int64_t S = batch.context_length(), H = batch.teacher_hidden.dim(2);
+  const std::vector<Bf16Bits> g = bf16_bits_of(batch.teacher_hidden.data() + b * S * H, S * H);
+  const auto T = static_cast<std::int64_t>(blocks.valid.size());
+  std::vector<Bf16Bits> rows(static_cast<std::size_t>(T * H));  // bf16 zeros, as a gathered 0 rounds
+  for (std::int64_t i = 0; i < T; ++i) {
+    if (blocks.valid[static_cast<std::size_t>(i)] == 0) continue;
+    const auto from = g.begin() + blocks.teacher_rows[static_cast<std::size_t>(i)] * H;
+    std::copy(from, from + H, rows.begin() + i * H);
+  }
+  return rows;
+}
+
 // Every trainable parameter in DrafterParameters::for_each order: matrices in bf16 (GEMM
 // operands), vectors (norm weights) in fp32; and one fp32 gradient buffer each, zeroed.
 template <class Backend>
@@ -83,9 +101,22 @@ struct StepWeights {
   }
 };
 
+// Host bytes counted by `tracker` for as long as this lives (a staging copy on its way to the device).
+struct CountedHostBytes {
+  MemoryTracker& tracker;
+  MemoryCategory category;
+  std::size_t bytes;
+  CountedHostBytes(MemoryTracker& t, MemoryCategory c, std::size_t n) : tracker(t), category(c), bytes(n) {
+    tracker.allocate(category, bytes);
+  }
+  CountedHostBytes(const CountedHostBytes&) = delete;
+  CountedHostBytes& operator=(const CountedHostBytes&) = delete;
+  ~CountedHostBytes() { tracker.release(category, bytes); }
+};
+
 // One sequence's inputs (SPEC §2, §4) in the backend's memory: anchor slots and block rows as
-// prepare_sequences made them, F rounded to bf16, the teacher rows G[a_n + k - 1] gathered on the
-// host (counted by `host`) and rounded to bf16, labels, fp32 weights, w01; dL/dF zeroed when wanted.
+// prepare_sequences made them, F rounded to bf16, the teacher rows G[a_n + k - 1] rounded to bf16
+// and gathered on the host (teacher_rows_bf16, the staging counted by `host`), labels, fp32 weights, w01; dL/dF zeroed when wanted.
 template <class Backend>
 struct SequenceUpload {
   template <class T>
@@ -108,8 +139,11 @@ struct SequenceUpload {
     positions = be.from_host(in, s.blocks.positions);
     tokens = be.from_host(in, s.blocks.input_tokens);
     features = upload_bf16_to(be, in, batch.target_features.data() + b * SKH, SKH);
-    const Tensor<double> teacher = gather_teacher_rows(host, batch, b, s.blocks);
-    teacher_rows = upload_bf16_to(be, in, teacher.data(), teacher.numel());
+    {
+      std::vector<Bf16Bits> teacher = teacher_rows_bf16(batch, b, s.blocks);
+      const CountedHostBytes staging(host, in, teacher.size() * sizeof(Bf16Bits));
+      teacher_rows = be.from_host(in, std::move(teacher));
+    }
     labels = be.from_host(in, s.blocks.labels);
     weights = be.from_host(in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
     valid = be.from_host(in, s.blocks.valid);

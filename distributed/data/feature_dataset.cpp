@@ -27,13 +27,13 @@ std::vector<std::filesystem::path> FeatureDataset::shard_files(const std::filesy
 }
 
 FeatureDataset FeatureDataset::open(const std::filesystem::path& dir, const FeatureSetShape& shape,
-                                    bool read_every_value) {
+                                    ShardValueCheck values) {
   FeatureDataset d;
   d.source_ = dir.string();
   d.shape_ = shape;
   d.first_sequence_.push_back(0);
   for (const auto& file : shard_files(dir)) {
-    d.shards_.push_back(FeatureShard::open(file, shape, read_every_value));
+    d.shards_.push_back(FeatureShard::open(file, shape, values.reads(std::int64_t(d.shards_.size()))));
     d.first_sequence_.push_back(d.first_sequence_.back() + d.shards_.back().num_sequences());
   }
   return d;
@@ -69,40 +69,51 @@ std::int64_t FeatureDataset::sequence_length(std::int64_t i) const {
   return shard->sequence_length(local);
 }
 
-FeatureSequence FeatureDataset::sequence(std::int64_t i, std::int64_t max_context) const {
+void FeatureDataset::read_rows(std::int64_t i, std::int64_t rows, std::int64_t* tokens, std::uint8_t* loss_mask,
+                               double* target_features, double* teacher_hidden) const {
   const auto [shard, local] = locate(i);
   shard->require_unshrunk();  // a shard cut while the run reads it: a named error, not SIGBUS
-  FeatureSequence q;
-  q.index = i;
-  q.original_length = shard->sequence_length(local);
-  q.truncated = q.original_length > max_context;
-  const std::int64_t S = std::min(q.original_length, max_context), begin = shard->sequence_begin(local);
-  const std::int64_t KH = shape_.feature_width(), H = shape_.hidden_size;
-  q.tokens.resize(std::size_t(S));
-  q.loss_mask.resize(std::size_t(S));
-  q.target_features.resize(std::size_t(S * KH));
-  q.teacher_hidden.resize(std::size_t(S * H));
+  const std::int64_t begin = shard->sequence_begin(local);
   // Cut after the check above, the copy faults: read_guarded turns that into the same named error.
   shard->read_guarded([&] {
-    for (std::int64_t p = 0; p < S; ++p) {
-      q.tokens[std::size_t(p)] = shard->token(begin + p);
-      q.loss_mask[std::size_t(p)] = shard->loss_mask(begin + p);
-      shard->feature_row(begin + p, q.target_features.data() + p * KH);
-      shard->teacher_row(begin + p, q.teacher_hidden.data() + p * H);
+    for (std::int64_t p = 0; p < rows; ++p) {
+      tokens[p] = shard->token(begin + p);
+      loss_mask[p] = shard->loss_mask(begin + p);
     }
+    shard->feature_rows(begin, rows, target_features);
+    shard->teacher_rows(begin, rows, teacher_hidden);
   });
+}
+
+FeatureSequence FeatureDataset::sequence(std::int64_t i, std::int64_t max_context) const {
+  FeatureSequence q;
+  q.index = i;
+  q.original_length = sequence_length(i);
+  q.truncated = q.original_length > max_context;
+  const std::int64_t S = std::min(q.original_length, max_context);
+  q.tokens.resize(std::size_t(S));
+  q.loss_mask.resize(std::size_t(S));
+  q.target_features.resize(std::size_t(S * shape_.feature_width()));
+  q.teacher_hidden.resize(std::size_t(S * shape_.hidden_size));
+  read_rows(i, S, q.tokens.data(), q.loss_mask.data(), q.target_features.data(), q.teacher_hidden.data());
   return q;
 }
 
-DrafterBatch<double> drafter_batch_of(MemoryTracker& tracker, const FeatureSequence& q, std::int64_t feature_width,
-                                      std::int64_t hidden_size) {
-  const std::int64_t S = q.length();
-  DrafterBatch<double> b{Tensor<std::int64_t>(tracker, MemoryCategory::inputs, {1, S}, q.tokens),
-                         Tensor<std::uint8_t>(tracker, MemoryCategory::inputs, {1, S}, q.loss_mask),
-                         Tensor<double>(tracker, MemoryCategory::inputs, {1, S, feature_width}, q.target_features),
-                         Tensor<double>(tracker, MemoryCategory::inputs, {1, S, hidden_size}, q.teacher_hidden),
-                         std::nullopt,
-                         std::nullopt};
+FeatureDataset::Batch FeatureDataset::sequence_batch(MemoryTracker& tracker, std::int64_t i,
+                                                     std::int64_t max_context) const {
+  Batch b;
+  b.original_length = sequence_length(i);
+  b.truncated = b.original_length > max_context;
+  const std::int64_t S = std::min(b.original_length, max_context);
+  const MemoryCategory in = MemoryCategory::inputs;
+  b.batch = {Tensor<std::int64_t>(tracker, in, {1, S}),
+             Tensor<std::uint8_t>(tracker, in, {1, S}),
+             Tensor<double>(tracker, in, {1, S, shape_.feature_width()}),
+             Tensor<double>(tracker, in, {1, S, shape_.hidden_size}),
+             std::nullopt,
+             std::nullopt};
+  read_rows(i, S, b.batch.tokens.data(), b.batch.loss_mask.data(), b.batch.target_features.data(),
+            b.batch.teacher_hidden.data());
   return b;
 }
 

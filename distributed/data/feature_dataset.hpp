@@ -28,6 +28,16 @@ struct FeatureSequence {
   std::int64_t length() const { return std::int64_t(tokens.size()); }
 };
 
+// Which shards' values FeatureDataset::open reads and checks (FeatureShard::check_every_value);
+// the header, metadata, shapes and offsets of every shard are checked in any case. Shard s (in
+// file-name order) when s % parts == part: {0, 1} reads them all (`data check`, one rank); the R
+// ranks of a run each take {rank, R}, so that together they read the set once, R at a time
+// (validation reads every byte of a set that can be terabytes).
+struct ShardValueCheck {
+  std::int64_t part = 0, parts = 1;
+  bool reads(std::int64_t shard) const { return parts > 0 && shard % parts == part; }
+};
+
 class FeatureDataset {
  public:
   // The shard files of `dir`: the entries named *.safetensors, sorted by their bytes. Throws
@@ -35,9 +45,9 @@ class FeatureDataset {
   // when one is not (a link to) a regular file.
   static std::vector<std::filesystem::path> shard_files(const std::filesystem::path& dir);
 
-  // Opens and validates every shard (feature_shard.hpp; read_every_value as there).
+  // Opens and validates every shard (feature_shard.hpp), reading the values of those `values` names.
   static FeatureDataset open(const std::filesystem::path& dir, const FeatureSetShape& shape,
-                             bool read_every_value = true);
+                             ShardValueCheck values = {});
 
   const std::string& source() const { return source_; }
   std::int64_t num_sequences() const { return first_sequence_.back(); }
@@ -54,16 +64,26 @@ class FeatureDataset {
   // Sequence i with its first min(length, max_context) rows.
   FeatureSequence sequence(std::int64_t i, std::int64_t max_context) const;
 
+  // The same rows as a one-sequence batch of the drafter step (SPEC §2 layout, anchors sampled in
+  // the step), read from the map straight into the batch's tensors (counted by `tracker`; a
+  // double tensor's storage is reused from the pool, so a run's steps do not page in fresh memory):
+  // what training and evaluation read, 10^8 feature values a sequence at full scale.
+  struct Batch {
+    DrafterBatch<double> batch;
+    std::int64_t original_length = 0;  // rows in the shard
+    bool truncated = false;            // original_length > max_context
+  };
+  Batch sequence_batch(MemoryTracker& tracker, std::int64_t i, std::int64_t max_context) const;
+
  private:
   std::string source_;
   FeatureSetShape shape_;
   std::vector<FeatureShard> shards_;
   std::vector<std::int64_t> first_sequence_;  // [shards + 1]: index of each shard's sequence 0
   std::pair<const FeatureShard*, std::int64_t> locate(std::int64_t i) const;
+  // The first `rows` rows (at most its length) of sequence i into memory that exists.
+  void read_rows(std::int64_t i, std::int64_t rows, std::int64_t* tokens, std::uint8_t* loss_mask,
+                 double* target_features, double* teacher_hidden) const;
 };
-
-// A one-sequence batch of the reference drafter (SPEC §2 layout, anchors sampled in the step).
-DrafterBatch<double> drafter_batch_of(MemoryTracker& tracker, const FeatureSequence& sequence,
-                                      std::int64_t feature_width, std::int64_t hidden_size);
 
 }  // namespace dflash

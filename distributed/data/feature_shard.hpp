@@ -48,8 +48,8 @@ class FeatureShard {
  public:
   // Maps `path` and validates everything listed above; throws dflash::InputError
   // "invalid <path>: <tensor or key>[index]: <problem>" at the first problem. With
-  // read_every_value false only the header, metadata, shapes and offsets are checked (the ranks
-  // other than the one that validates the values).
+  // read_every_value false only the header, metadata, shapes and offsets are checked (a shard
+  // whose values another rank reads: ShardValueCheck, feature_dataset.hpp).
   static FeatureShard open(const std::filesystem::path& path, const FeatureSetShape& shape,
                            bool read_every_value = true);
 
@@ -76,9 +76,11 @@ class FeatureShard {
 
   std::int64_t token(std::int64_t row) const;
   std::uint8_t loss_mask(std::int64_t row) const;
-  // Row `row` of F (K H values) or G (H values), converted exactly to double.
-  void feature_row(std::int64_t row, double* out) const;
-  void teacher_row(std::int64_t row, double* out) const;
+  // Rows [first, first + count) of F (K H values a row) or G (H values a row), converted exactly to
+  // double into out (count x width values). One conversion over the rows, which lie next to each
+  // other in the map: a full-scale sequence is 10^8 values.
+  void feature_rows(std::int64_t first, std::int64_t count, double* out) const;
+  void teacher_rows(std::int64_t first, std::int64_t count, double* out) const;
 
  private:
   // A tensor's place in the map.
@@ -87,7 +89,7 @@ class FeatureShard {
     const std::byte* data = nullptr;
     std::int64_t width = 1;  // elements per row
   };
-  void load_row(const View& v, std::int64_t row, double* out) const;
+  static void load_rows(const View& v, std::int64_t first, std::int64_t count, double* out);
 
   std::string source_;
   std::string target_model_;

@@ -68,10 +68,9 @@ EvalRecord evaluate(Communicator& comm, StepBackend& backend, const DrafterConfi
   EvalSums sums(config.block_size);
   for (const std::int64_t i : eval_sequences_of_rank(eval.num_sequences(), comm.rank(), comm.size())) {
     MemoryTracker scratch;
-    const FeatureSequence q = eval.sequence(i, training.max_context);
-    const DrafterBatch<double> batch = drafter_batch_of(scratch, q, config.feature_width(), config.hidden_size);
+    const FeatureDataset::Batch q = eval.sequence_batch(scratch, i, training.max_context);
     const DrafterStepOptions options = drafter_step_options(no_dropout, std::uint32_t(step), std::uint32_t(i));
-    sums.add(backend.forward_statistics(no_dropout, batch, options), q.truncated);
+    sums.add(backend.forward_statistics(no_dropout, q.batch, options), q.truncated);
   }
   all_reduce_sum(comm, sums.values());
   return sums.record(step);

@@ -178,18 +178,21 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const std::optional<fs::path> resume_from = o.resume ? latest_checkpoint(o.out) : std::nullopt;
   if (!resume_from) require_nothing_to_overwrite(o.out);
 
-  // 4. Data: rank 0 reads every value, the others check the headers.
+  // 4. Data: every rank checks every shard's header; the values are read once, rank r taking
+  // every R-th shard from shard r. A rank that finds a bad value fails the job (run_guarded) while
+  // the others wait at the barrier, before anything is written.
   const FeatureSetShape shape = FeatureSetShape::of(config);
-  const FeatureDataset dataset = FeatureDataset::open(o.data, shape, /*read_every_value=*/lead);
+  const ShardValueCheck my_shards{rank, R};
+  const FeatureDataset dataset = FeatureDataset::open(o.data, shape, my_shards);
+  std::optional<FeatureDataset> eval_set;
+  if (o.eval_data) {
+    eval_set.emplace(FeatureDataset::open(*o.eval_data, shape, my_shards));
+    validate_eval_set(*eval_set);
+  }
+  barrier(comm);
   if (lead) {
     log << "dflash train: data " << o.data.string() << ": " << dataset.num_shards() << " shard(s), "
         << dataset.num_sequences() << " sequences, " << dataset.num_rows() << " rows, validated\n";
-  }
-
-  std::optional<FeatureDataset> eval_set;
-  if (o.eval_data) {
-    eval_set.emplace(FeatureDataset::open(*o.eval_data, shape, /*read_every_value=*/lead));
-    validate_eval_set(*eval_set);
   }
 
   // 5. Weights.
@@ -286,9 +289,9 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     std::string data_error;
     try {
       for (const std::int64_t g : mine) {
-        const FeatureSequence q = dataset.sequence(batch[std::size_t(g)], training.max_context);
+        FeatureDataset::Batch q = dataset.sequence_batch(tracker, batch[std::size_t(g)], training.max_context);
         flags[0] += q.truncated ? 1 : 0;
-        batches.push_back(drafter_batch_of(tracker, q, config.feature_width(), config.hidden_size));
+        batches.push_back(std::move(q.batch));
         sequences.push_back({g, &batches.back()});
       }
     } catch (const InputError& e) {

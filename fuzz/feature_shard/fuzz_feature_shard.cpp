@@ -34,8 +34,8 @@ void read_every_row(const FeatureShard& shard, const FeatureSetShape& shape) {
     const std::int64_t token = shard.token(row);
     if (token < 0 || token >= shape.vocab_size) std::abort();  // a token outside [0, V) got through
     if (shard.loss_mask(row) > 1) std::abort();
-    shard.feature_row(row, feature.data());
-    shard.teacher_row(row, teacher.data());
+    shard.feature_rows(row, 1, feature.data());
+    shard.teacher_rows(row, 1, teacher.data());
     sink = sink + feature.front() + teacher.front();
   }
 }

@@ -15,6 +15,7 @@
 
 #include "distributed/data/feature_shard_writer.hpp"
 #include "io/safetensors.hpp"
+#include "tests/distributed/train_test_support.hpp"
 
 namespace dflash::train_testing {
 
@@ -163,6 +164,18 @@ inline std::vector<MalformedShardCase> malformed_shard_cases() {
                    [inf](RawShard& s) { s.tensors.at("teacher_hidden").values.at(17 * 16 + 15) = inf; },
                    {"'teacher_hidden'[17][15]", "not finite"}});
   return cases;
+}
+
+// A set of two shards in `dir` for the run's tests: a.safetensors valid (6 sequences of tiny_config's
+// shape) and b.safetensors (4 sequences) changed by `damage`, so shard 1 of 2 is the bad one.
+inline void write_set_with_damaged_shard(const std::filesystem::path& dir,
+                                         const std::function<void(RawShard&)>& damage) {
+  const DrafterConfig c = tiny_config();
+  std::filesystem::create_directories(dir);
+  write_feature_shard(dir / "a.safetensors", valid_shard(c, 6, 1), safetensors::Dtype::BF16);
+  RawShard raw(valid_shard(c, 4, 9));
+  damage(raw);
+  raw.write(dir / "b.safetensors");
 }
 
 }  // namespace dflash::train_testing

@@ -140,6 +140,45 @@ TEST(SafetensorsRoundTrip, NanStaysNanInEveryFloatDtype) {
   }
 }
 
+// The bulk reader of the feature shards and weights (load_float_elements) against the element
+// reader, bit for bit (NaN payloads included): every 16-bit pattern for BF16 and F16, and for F32
+// and F64 a sweep of patterns with every exponent, both signs and several mantissas, from an
+// unaligned start so that no alignment is assumed.
+TEST(SafetensorsRoundTrip, BulkFloatLoadIsTheElementLoadBitForBit) {
+  for (Dtype dtype : {Dtype::BF16, Dtype::F16, Dtype::F32, Dtype::F64}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const std::size_t size = dtype_size(dtype);
+    std::vector<std::uint64_t> patterns;
+    if (size == 2) {
+      for (std::uint64_t b = 0; b < 0x10000u; ++b) patterns.push_back(b);
+    } else {
+      const int exponent_bits = size == 4 ? 8 : 11, mantissa_bits = size == 4 ? 23 : 52;
+      for (std::uint64_t sign = 0; sign < 2; ++sign) {
+        for (std::uint64_t e = 0; e < (1u << exponent_bits); ++e) {
+          for (std::uint64_t m : {0ull, 1ull, 0x5A5A5ull, (1ull << mantissa_bits) - 1}) {
+            patterns.push_back(sign << (exponent_bits + mantissa_bits) | e << mantissa_bits | m);
+          }
+        }
+      }
+    }
+    std::vector<std::byte> bytes(1 + patterns.size() * size);
+    for (std::size_t i = 0; i < patterns.size(); ++i) {
+      for (std::size_t k = 0; k < size; ++k) bytes[1 + i * size + k] = std::byte((patterns[i] >> (8 * k)) & 0xFF);
+    }
+    std::vector<double> bulk(patterns.size() + 1, 7.0);
+    load_float_elements(dtype, bytes.data() + 1, patterns.size(), bulk.data());
+    EXPECT_EQ(bulk.back(), 7.0) << "wrote past count";
+    for (std::size_t i = 0; i < patterns.size(); ++i) {
+      const double one = load_float_element(dtype, bytes.data() + 1 + i * size);
+      ASSERT_EQ(std::bit_cast<std::uint64_t>(bulk[i]), std::bit_cast<std::uint64_t>(one)) << "pattern " << patterns[i];
+    }
+  }
+  double untouched = 3.0;
+  load_float_elements(Dtype::BF16, nullptr, 0, &untouched);
+  EXPECT_EQ(untouched, 3.0);
+  EXPECT_THROW(load_float_elements(Dtype::I32, nullptr, 0, &untouched), std::logic_error);
+}
+
 TEST(SafetensorsRoundTrip, Integers) {
   const std::vector<std::int64_t> i64 = {0, -1, std::numeric_limits<std::int64_t>::min(),
                                          std::numeric_limits<std::int64_t>::max(), 248070};

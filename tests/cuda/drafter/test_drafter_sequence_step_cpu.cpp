@@ -18,6 +18,7 @@
 //    of test_drafter_step_gpu's PeaksPerCategoryAsPlanned).
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,34 @@ TEST(HostSequenceStepAnchors, ExplicitAnchorsFewerThanTheConfigsSlotsSizeTheStep
   const std::vector<RuleLine> lines = step_rule_lines(p.params, got, plain, exact);
   EXPECT_LE(worst_ratio(lines), 1.0) << describe(lines);
   EXPECT_EQ(got.valid_rows, exact.valid_rows);
+}
+
+// The upload's teacher rows (teacher_rows_bf16: each row of G rounded once, then gathered) are the
+// bits of the reference's gather rounded row by row (bf16_bits_of(gather_teacher_rows)), for every
+// sequence of the batch; a NaN in a row no label reads (sequence 1's unlabelled rows) reaches neither.
+TEST(HostSequenceStepUpload, TeacherRowsAreTheGatheredRowsRoundedToBf16) {
+  const StepProblemCase c{"mid.json", 300, 4, 24, 0.1};
+  DeviceFormatStepProblem p(load_drafter_config(test_config_file(c.config)), c);
+  const DrafterStepOptions o = p.options(TrunkPolicy::per_layer, LossPolicy::chunk_recompute);
+  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(p.config, p.batch, o);
+  ASSERT_GE(seqs.size(), 2u);
+  const std::int64_t S = p.batch.context_length(), H = p.config.hidden_size;
+  std::vector<bool> read(std::size_t(S), false);
+  for (std::size_t i = 0; i < seqs[1].blocks.valid.size(); ++i) {
+    if (seqs[1].blocks.valid[i] != 0) read[std::size_t(seqs[1].blocks.teacher_rows[i])] = true;
+  }
+  const auto unread = std::find(read.begin(), read.end(), false);
+  ASSERT_NE(unread, read.end()) << "every row of G is read: the NaN would have nowhere to hide";
+  p.batch.teacher_hidden.row(1)[(unread - read.begin()) * H] = std::numeric_limits<double>::quiet_NaN();
+  for (std::int64_t b = 0; b < p.batch.num_sequences(); ++b) {
+    const PreparedSequence<double>& s = seqs[std::size_t(b)];
+    MemoryTracker host;
+    const Tensor<double> gathered = gather_teacher_rows(host, p.batch, b, s.blocks);
+    const std::vector<Bf16Bits> want = bf16_bits_of(gathered.data(), gathered.numel());
+    const std::vector<Bf16Bits> got = teacher_rows_bf16(p.batch, b, s.blocks);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_TRUE(got == want) << "sequence " << b;
+  }
 }
 
 // Production precision, one GPU, ZeRO-0 (the step holds no optimizer state): exact in every

@@ -106,8 +106,7 @@ inline void expect_evaluation_within_the_bf16_rule(const EvalCase& e, const Make
   no_dropout.hidden_dropout = 0;
   std::vector<double> plain(3, 0.0);
   for (std::int64_t i = 0; i < eval.num_sequences(); ++i) {
-    const DrafterBatch<double> batch =
-        drafter_batch_of(tracker, eval.sequence(i, training.max_context), config.feature_width(), config.hidden_size);
+    const DrafterBatch<double> batch = eval.sequence_batch(tracker, i, training.max_context).batch;
     const DrafterStepOptions o = drafter_step_options(no_dropout, std::uint32_t(step), std::uint32_t(i));
     const double w = drafter_weight_sum(no_dropout, batch, o);
     if (w == 0) continue;

@@ -113,6 +113,38 @@ TEST(FeatureShards, ShardCutWhileItsValuesAreCheckedIsAnErrorNamingIt) {
   EXPECT_THAT(message, HasSubstr(str("shrank from ", size, " to 0 bytes")));
 }
 
+// The ranks of a run split the reading of the values (ShardValueCheck {rank, R}): shard s is read by
+// rank s % R alone, and the R parts together read every shard. A NaN in shard 1 of three is found
+// by part 1 of 2 and by a whole read, and by no other part; every part checks every header.
+TEST(FeatureShards, ValueChecksSplitTheShardsBetweenParts) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  for (int s = 0; s < 3; ++s) {
+    RawShard raw(valid_shard(c, 4, 10 + s));
+    if (s == 1) raw.tensors.at("target_features").values[5] = std::numeric_limits<double>::quiet_NaN();
+    raw.write(dir / str("s", s, ".safetensors"));
+  }
+  const FeatureSetShape shape = FeatureSetShape::of(c);
+  const std::string bad = (dir / "s1.safetensors").string();
+  for (const ShardValueCheck part : {ShardValueCheck{0, 1}, ShardValueCheck{1, 2}, ShardValueCheck{1, 3}}) {
+    EXPECT_THAT(input_error_message([&] { FeatureDataset::open(dir.path(), shape, part); }),
+                ::testing::AllOf(HasSubstr(bad), HasSubstr("target_features")))
+        << "part " << part.part << " of " << part.parts;
+  }
+  for (const ShardValueCheck part : {ShardValueCheck{0, 2}, ShardValueCheck{0, 3}, ShardValueCheck{2, 3}}) {
+    EXPECT_EQ(FeatureDataset::open(dir.path(), shape, part).num_sequences(), 12)
+        << "part " << part.part << " of " << part.parts;
+  }
+  // A header fault in a shard no part reads the values of is still everyone's error.
+  RawShard broken(valid_shard(c, 4, 12));
+  broken.metadata["format"] = "other";
+  broken.write(dir / "s2.safetensors");
+  EXPECT_THAT(input_error_message([&] {
+                FeatureDataset::open(dir.path(), shape, ShardValueCheck{0, 3});
+              }),
+              HasSubstr((dir / "s2.safetensors").string()));
+}
+
 TEST(FeatureShards, DirectoryWithoutShardsIsRefused) {
   ScratchDirectory dir;
   EXPECT_THAT(input_error_message([&] { FeatureDataset::open(dir.path(), FeatureSetShape::of(tiny_config())); }),

@@ -13,6 +13,7 @@
 #include "distributed/data/feature_dataset.hpp"
 #include "distributed/metrics/svg_report.hpp"
 #include "distributed/weights/drafter_export.hpp"
+#include "tests/distributed/malformed_shards.hpp"
 #include "tests/distributed/run_test_support.hpp"
 #include "tests/support/cli_run.hpp"
 
@@ -184,6 +185,26 @@ TEST(TrainingCli, ForceGoesPastThePlanGate) {
   EXPECT_THAT(r.err, HasSubstr("--data"));
   EXPECT_THAT(r.err, HasSubstr((dir / "x").string()));
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("--force")));
+}
+
+// On R ranks each reads the values of every R-th shard: a NaN in shard 1 of 2 is rank 1's to find.
+// It fails the job naming itself, the file and the tensor, while rank 0 waits at the barrier after
+// validation: nothing is written, and no rank is left waiting.
+TEST(TrainingCli, BadValueInAShardAnotherRankReadsFailsTheJobBeforeAnythingIsWritten) {
+  ScratchDirectory dir;
+  write_set_with_damaged_shard(dir / "data", [](RawShard& raw) {
+    raw.tensors.at("target_features").values[5] = std::numeric_limits<double>::quiet_NaN();
+  });
+  const std::string args = "train --config '" + tiny_train_config_path().string() + "' --data '" +
+                           (dir / "data").string() + "' --target '" + (synthetic_run_data() / "target").string() +
+                           "' --out '" + (dir / "run").string() + "'";
+  const auto r = mpirun_dflash(2, args);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "a rank was left waiting: timeout ended the job";
+  EXPECT_THAT(r.err, HasSubstr("dflash: rank 1 of 2 failed"));
+  EXPECT_THAT(r.err, HasSubstr((dir / "data" / "b.safetensors").string()));
+  EXPECT_THAT(r.err, HasSubstr("target_features"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "run")) << "the refused run wrote " << (dir / "run");
 }
 
 // --resume alone does not accept another data set (only --allow-other-data does).

@@ -320,13 +320,8 @@ void expect_refused_writing_nothing(const TrainingRunOptions& o, const std::vect
 class RunWithMalformedShard : public ::testing::TestWithParam<MalformedShardCase> {};
 
 TEST_P(RunWithMalformedShard, IsRefusedBeforeAnythingIsWritten) {
-  const DrafterConfig c = tiny_config();
   ScratchDirectory dir;
-  std::filesystem::create_directories(dir / "data");
-  write_feature_shard(dir / "data" / "a.safetensors", valid_shard(c, 6, 1), safetensors::Dtype::BF16);
-  RawShard raw(valid_shard(c, 4, 9));
-  GetParam().damage(raw);
-  raw.write(dir / "data" / "b.safetensors");
+  write_set_with_damaged_shard(dir / "data", GetParam().damage);
   TrainingRunOptions o = options_for(dir / "run");
   o.data = dir / "data";
   std::vector<std::string> named = GetParam().named;
