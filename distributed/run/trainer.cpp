@@ -189,7 +189,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     eval_set.emplace(FeatureDataset::open(*o.eval_data, shape, my_shards));
     validate_eval_set(*eval_set);
   }
-  barrier(comm);
+  barrier(comm);  // every rank's share of the scan done
   if (lead) {
     log << "dflash train: data " << o.data.string() << ": " << dataset.num_shards() << " shard(s), "
         << dataset.num_sequences() << " sequences, " << dataset.num_rows() << " rows, validated\n";
