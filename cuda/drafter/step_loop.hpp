@@ -47,11 +47,13 @@ inline std::vector<Bf16Bits> teacher_rows_bf16(const DrafterBatch<double>& batch
   const std::vector<Bf16Bits> g = bf16_bits_of(batch.teacher_hidden.data() + b * S * H, S * H);
   const auto T = static_cast<std::int64_t>(blocks.valid.size());
   std::vector<Bf16Bits> rows(static_cast<std::size_t>(T * H));  // bf16 zeros, as a gathered 0 rounds
-  for (std::int64_t i = 0; i < T; ++i) {
-    if (blocks.valid[static_cast<std::size_t>(i)] == 0) continue;
-    const auto from = g.begin() + blocks.teacher_rows[static_cast<std::size_t>(i)] * H;
-    std::copy(from, from + H, rows.begin() + i * H);
-  }
+  run_row_ranges(T, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      if (blocks.valid[static_cast<std::size_t>(i)] == 0) continue;
+      const auto from = g.begin() + blocks.teacher_rows[static_cast<std::size_t>(i)] * H;
+      std::copy(from, from + H, rows.begin() + i * H);
+    }
+  });
   return rows;
 }
 

@@ -7,16 +7,21 @@
 #include <vector>
 
 #include "common/bf16.hpp"
+#include "reference/threads.hpp"
 
 namespace dflash {
 
 using Bf16Bits = std::uint16_t;
 
 // x[0, n) as bf16 bits, each value rounded once from its float (nearest even): how every upload
-// of a double tensor (the reference's values) reaches a bf16 buffer.
+// of a double tensor (the reference's values) reaches a bf16 buffer. Split over the reference's
+// threads (DFLASH_THREADS; each value is its own output, so the bits do not depend on the count):
+// a full-scale sequence's features are 10^8 values.
 inline std::vector<Bf16Bits> bf16_bits_of(const double* x, std::int64_t n) {
   std::vector<Bf16Bits> bits(static_cast<std::size_t>(n));
-  for (std::size_t e = 0; e < bits.size(); ++e) bits[e] = bf16_bits_from_float(static_cast<float>(x[e]));
+  run_row_ranges(n, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t e = begin; e < end; ++e) bits[std::size_t(e)] = bf16_bits_from_float(static_cast<float>(x[e]));
+  });
   return bits;
 }
 

@@ -123,16 +123,22 @@ class DeviceTrainingState {
     return host_optimizer_state(tracker, layout_, rank_,
                                 {step_, be_.to_host(master_), be_.to_host(exp_avg_), be_.to_host(exp_avg_sq_)});
   }
-  std::vector<double> gather_full(Part which) {
+  // to_host false: the rank takes part in the collective but reads nothing back (an empty vector):
+  // the ranks that do not write the checkpoint (P doubles a part, 14 GB at full scale).
+  std::vector<double> gather_full(Part which, bool to_host = true) {
     const Buffer<float>& part = which == Part::master ? master_ : which == Part::exp_avg ? exp_avg_ : exp_avg_sq_;
     if (layout_.zero_stage() == 0) {
+      if (!to_host) return {};
       const std::vector<float> all = be_.to_host(part);
       return std::vector<double>(all.begin(), all.end());
     }
+    const float* full = gathered(part);
+    if (!to_host) return {};
     std::vector<float> all(std::size_t(layout_.count()));
-    be_.read(all.data(), gathered(part), all.size() * sizeof(float));
+    be_.read(all.data(), full, all.size() * sizeof(float));
     return std::vector<double>(all.begin(), all.end());
   }
+  int rank() const { return rank_; }
   // The working copy as double parameters (the values the next step computes with).
   DrafterParameters<double> working_parameters(MemoryTracker& tracker, const DrafterConfig& config) const {
     const std::vector<Bf16Bits> matrices = be_.to_host(matrices_);

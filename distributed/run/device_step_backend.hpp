@@ -49,9 +49,11 @@ class DeviceStepBackend : public StepBackend {
   StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
     return train_step_on(host_tracker_, state_, config_, training_, sequences, options);
   }
+  // Rank 0 alone takes the gathered vectors to the host: it writes the checkpoint.
   std::array<std::vector<double>, 3> gather_optimizer() override {
-    return {state_.gather_full(OptimizerPart::master), state_.gather_full(OptimizerPart::exp_avg),
-            state_.gather_full(OptimizerPart::exp_avg_sq)};
+    const bool writes = state_.rank() == 0;
+    return {state_.gather_full(OptimizerPart::master, writes), state_.gather_full(OptimizerPart::exp_avg, writes),
+            state_.gather_full(OptimizerPart::exp_avg_sq, writes)};
   }
   safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F32; }
   std::map<std::string, std::int64_t> peak_bytes() const override { return peak_bytes_of(state_.backend().counts()); }

@@ -38,7 +38,9 @@ class StepBackend {
                                                 const DrafterStepOptions& options) = 0;
   // One optimizer step on this rank's share of the global batch (every rank calls it).
   virtual StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) = 0;
-  // Master weights, exp_avg, exp_avg_sq as full flat vectors of P values (a collective).
+  // Master weights, exp_avg, exp_avg_sq as full flat vectors of P values on rank 0, which writes
+  // the checkpoint (a collective: every rank calls it). Other ranks may get empty vectors: the CUDA
+  // backend reads nothing back there (3 x P doubles, 41 GB a rank at full scale).
   virtual std::array<std::vector<double>, 3> gather_optimizer() = 0;
   virtual safetensors::Dtype master_dtype() const = 0;  // F64 reference, F32 CUDA
   // Peak bytes per category (SPEC §8 names) since reset_peaks: the host's or the device's.

@@ -164,6 +164,14 @@ TEST(HostSequenceStepUpload, TeacherRowsAreTheGatheredRowsRoundedToBf16) {
     const std::vector<Bf16Bits> got = teacher_rows_bf16(p.batch, b, s.blocks);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_TRUE(got == want) << "sequence " << b;
+    // Split over threads (DFLASH_THREADS), the same bits: the rounding and the gather are per row.
+    set_reference_threads(3);
+    const std::vector<Bf16Bits> split = teacher_rows_bf16(p.batch, b, s.blocks);
+    const std::vector<Bf16Bits> features =
+        bf16_bits_of(p.batch.target_features.data(), p.batch.target_features.numel());
+    set_reference_threads(1);
+    EXPECT_TRUE(split == want) << "sequence " << b << " on 3 threads";
+    EXPECT_TRUE(features == bf16_bits_of(p.batch.target_features.data(), p.batch.target_features.numel()));
   }
 }
 

@@ -19,7 +19,11 @@
 #include <sstream>
 
 #include "common/tolerances.hpp"
+#include "distributed/flat_parameters.hpp"
 #include "distributed/metrics/svg_report.hpp"
+#include "distributed/training_config.hpp"
+#include "distributed/weights/drafter_init.hpp"
+#include "distributed/weights/target_tensors.hpp"
 #include "harness/mpi_world.hpp"
 #include "tests/distributed/run/cuda_run_support.hpp"
 
@@ -130,6 +134,37 @@ TEST(CudaTrainingRunOnCpuRanks, ASigtermOnTwoRanksSavesAndTheRunResumesOnOne) {
   ASSERT_EQ(train(alone, &log), 0);
   EXPECT_THAT(log, HasSubstr("written on 2 rank(s)"));
   expect_data_and_schedule_of_one_rank(run);
+}
+
+// A checkpoint is written by rank 0 alone: the gather of the optimizer is a collective, but only
+// rank 0 reads the full vectors back to the host (3 x P doubles, 41 GB at full scale on each of 8
+// ranks otherwise). Rank 0's are the parameters the state started from, rounded to fp32.
+TEST(CudaTrainingRunOnCpuRanks, OnlyRankZeroTakesTheGatheredOptimizerToTheHost) {
+  ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
+  const DrafterConfig config = tiny_config();
+  TrainingConfig training = load_training_config(tiny_train_config_path());
+  MemoryTracker host, device;
+  const FrozenWeights<double> frozen = load_target_weights(host, synthetic_run_data() / "target", config);
+  for (const int zero_stage : {0, 1}) {
+    SCOPED_TRACE(str("ZeRO-", zero_stage));
+    training.zero_stage = zero_stage;
+    const TrainingState state =
+        make_training_state(host, config, training, world(), seeded_drafter_parameters(host, config, config.seed));
+    DeviceStepBackend<HostTrainingBackend> backend(HostTrainingBackend{device}, CudaCommunicators{world(), world()},
+                                                   config, training, frozen, state.optimizer);
+    const auto [master, exp_avg, exp_avg_sq] = backend.gather_optimizer();
+    if (world().rank() != 0) {
+      EXPECT_TRUE(master.empty() && exp_avg.empty() && exp_avg_sq.empty());
+      continue;
+    }
+    std::vector<double> want;
+    for (const Tensor<double>* t : flat_tensors(state.params)) {
+      for (std::int64_t e = 0; e < t->numel(); ++e) want.push_back(double(float((*t)[e])));
+    }
+    EXPECT_EQ(master, want);
+    EXPECT_EQ(exp_avg, std::vector<double>(want.size(), 0.0));
+    EXPECT_EQ(exp_avg_sq, std::vector<double>(want.size(), 0.0));
+  }
 }
 
 }  // namespace
