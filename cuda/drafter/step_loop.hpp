@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -35,26 +36,6 @@ template <class Backend>
 typename Backend::template Buffer<Bf16Bits> upload_bf16_to(const Backend& be, MemoryCategory c, const double* x,
                                                            std::int64_t n) {
   return be.from_host(c, bf16_bits_of(x, n));
-}
-
-// Sequence b's teacher rows as the loss head reads them, in bf16: gather_teacher_rows's rows
-// (G[a_n + k - 1] where w01 = 1, else 0) rounded as upload_bf16_to rounds, so the same bits, but
-// each row of G rounded once and then copied to the block rows that read it (at full scale 32768
-// block rows read 4096 rows of G: a gather of doubles would be 1.3 GB a sequence, 8 times G).
-inline std::vector<Bf16Bits> teacher_rows_bf16(const DrafterBatch<double>& batch, std::int64_t b,
-                                               const SequenceBlocks<double>& blocks) {
-  const std::int64_t S = batch.context_length(), H = batch.teacher_hidden.dim(2);
-  const std::vector<Bf16Bits> g = bf16_bits_of(batch.teacher_hidden.data() + b * S * H, S * H);
-  const auto T = static_cast<std::int64_t>(blocks.valid.size());
-  std::vector<Bf16Bits> rows(static_cast<std::size_t>(T * H));  // bf16 zeros, as a gathered 0 rounds
-  run_row_ranges(T, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      if (blocks.valid[static_cast<std::size_t>(i)] == 0) continue;
-      const auto from = g.begin() + blocks.teacher_rows[static_cast<std::size_t>(i)] * H;
-      std::copy(from, from + H, rows.begin() + i * H);
-    }
-  });
-  return rows;
 }
 
 // Every trainable parameter in DrafterParameters::for_each order: matrices in bf16 (GEMM
@@ -103,22 +84,88 @@ struct StepWeights {
   }
 };
 
-// Host bytes counted by `tracker` for as long as this lives (a staging copy on its way to the device).
-struct CountedHostBytes {
-  MemoryTracker& tracker;
-  MemoryCategory category;
-  std::size_t bytes;
-  CountedHostBytes(MemoryTracker& t, MemoryCategory c, std::size_t n) : tracker(t), category(c), bytes(n) {
-    tracker.allocate(category, bytes);
+// The host's staging of a sequence's bf16 uploads, kept from one sequence to the next and, through a
+// process-wide cache, from one step to the next (a fresh half gigabyte a sequence at full scale costs
+// more in page faults and zeroing than the rounding that fills it: reference/storage_pool.hpp tells
+// the same story for the reference's tensors). `host` counts what it holds while it lives; the
+// cached buffers between steps belong to no tracker, as the storage pool's blocks do.
+//  - features(x, n): x[0, n) rounded as upload_bf16_to rounds (bf16_bits_into);
+//  - teacher_rows(batch, b, blocks): sequence b's teacher rows as the loss head reads them,
+//    gather_teacher_rows's rows (G[a_n + k - 1] where w01 = 1, else 0) rounded to bf16, so the same
+//    bits as bf16_bits_of(gather_teacher_rows(...)); each row of G is rounded once and then copied
+//    to the block rows that read it (32768 block rows read 4096 rows of G at full scale: a gather of
+//    doubles would be 1.3 GB a sequence, 8 times G).
+class UploadStaging {
+ public:
+  explicit UploadStaging(MemoryTracker& host) : host_(host) {
+    const std::lock_guard<std::mutex> lock(cache_mutex());
+    buffers_ = std::move(cache());
+    cache() = {};
+    recount();
   }
-  CountedHostBytes(const CountedHostBytes&) = delete;
-  CountedHostBytes& operator=(const CountedHostBytes&) = delete;
-  ~CountedHostBytes() { tracker.release(category, bytes); }
+  UploadStaging(const UploadStaging&) = delete;
+  UploadStaging& operator=(const UploadStaging&) = delete;
+  ~UploadStaging() {
+    host_.release(MemoryCategory::inputs, counted_);
+    const std::lock_guard<std::mutex> lock(cache_mutex());
+    cache() = std::move(buffers_);
+  }
+
+  const std::vector<Bf16Bits>& features(const double* x, std::int64_t n) {
+    bf16_bits_into(x, n, buffers_.features);
+    recount();
+    return buffers_.features;
+  }
+  const std::vector<Bf16Bits>& teacher_rows(const DrafterBatch<double>& batch, std::int64_t b,
+                                            const SequenceBlocks<double>& blocks) {
+    const std::int64_t S = batch.context_length(), H = batch.teacher_hidden.dim(2);
+    std::vector<Bf16Bits>& g = buffers_.g;
+    std::vector<Bf16Bits>& rows = buffers_.rows;
+    bf16_bits_into(batch.teacher_hidden.data() + b * S * H, S * H, g);
+    const auto T = static_cast<std::int64_t>(blocks.valid.size());
+    rows.resize(static_cast<std::size_t>(T * H));
+    run_row_ranges(T, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto to = rows.begin() + i * H;
+        if (blocks.valid[static_cast<std::size_t>(i)] == 0) {
+          std::fill(to, to + H, Bf16Bits(0));  // bf16 zeros, as a gathered 0 rounds; the buffer is reused
+          continue;
+        }
+        const auto from = g.begin() + blocks.teacher_rows[static_cast<std::size_t>(i)] * H;
+        std::copy(from, from + H, to);
+      }
+    });
+    recount();
+    return rows;
+  }
+
+ private:
+  struct Buffers {
+    std::vector<Bf16Bits> features, g, rows;  // F, G rounded, the gathered teacher rows
+  };
+  static std::mutex& cache_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static Buffers& cache() {
+    static Buffers b;
+    return b;
+  }
+  void recount() {
+    const std::size_t bytes =
+        (buffers_.features.capacity() + buffers_.g.capacity() + buffers_.rows.capacity()) * sizeof(Bf16Bits);
+    if (bytes > counted_) host_.allocate(MemoryCategory::inputs, bytes - counted_);
+    if (bytes < counted_) host_.release(MemoryCategory::inputs, counted_ - bytes);
+    counted_ = bytes;
+  }
+  MemoryTracker& host_;
+  Buffers buffers_;
+  std::size_t counted_ = 0;
 };
 
 // One sequence's inputs (SPEC §2, §4) in the backend's memory: anchor slots and block rows as
 // prepare_sequences made them, F rounded to bf16, the teacher rows G[a_n + k - 1] rounded to bf16
-// and gathered on the host (teacher_rows_bf16, the staging counted by `host`), labels, fp32 weights, w01; dL/dF zeroed when wanted.
+// and gathered (both through `staging`), labels, fp32 weights, w01; dL/dF zeroed when wanted.
 template <class Backend>
 struct SequenceUpload {
   template <class T>
@@ -132,7 +179,7 @@ struct SequenceUpload {
   Buffer<std::uint8_t> valid;
   Buffer<float> features_grad;  // empty when not wanted
 
-  SequenceUpload(const Backend& be, MemoryTracker& host, const DrafterBatch<double>& batch, std::int64_t b,
+  SequenceUpload(const Backend& be, UploadStaging& staging, const DrafterBatch<double>& batch, std::int64_t b,
                  const PreparedSequence<double>& s, bool want_features_grad) {
     const MemoryCategory in = MemoryCategory::inputs;
     const std::int64_t SKH = batch.context_length() * batch.target_features.dim(2);
@@ -140,12 +187,8 @@ struct SequenceUpload {
     keep = be.from_host(in, s.slots.keep);
     positions = be.from_host(in, s.blocks.positions);
     tokens = be.from_host(in, s.blocks.input_tokens);
-    features = upload_bf16_to(be, in, batch.target_features.data() + b * SKH, SKH);
-    {
-      std::vector<Bf16Bits> teacher = teacher_rows_bf16(batch, b, s.blocks);
-      const CountedHostBytes staging(host, in, teacher.size() * sizeof(Bf16Bits));
-      teacher_rows = be.from_host(in, std::move(teacher));
-    }
+    features = be.from_host(in, staging.features(batch.target_features.data() + b * SKH, SKH));
+    teacher_rows = be.from_host(in, staging.teacher_rows(batch, b, s.blocks));
     labels = be.from_host(in, s.blocks.labels);
     weights = be.from_host(in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
     valid = be.from_host(in, s.blocks.valid);
@@ -187,8 +230,9 @@ LossHeadStats<double> drafter_sequences_on(const Backend& be, Head& head, Memory
   const auto ctx_pos = be.from_host(MemoryCategory::inputs, context_positions);
 
   LossHeadStats<double> total;
+  UploadStaging staging(host);
   for (std::int64_t b = 0; b < nseq; ++b) {
-    SequenceUpload<Backend> seq(be, host, batch, b, seqs[static_cast<std::size_t>(b)], features_grad != nullptr);
+    SequenceUpload<Backend> seq(be, staging, batch, b, seqs[static_cast<std::size_t>(b)], features_grad != nullptr);
     const CudaSequenceInputs inputs = seq.view(ctx_pos.data());
     const std::uint32_t sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
     std::vector<std::uint8_t>* sequence_hits = hits != nullptr ? &hits->emplace_back() : nullptr;

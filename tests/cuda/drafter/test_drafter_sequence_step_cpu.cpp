@@ -139,9 +139,11 @@ TEST(HostSequenceStepAnchors, ExplicitAnchorsFewerThanTheConfigsSlotsSizeTheStep
   EXPECT_EQ(got.valid_rows, exact.valid_rows);
 }
 
-// The upload's teacher rows (teacher_rows_bf16: each row of G rounded once, then gathered) are the
-// bits of the reference's gather rounded row by row (bf16_bits_of(gather_teacher_rows)), for every
-// sequence of the batch; a NaN in a row no label reads (sequence 1's unlabelled rows) reaches neither.
+// The upload's teacher rows (UploadStaging::teacher_rows: each row of G rounded once, then gathered)
+// are the bits of the reference's gather rounded row by row (bf16_bits_of(gather_teacher_rows)),
+// for every sequence of the batch through one staging, as the step's loop uses it (so a row a
+// sequence leaves unlabelled is zero again after another sequence labelled it), and on 3 threads.
+// A NaN in a row no label reads (sequence 1's unlabelled rows) reaches neither.
 TEST(HostSequenceStepUpload, TeacherRowsAreTheGatheredRowsRoundedToBf16) {
   const StepProblemCase c{"mid.json", 300, 4, 24, 0.1};
   DeviceFormatStepProblem p(load_drafter_config(test_config_file(c.config)), c);
@@ -156,22 +158,28 @@ TEST(HostSequenceStepUpload, TeacherRowsAreTheGatheredRowsRoundedToBf16) {
   const auto unread = std::find(read.begin(), read.end(), false);
   ASSERT_NE(unread, read.end()) << "every row of G is read: the NaN would have nowhere to hide";
   p.batch.teacher_hidden.row(1)[(unread - read.begin()) * H] = std::numeric_limits<double>::quiet_NaN();
+  bool labelled_then_not = false;  // a block row labelled in sequence 0 and not in sequence 1
+  for (std::size_t i = 0; i < seqs[0].blocks.valid.size(); ++i) {
+    labelled_then_not |= seqs[0].blocks.valid[i] == 1 && seqs[1].blocks.valid[i] == 0;
+  }
+  ASSERT_TRUE(labelled_then_not) << "the case does not test the reused buffer's zeroing";
+  MemoryTracker host;
+  UploadStaging one_thread(host), three_threads(host);
+  const std::int64_t SKH = S * p.batch.target_features.dim(2);
   for (std::int64_t b = 0; b < p.batch.num_sequences(); ++b) {
     const PreparedSequence<double>& s = seqs[std::size_t(b)];
-    MemoryTracker host;
     const Tensor<double> gathered = gather_teacher_rows(host, p.batch, b, s.blocks);
     const std::vector<Bf16Bits> want = bf16_bits_of(gathered.data(), gathered.numel());
-    const std::vector<Bf16Bits> got = teacher_rows_bf16(p.batch, b, s.blocks);
-    ASSERT_EQ(got.size(), want.size());
+    const std::vector<Bf16Bits> got = one_thread.teacher_rows(p.batch, b, s.blocks);
     EXPECT_TRUE(got == want) << "sequence " << b;
-    // Split over threads (DFLASH_THREADS), the same bits: the rounding and the gather are per row.
+    const double* f = p.batch.target_features.data() + b * SKH;
+    EXPECT_TRUE(one_thread.features(f, SKH) == bf16_bits_of(f, SKH)) << "sequence " << b;
     set_reference_threads(3);
-    const std::vector<Bf16Bits> split = teacher_rows_bf16(p.batch, b, s.blocks);
-    const std::vector<Bf16Bits> features =
-        bf16_bits_of(p.batch.target_features.data(), p.batch.target_features.numel());
+    const std::vector<Bf16Bits> split = three_threads.teacher_rows(p.batch, b, s.blocks);
+    const std::vector<Bf16Bits> split_features = three_threads.features(f, SKH);
     set_reference_threads(1);
     EXPECT_TRUE(split == want) << "sequence " << b << " on 3 threads";
-    EXPECT_TRUE(features == bf16_bits_of(p.batch.target_features.data(), p.batch.target_features.numel()));
+    EXPECT_TRUE(split_features == bf16_bits_of(f, SKH)) << "sequence " << b << " on 3 threads";
   }
 }
 
