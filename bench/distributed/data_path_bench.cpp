@@ -7,11 +7,12 @@
 //            the sampled anchors, validate_teacher_rows)
 //   upload   the host part of SequenceUpload (cuda/drafter/step_loop.hpp): anchors and block rows,
 //            F rounded to bf16, the teacher rows of the labelled block rows gathered and rounded to
-//            bf16; here into host vectors, so without the copy to the device
+//            bf16, into the step's staging (UploadStaging), without the copy to the device
 // Reported: the median seconds of each phase over the set's sequences (after one sequence that
-// pages in the storage pool and the upload's staging), and open's rate. A GPU runs a full-scale sequence's step in about a
-// second (8.6e14 executed FLOPs, `bench_cuda_drafter_step --count`, at 790 TFLOP/s): the host's
-// time adds to that, unhidden, once per sequence.
+// pages in the storage pool and the upload's staging), and open's rate. A GPU would run a
+// full-scale sequence's step in about a second (an estimate: 8.6e14 executed FLOPs,
+// `bench_cuda_drafter_step --count`, at 790 TFLOP/s; no GPU has run it yet): the host's time adds
+// to that, unhidden, once per sequence.
 //
 // The data: any feature set and its config; bench/distributed/full_scale_width.json has the full-scale
 // drafter's H, K, block size and anchors with a small vocabulary, so that `dflash data synth` writes

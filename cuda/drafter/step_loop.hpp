@@ -87,8 +87,9 @@ struct StepWeights {
 // The host's staging of a sequence's bf16 uploads, kept from one sequence to the next and, through a
 // process-wide cache, from one step to the next (a fresh half gigabyte a sequence at full scale costs
 // more in page faults and zeroing than the rounding that fills it: reference/storage_pool.hpp tells
-// the same story for the reference's tensors). `host` counts what it holds while it lives; the
-// cached buffers between steps belong to no tracker, as the storage pool's blocks do.
+// the same story for the reference's tensors). `host` counts the bytes this step's sequences use
+// (the largest sequence's, while the step lives); the capacity cached between steps belongs to no
+// tracker, as the storage pool's blocks do, and stays with the process (0.6 GB at full scale).
 //  - features(x, n): x[0, n) rounded as upload_bf16_to rounds (bf16_bits_into);
 //  - teacher_rows(batch, b, blocks): sequence b's teacher rows as the loss head reads them,
 //    gather_teacher_rows's rows (G[a_n + k - 1] where w01 = 1, else 0) rounded to bf16, so the same
@@ -101,7 +102,6 @@ class UploadStaging {
     const std::lock_guard<std::mutex> lock(cache_mutex());
     buffers_ = std::move(cache());
     cache() = {};
-    recount();
   }
   UploadStaging(const UploadStaging&) = delete;
   UploadStaging& operator=(const UploadStaging&) = delete;
@@ -113,6 +113,7 @@ class UploadStaging {
 
   const std::vector<Bf16Bits>& features(const double* x, std::int64_t n) {
     bf16_bits_into(x, n, buffers_.features);
+    in_use_[0] = buffers_.features.size();
     recount();
     return buffers_.features;
   }
@@ -135,6 +136,8 @@ class UploadStaging {
         std::copy(from, from + H, to);
       }
     });
+    in_use_[1] = g.size();
+    in_use_[2] = rows.size();
     recount();
     return rows;
   }
@@ -152,14 +155,14 @@ class UploadStaging {
     return b;
   }
   void recount() {
-    const std::size_t bytes =
-        (buffers_.features.capacity() + buffers_.g.capacity() + buffers_.rows.capacity()) * sizeof(Bf16Bits);
+    const std::size_t bytes = (in_use_[0] + in_use_[1] + in_use_[2]) * sizeof(Bf16Bits);
     if (bytes > counted_) host_.allocate(MemoryCategory::inputs, bytes - counted_);
     if (bytes < counted_) host_.release(MemoryCategory::inputs, counted_ - bytes);
     counted_ = bytes;
   }
   MemoryTracker& host_;
   Buffers buffers_;
+  std::size_t in_use_[3] = {0, 0, 0};  // elements of features, g, rows this step's last call wrote
   std::size_t counted_ = 0;
 };
 

@@ -138,7 +138,6 @@ class DeviceTrainingState {
     be_.read(all.data(), full, all.size() * sizeof(float));
     return std::vector<double>(all.begin(), all.end());
   }
-  int rank() const { return rank_; }
   // The working copy as double parameters (the values the next step computes with).
   DrafterParameters<double> working_parameters(MemoryTracker& tracker, const DrafterConfig& config) const {
     const std::vector<Bf16Bits> matrices = be_.to_host(matrices_);

@@ -49,9 +49,9 @@ class DeviceStepBackend : public StepBackend {
   StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
     return train_step_on(host_tracker_, state_, config_, training_, sequences, options);
   }
-  // Rank 0 alone takes the gathered vectors to the host: it writes the checkpoint.
-  std::array<std::vector<double>, 3> gather_optimizer() override {
-    const bool writes = state_.rank() == 0;
+  // Only the rank that asks reads the gathered vectors back to the host.
+  std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) override {
+    const bool writes = to_this_rank;
     return {state_.gather_full(OptimizerPart::master, writes), state_.gather_full(OptimizerPart::exp_avg, writes),
             state_.gather_full(OptimizerPart::exp_avg_sq, writes)};
   }

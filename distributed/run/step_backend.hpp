@@ -38,10 +38,10 @@ class StepBackend {
                                                 const DrafterStepOptions& options) = 0;
   // One optimizer step on this rank's share of the global batch (every rank calls it).
   virtual StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) = 0;
-  // Master weights, exp_avg, exp_avg_sq as full flat vectors of P values on rank 0, which writes
-  // the checkpoint (a collective: every rank calls it). Other ranks may get empty vectors: the CUDA
-  // backend reads nothing back there (3 x P doubles, 41 GB a rank at full scale).
-  virtual std::array<std::vector<double>, 3> gather_optimizer() = 0;
+  // Master weights, exp_avg, exp_avg_sq as full flat vectors of P values (a collective: every rank
+  // calls it), on the ranks that ask (to_this_rank: the one that writes the checkpoint); the others
+  // get empty vectors (3 x P doubles, 41 GB a rank at full scale, never read back or kept).
+  virtual std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) = 0;
   virtual safetensors::Dtype master_dtype() const = 0;  // F64 reference, F32 CUDA
   // Peak bytes per category (SPEC §8 names) since reset_peaks: the host's or the device's.
   virtual std::map<std::string, std::int64_t> peak_bytes() const = 0;

@@ -253,7 +253,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
 
   auto save = [&](const DataCursor& at) {
-    auto [master, exp_avg, exp_avg_sq] = backend->gather_optimizer();
+    auto [master, exp_avg, exp_avg_sq] = backend->gather_optimizer(/*to_this_rank=*/lead);
     RunCheckpoint ck{backend->completed_steps(),
                      at,
                      config.seed,

@@ -3,7 +3,8 @@
 //   1. the config (drafter model + SPEC §1 training fields + TRAINING §12 fields, one file);
 //   2. the plan gate (plan_gate.hpp): printed, and a refusal with the table unless --force;
 //   3. the output directory: one holding another run's checkpoints needs --resume;
-//   4. the feature set, every shard validated (rank 0 reads every value; the others map headers);
+//   4. the feature set, every shard validated: every rank checks every header, rank r reads the
+//      values of shards r, r + R, ... (ShardValueCheck), then all meet at a barrier;
 //   5. the frozen weights from the target checkpoint; the initial weights (--init, or the seeded
 //      initialisation, or the latest checkpoint with --resume, its hashes verified).
 // Then each optimizer step takes the next global batch from the data cursor, runs train_step on

@@ -181,6 +181,18 @@ TEST(HostSequenceStepUpload, TeacherRowsAreTheGatheredRowsRoundedToBf16) {
     EXPECT_TRUE(split == want) << "sequence " << b << " on 3 threads";
     EXPECT_TRUE(split_features == bf16_bits_of(f, SKH)) << "sequence " << b << " on 3 threads";
   }
+  // What a staging counts: the bytes its step's last sequence uses (F, G and the gathered rows, bf16),
+  // not the capacity it took over from an earlier step; nothing once it is gone.
+  MemoryTracker staged;
+  {
+    UploadStaging staging(staged);
+    const std::int64_t b = p.batch.num_sequences() - 1;
+    staging.features(p.batch.target_features.data() + b * SKH, SKH);
+    staging.teacher_rows(p.batch, b, seqs[std::size_t(b)].blocks);
+    const auto T = std::int64_t(seqs[std::size_t(b)].blocks.valid.size());
+    EXPECT_EQ(staged.current(MemoryCategory::inputs), std::size_t(SKH + S * H + T * H) * sizeof(Bf16Bits));
+  }
+  EXPECT_EQ(staged.current(MemoryCategory::inputs), 0u);
 }
 
 // Production precision, one GPU, ZeRO-0 (the step holds no optimizer state): exact in every

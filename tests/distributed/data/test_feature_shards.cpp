@@ -135,7 +135,7 @@ TEST(FeatureShards, ValueChecksSplitTheShardsBetweenParts) {
     EXPECT_EQ(FeatureDataset::open(dir.path(), shape, part).num_sequences(), 12)
         << "part " << part.part << " of " << part.parts;
   }
-  // A header fault in a shard no part reads the values of is still everyone's error.
+  // A header fault in a shard this part does not read the values of is still its error.
   RawShard broken(valid_shard(c, 4, 12));
   broken.metadata["format"] = "other";
   broken.write(dir / "s2.safetensors");

@@ -136,6 +136,48 @@ TEST(CudaTrainingRunOnCpuRanks, ASigtermOnTwoRanksSavesAndTheRunResumesOnOne) {
   expect_data_and_schedule_of_one_rank(run);
 }
 
+// The run asks for the gathered optimizer on the rank that writes checkpoints alone (rank 0): a
+// backend that records what each save asks for, around the CUDA run's own.
+class GatherRecordingBackend final : public StepBackend {
+ public:
+  GatherRecordingBackend(std::unique_ptr<StepBackend> inner, std::vector<bool>& asked)
+      : inner_(std::move(inner)), asked_(asked) {}
+  std::int64_t completed_steps() const override { return inner_->completed_steps(); }
+  SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
+                                        const DrafterStepOptions& options) override {
+    return inner_->forward_statistics(config, batch, options);
+  }
+  StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
+    return inner_->step(sequences, options);
+  }
+  std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) override {
+    asked_.push_back(to_this_rank);
+    return inner_->gather_optimizer(to_this_rank);
+  }
+  safetensors::Dtype master_dtype() const override { return inner_->master_dtype(); }
+  std::map<std::string, std::int64_t> peak_bytes() const override { return inner_->peak_bytes(); }
+  void reset_peaks() override { inner_->reset_peaks(); }
+
+ private:
+  std::unique_ptr<StepBackend> inner_;
+  std::vector<bool>& asked_;
+};
+
+TEST(CudaTrainingRunOnCpuRanks, OnlyRankZeroAsksForTheGatheredOptimizer) {
+  const std::filesystem::path run = shared_directory() / "asks";
+  MemoryTracker memory;
+  TrainingRunOptions o = cuda_options_for(run, memory);
+  o.save_every = 10;
+  std::vector<bool> asked;
+  o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                            const FrozenWeights<double>& frozen, TrainingState state) -> std::unique_ptr<StepBackend> {
+    return std::make_unique<GatherRecordingBackend>(
+        cuda_options_for(run, memory).make_step_backend(comm, config, training, frozen, std::move(state)), asked);
+  };
+  ASSERT_EQ(train_on_the_world(o), 0);
+  EXPECT_EQ(asked, std::vector<bool>(2, world().rank() == 0)) << "saves at steps 10 and 20, asked on rank 0 alone";
+}
+
 // A checkpoint is written by rank 0 alone: the gather of the optimizer is a collective, but only
 // rank 0 reads the full vectors back to the host (3 x P doubles, 41 GB at full scale on each of 8
 // ranks otherwise). Rank 0's are the parameters the state started from, rounded to fp32.
@@ -152,7 +194,7 @@ TEST(CudaTrainingRunOnCpuRanks, OnlyRankZeroTakesTheGatheredOptimizerToTheHost) 
         make_training_state(host, config, training, world(), seeded_drafter_parameters(host, config, config.seed));
     DeviceStepBackend<HostTrainingBackend> backend(HostTrainingBackend{device}, CudaCommunicators{world(), world()},
                                                    config, training, frozen, state.optimizer);
-    const auto [master, exp_avg, exp_avg_sq] = backend.gather_optimizer();
+    const auto [master, exp_avg, exp_avg_sq] = backend.gather_optimizer(/*to_this_rank=*/world().rank() == 0);
     if (world().rank() != 0) {
       EXPECT_TRUE(master.empty() && exp_avg.empty() && exp_avg_sq.empty());
       continue;
