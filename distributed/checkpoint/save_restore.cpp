@@ -46,9 +46,15 @@ void add_flat(safetensors::Writer& w, const std::vector<ParameterShape>& shapes,
     throw std::logic_error(str("checkpoint: flat vector has ", flat.size(), " values, the config ", offset));
 }
 
+// Each tensor converted straight into its place in one vector of P values: a vector grown tensor by
+// tensor, and a vector of doubles per tensor, left the freed blocks of about P doubles in the heap,
+// where a resumed rank kept them for the whole run (bench/results/host_memory.md).
 std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<ParameterShape>& shapes,
                               const std::string& prefix) {
-  std::vector<double> flat;
+  std::int64_t count = 0;
+  for (const ParameterShape& s : shapes) count += shape_numel(s.shape);
+  std::vector<double> flat(static_cast<std::size_t>(count));
+  std::size_t offset = 0;
   for (const ParameterShape& s : shapes) {
     const std::string name = prefix + s.name;
     const safetensors::TensorInfo& info = r.info(name);
@@ -61,8 +67,10 @@ std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<Pa
                         str("shape ", safetensors::format_shape(info.shape), " is not the config's ",
                             safetensors::format_shape(s.shape)));
     }
-    const std::vector<double> v = r.doubles(name);
-    flat.insert(flat.end(), v.begin(), v.end());
+    const safetensors::TensorData t = r.tensor(name);
+    const auto n = static_cast<std::size_t>(shape_numel(s.shape));
+    safetensors::load_float_elements(info.dtype, t.bytes.data(), n, flat.data() + offset);
+    offset += n;
   }
   return flat;
 }
