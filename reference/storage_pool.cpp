@@ -107,6 +107,20 @@ void recycle_storage(std::vector<double>& storage) {
   p.cached.emplace(n, CachedBlock{std::move(block), ++p.clock});
 }
 
+std::size_t release_cached_storage() {
+  std::multimap<std::size_t, CachedBlock> freed;
+  Pool& p = pool();
+  {
+    const std::lock_guard lock(p.mutex);
+    freed.swap(p.cached);
+    p.state.cached_bytes = 0;
+    p.state.high_water_bytes = p.state.live_bytes;
+  }
+  std::size_t bytes = 0;
+  for (const auto& [n, block] : freed) bytes += n * sizeof(double);
+  return bytes;  // the blocks are freed here, outside the lock
+}
+
 StoragePoolState storage_pool_state() {
   Pool& p = pool();
   const std::lock_guard lock(p.mutex);

@@ -56,6 +56,7 @@ class DeviceStepBackend : public StepBackend {
             state_.gather_full(OptimizerPart::exp_avg_sq, writes)};
   }
   safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F32; }
+  bool uses_host_frozen_weights() const override { return false; }  // read once, into the backend's bf16
   std::map<std::string, std::int64_t> peak_bytes() const override { return peak_bytes_of(state_.backend().counts()); }
   void reset_peaks() override { state_.backend().reset_peaks(); }
 

@@ -47,6 +47,7 @@ class ReferenceStepBackend final : public StepBackend {
     return full;
   }
   safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F64; }
+  bool uses_host_frozen_weights() const override { return true; }
   std::map<std::string, std::int64_t> peak_bytes() const override { return peak_bytes_of(tracker_); }
   void reset_peaks() override { tracker_.reset_peaks(); }
 

@@ -43,6 +43,10 @@ class StepBackend {
   // get empty vectors (3 x P doubles, 41 GB a rank at full scale, never read back or kept).
   virtual std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) = 0;
   virtual safetensors::Dtype master_dtype() const = 0;  // F64 reference, F32 CUDA
+  // Whether the steps read the frozen weights the backend was made from (the reference computes
+  // with them); a device backend holds its own bf16 copy, so the run frees the host's doubles
+  // (2 V H values: 20 GB a rank at full scale) once it is made.
+  virtual bool uses_host_frozen_weights() const = 0;
   // Peak bytes per category (SPEC §8 names) since reset_peaks: the host's or the device's.
   virtual std::map<std::string, std::int64_t> peak_bytes() const = 0;
   virtual void reset_peaks() = 0;

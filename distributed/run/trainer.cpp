@@ -27,6 +27,7 @@
 #include "io/errors.hpp"
 #include "io/file_write.hpp"
 #include "io/json_fields.hpp"
+#include "reference/storage_pool.hpp"
 
 namespace dflash {
 
@@ -197,7 +198,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
 
   // 5. Weights.
   MemoryTracker tracker;
-  const FrozenWeights<double> frozen = load_target_weights(tracker, o.target, config);
+  FrozenWeights<double> frozen = load_target_weights(tracker, o.target, config);
   const FlatLayout flat(config, R, training.zero_stage);
   TrainingState state;
   DataCursor cursor;
@@ -238,6 +239,13 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       : o.backend == TrainingBackend::cuda
           ? make_cuda_step_backend(comm, config, training, frozen, std::move(state))
           : make_reference_step_backend(tracker, comm, config, training, frozen, std::move(state));
+  // What the start held on the host that the steps never read: a device backend has its own bf16
+  // E and W_lm, and the initial or restored parameters and optimizer state went into the backend.
+  // Their blocks would stay in the storage pool (reference/storage_pool.hpp) for the whole run, the
+  // frozen ones live and the others cached, as the steps never allocate those sizes again: up to
+  // 2 V H + P + 3 P / R doubles, 39 GB a rank at full scale under ZeRO-1 (bench/results/host_memory.md).
+  if (!backend->uses_host_frozen_weights()) frozen = FrozenWeights<double>{};
+  release_cached_storage();
 
   // Everything is valid: from here on the run writes.
   const fs::path metrics_path = o.out / "metrics.jsonl", eval_path = o.out / "eval.jsonl";

@@ -87,6 +87,30 @@ TEST(StoragePool, AFreshBlockEvictsTheOldestToStayWithinTheHighWaterMark) {
   EXPECT_LE(s.live_bytes + s.cached_bytes, s.high_water_bytes);
 }
 
+// What `dflash train` calls after its start: every cached block freed, the live ones untouched,
+// and the bound restarted from what is live, so the cache cannot grow back to the start's size.
+TEST(StoragePool, ReleasingTheCacheFreesEveryCachedBlockAndKeepsTheLiveOnes) {
+  const std::size_t n = kPooledDoubles + 11, m = kPooledDoubles + 13;  // sizes no other test uses
+  std::vector<double> kept = zeroed_storage(n);
+  kept[0] = 3.0;
+  std::vector<double> a = zeroed_storage(m), b = zeroed_storage(m);
+  recycle_storage(a);
+  recycle_storage(b);
+  const StoragePoolState before = storage_pool_state();
+  ASSERT_GE(before.cached_bytes, 2 * m * sizeof(double));
+  EXPECT_EQ(release_cached_storage(), before.cached_bytes);
+  const StoragePoolState after = storage_pool_state();
+  EXPECT_EQ(after.cached_bytes, 0u);
+  EXPECT_EQ(after.live_bytes, before.live_bytes);
+  EXPECT_EQ(after.high_water_bytes, after.live_bytes);
+  EXPECT_EQ(kept[0], 3.0);
+  std::vector<double> c = zeroed_storage(m);
+  EXPECT_EQ(storage_pool_state().fresh, after.fresh + 1);  // nothing left to reuse
+  EXPECT_EQ(release_cached_storage(), 0u);
+  recycle_storage(c);
+  recycle_storage(kept);
+}
+
 TEST(StoragePool, ABlockThePoolNeverHandedOutIsABookkeepingError) {
   std::vector<double> foreign(static_cast<std::size_t>(storage_pool_state().live_bytes / sizeof(double)) +
                               kPooledDoubles);

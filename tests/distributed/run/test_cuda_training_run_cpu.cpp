@@ -103,6 +103,36 @@ TEST(CudaTrainingRunOnTheCpu, SigtermThenResumeIsBitwiseTheUninterruptedRun) {
   for (std::size_t t = 0; t < a.size(); ++t) EXPECT_EQ(a[t].loss, b[t].loss) << t;
 }
 
+// A device backend holds its own bf16 E and W_lm: once it is made, the run frees the host's doubles
+// (2 V H values a rank, 20 GB at full scale, else held to the end of the run); the reference backend
+// computes with them, and they stay.
+TEST(CudaTrainingRunOnTheCpu, TheHostsFrozenWeightsAreFreedOnceTheDeviceBackendHasItsCopy) {
+  for (const bool cuda : {true, false}) {
+    SCOPED_TRACE(cuda ? "CUDA step" : "reference");
+    ScratchDirectory dir;
+    MemoryTracker memory, reference_memory;
+    TrainingRunOptions o = cuda ? cuda_options_for(dir / "run", memory) : options_for(dir / "run");
+    const FrozenWeights<double>* frozen = nullptr;
+    std::int64_t made_with = 0;
+    const auto make = o.make_step_backend;
+    o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                              const FrozenWeights<double>& f, TrainingState state) {
+      frozen = &f;
+      made_with = f.embed_tokens.numel() + f.lm_head.numel();
+      return make ? make(comm, config, training, f, std::move(state))
+                  : make_reference_step_backend(reference_memory, comm, config, training, f, std::move(state));
+    };
+    std::int64_t after_step_0 = -1;
+    o.after_step = [&](std::int64_t t) {
+      after_step_0 = frozen->embed_tokens.numel() + frozen->lm_head.numel();
+      if (t == 0) std::raise(SIGTERM);
+    };
+    ASSERT_EQ(train(o), 0);
+    EXPECT_EQ(made_with, 2 * tiny_config().vocab_size * tiny_config().hidden_size);
+    EXPECT_EQ(after_step_0, cuda ? 0 : made_with);
+  }
+}
+
 // A run stopped on one backend resumes on the other (TRAINING §15: one checkpoint format): the
 // reference's F64 checkpoint goes on under the CUDA step (its master rounded to fp32 on the way
 // in), the CUDA step's F32 one under the reference, each to step 20 with the uninterrupted runs'

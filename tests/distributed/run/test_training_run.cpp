@@ -101,6 +101,7 @@ class BatchRecordingBackend final : public StepBackend {
     return inner_->gather_optimizer(to_this_rank);
   }
   safetensors::Dtype master_dtype() const override { return inner_->master_dtype(); }
+  bool uses_host_frozen_weights() const override { return inner_->uses_host_frozen_weights(); }
   std::map<std::string, std::int64_t> peak_bytes() const override { return inner_->peak_bytes(); }
   void reset_peaks() override { inner_->reset_peaks(); }
 
