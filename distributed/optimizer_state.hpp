@@ -30,6 +30,12 @@ OptimizerState make_optimizer_state(MemoryTracker& tracker, const FlatLayout& la
 OptimizerState restore_optimizer_state(MemoryTracker& tracker, const FlatLayout& layout, int rank,
                                        std::span<const double> master, std::span<const double> exp_avg,
                                        std::span<const double> exp_avg_sq, std::int64_t step);
+// The same from the values [first, first + n) of each flat vector (n = the spans' common size),
+// which must hold every value of the rank's part: a checkpoint read for one rank (save_restore.hpp's
+// FlatSlice), without the 3 P doubles of the whole vectors.
+OptimizerState restore_optimizer_part(MemoryTracker& tracker, const FlatLayout& layout, int rank, std::int64_t first,
+                                      std::span<const double> master, std::span<const double> exp_avg,
+                                      std::span<const double> exp_avg_sq, std::int64_t step);
 
 // The whole flat vector (P values) of one of the state's tensors, gathered from every rank's part
 // (a collective: every rank calls it; every rank receives the result). For checkpoints and tests.

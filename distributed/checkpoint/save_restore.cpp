@@ -46,15 +46,15 @@ void add_flat(safetensors::Writer& w, const std::vector<ParameterShape>& shapes,
     throw std::logic_error(str("checkpoint: flat vector has ", flat.size(), " values, the config ", offset));
 }
 
-// Each tensor converted straight into its place in one vector of P values: a vector grown tensor by
-// tensor, and a vector of doubles per tensor, left the freed blocks of about P doubles in the heap,
-// where a resumed rank kept them for the whole run (bench/results/host_memory.md).
+// The flat values [first, end) of the tensors under `prefix` (every tensor's dtype and shape
+// checked, only those that overlap the range read), each converted straight into its place: a
+// vector grown tensor by tensor, and a vector of doubles per tensor, left freed blocks of about P
+// doubles in the heap, where a resumed rank kept them for the whole run
+// (bench/results/host_memory.md).
 std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<ParameterShape>& shapes,
-                              const std::string& prefix) {
-  std::int64_t count = 0;
-  for (const ParameterShape& s : shapes) count += shape_numel(s.shape);
-  std::vector<double> flat(static_cast<std::size_t>(count));
-  std::size_t offset = 0;
+                              const std::string& prefix, std::int64_t first, std::int64_t end) {
+  std::vector<double> flat(static_cast<std::size_t>(end - first));
+  std::int64_t offset = 0;  // the flat index of the tensor's first element
   for (const ParameterShape& s : shapes) {
     const std::string name = prefix + s.name;
     const safetensors::TensorInfo& info = r.info(name);
@@ -67,9 +67,13 @@ std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<Pa
                         str("shape ", safetensors::format_shape(info.shape), " is not the config's ",
                             safetensors::format_shape(s.shape)));
     }
-    const safetensors::TensorData t = r.tensor(name);
-    const auto n = static_cast<std::size_t>(shape_numel(s.shape));
-    safetensors::load_float_elements(info.dtype, t.bytes.data(), n, flat.data() + offset);
+    const std::int64_t n = shape_numel(s.shape), lo = std::max(offset, first), hi = std::min(offset + n, end);
+    if (lo < hi) {
+      const safetensors::TensorData t = r.tensor(name);
+      safetensors::load_float_elements(
+          info.dtype, t.bytes.data() + (lo - offset) * std::int64_t(safetensors::dtype_size(info.dtype)),
+          static_cast<std::size_t>(hi - lo), flat.data() + (lo - first));
+    }
     offset += n;
   }
   return flat;
@@ -231,7 +235,7 @@ TrainerState read_state(const fs::path& dir) {
 
 json checkpoint_config_json(const fs::path& dir) { return read_state(dir).counters.config; }
 
-RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& config) {
+RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& config, FlatSlice slice) {
   TrainerState state = read_state(dir);
   const fs::path state_path = dir / kTrainerStateFileName;
   const json& hashes = state.hashes;
@@ -251,11 +255,18 @@ RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& conf
   try {
     RunCheckpoint c = std::move(state.counters);
     const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
+    std::int64_t P = 0;
+    for (const ParameterShape& s : shapes) P += shape_numel(s.shape);
+    if (slice.first < 0 || slice.first > P || slice.count < -1) {
+      throw std::logic_error(str("checkpoint slice [", slice.first, ", +", slice.count, ") of ", P, " values"));
+    }
+    const std::int64_t end = slice.count < 0 ? P : std::min(P, slice.first + slice.count);
     const auto model = safetensors::Reader::open_file(dir / kModelFileName);
     const auto optimizer = safetensors::Reader::open_file(dir / kOptimizerFileName);
-    c.master = read_flat(model, shapes, "");
-    c.exp_avg = read_flat(optimizer, shapes, "exp_avg/");
-    c.exp_avg_sq = read_flat(optimizer, shapes, "exp_avg_sq/");
+    c.first = slice.first;
+    c.master = read_flat(model, shapes, "", slice.first, end);
+    c.exp_avg = read_flat(optimizer, shapes, "exp_avg/", slice.first, end);
+    c.exp_avg_sq = read_flat(optimizer, shapes, "exp_avg_sq/", slice.first, end);
     return c;
   } catch (const json::exception& e) {
     throw_input_error(state_path.string(), str("malformed: ", e.what()));

@@ -46,8 +46,10 @@ struct RunCheckpoint {
   std::int64_t tokens_seen = 0;
   nlohmann::json config;  // the drafter config with the training fields merged in
   int world_size = 1;
-  // Full flat vectors (P values each, canonical order of drafter_parameter_shapes).
+  // Flat vectors (canonical order of drafter_parameter_shapes): whole (P values each) when written;
+  // read, the values [first, first + size) a FlatSlice asked for.
   std::vector<double> master, exp_avg, exp_avg_sq;
+  std::int64_t first = 0;  // the flat index of master[0], exp_avg[0], exp_avg_sq[0]
   // The data set it was trained on (distributed/data/feature_dataset.hpp's fingerprint: shard file
   // names, sizes, sequence count); null when not recorded.
   nlohmann::json data_set;
@@ -84,10 +86,18 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 // The step-* directories of a run (complete ones; not *.tmp), oldest first.
 std::vector<std::filesystem::path> run_checkpoints(const std::filesystem::path& run_dir);
 
+// The values of the flat vectors a reader keeps: [first, first + count), clipped to P (count -1: to
+// the end). A rank that resumes on a device backend keeps its own optimizer part (its ZeRO-1 shard):
+// 3 P / R values instead of 3 P, 36 GB less a rank at full scale on 8 ranks.
+struct FlatSlice {
+  std::int64_t first = 0, count = -1;
+};
+
 // Reads and verifies a checkpoint directory: trainer_state.json's every field (format, version,
 // integers in range, step equal to the directory's name), the hashes, then names, dtypes and shapes
-// against `config`. Throws dflash::InputError naming the file, the field and the value.
-RunCheckpoint read_run_checkpoint(const std::filesystem::path& dir, const DrafterConfig& config);
+// against `config`, then the values `slice` asks for (all by default). Throws dflash::InputError
+// naming the file, the field and the value.
+RunCheckpoint read_run_checkpoint(const std::filesystem::path& dir, const DrafterConfig& config, FlatSlice slice = {});
 
 // The drafter config stored in a checkpoint's trainer_state.json (for `dflash export`).
 nlohmann::json checkpoint_config_json(const std::filesystem::path& dir);

@@ -205,7 +205,13 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   std::int64_t tokens_seen = 0;
   std::string last_good = "none";
   if (resume_from) {
-    const RunCheckpoint ck = read_run_checkpoint(*resume_from, config);
+    // A CUDA rank keeps only its own part of the optimizer (its ZeRO-1 shard) and makes its working
+    // copy from the master weights on the device: it reads that part of the checkpoint, 3 P / R
+    // values, where the reference, which computes with the whole parameters, reads 3 P (41 GB a rank
+    // at full scale) and unflattens P of them.
+    const bool own_part_only = o.backend == TrainingBackend::cuda;
+    const RunCheckpoint ck = read_run_checkpoint(
+        *resume_from, config, own_part_only ? FlatSlice{flat.shard_offset(rank), flat.shard_size()} : FlatSlice{});
     require_same_run_config(ck.config, config_json, *resume_from);
     require_same_data_set(ck.data_set, dataset.fingerprint(), *resume_from, o.allow_other_data);
     if (ck.seed != config.seed) {
@@ -218,8 +224,9 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     }
     // The released config an earlier --init brought in stays with the run.
     if (ck.config.contains(kInitConfigKey)) config_json[kInitConfigKey] = ck.config.at(kInitConfigKey);
-    state.params = unflatten(tracker, config, flat, ck.master);
-    state.optimizer = restore_optimizer_state(tracker, flat, rank, ck.master, ck.exp_avg, ck.exp_avg_sq, ck.step);
+    if (!own_part_only) state.params = unflatten(tracker, config, flat, ck.master);
+    state.optimizer =
+        restore_optimizer_part(tracker, flat, rank, ck.first, ck.master, ck.exp_avg, ck.exp_avg_sq, ck.step);
     cursor = ck.data_cursor;
     tokens_seen = ck.tokens_seen;
     last_good = resume_from->string();
@@ -271,6 +278,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
                      std::move(master),
                      std::move(exp_avg),
                      std::move(exp_avg_sq),
+                     0,  // whole vectors
                      dataset.fingerprint()};
     if (lead) write_run_checkpoint(o.out, config, ck, {backend->master_dtype(), o.keep, {}});
     barrier(comm);

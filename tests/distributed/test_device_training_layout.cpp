@@ -139,6 +139,32 @@ TEST(DeviceTrainingLayout, OptimizerStateRoundTripsThroughTheDevicePart) {
   }
   MemoryTracker t2;
   const OptimizerState host = restore_optimizer_state(t2, layout, 1, full[0], full[1], full[2], 0);
+  // From a slice of the vectors that holds the rank's part (a checkpoint read for that rank): the
+  // same state; a slice that misses one of the part's values is refused, naming the vector.
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " from its slice");
+    const OptimizerState whole = restore_optimizer_state(t2, layout, r, full[0], full[1], full[2], 5);
+    const std::int64_t first = std::max<std::int64_t>(0, layout.shard_offset(r) - 3),
+                       end = std::min(layout.count(), layout.shard_offset(r) + layout.shard_size() + 2);
+    const auto slice = [&](const std::vector<double>& v, std::int64_t b, std::int64_t e) {
+      return std::vector<double>(v.begin() + b, v.begin() + e);
+    };
+    const OptimizerState part = restore_optimizer_part(t2, layout, r, first, slice(full[0], first, end),
+                                                       slice(full[1], first, end), slice(full[2], first, end), 5);
+    EXPECT_EQ(part.offset, whole.offset);
+    EXPECT_EQ(part.step, 5);
+    EXPECT_EQ(part.master.values(), whole.master.values());
+    EXPECT_EQ(part.exp_avg.values(), whole.exp_avg.values());
+    EXPECT_EQ(part.exp_avg_sq.values(), whole.exp_avg_sq.values());
+    const std::int64_t part_end = std::min(layout.count(), layout.shard_offset(r) + layout.shard_size());
+    try {
+      restore_optimizer_part(t2, layout, r, first, slice(full[0], first, end), slice(full[1], first, part_end - 1),
+                             slice(full[2], first, end), 5);
+      ADD_FAILURE() << "a slice one value short of the part was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("exp_avg"), std::string::npos) << e.what();
+    }
+  }
   DeviceOptimizerPart wrong = device_optimizer_part(layout, 1, host);
   wrong.exp_avg.pop_back();
   try {

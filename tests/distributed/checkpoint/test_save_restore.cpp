@@ -78,6 +78,36 @@ TEST(RunCheckpoint, RoundTripIsExactAndLatestNamesIt) {
   EXPECT_EQ(safetensors::Reader::open_file(dir / kModelFileName).info("norm.weight").dtype, safetensors::Dtype::F64);
 }
 
+// A rank that resumes on a device backend reads its own part alone: every slice (inside one
+// tensor, across tensor boundaries, past P, empty, the whole) holds exactly the full read's values
+// there, from both precisions' files, and records where it starts.
+TEST(RunCheckpoint, ASliceReadsExactlyThoseValuesOfTheWholeVectors) {
+  const DrafterConfig c = tiny_config();
+  const std::int64_t P = drafter_parameter_count(c);
+  for (const safetensors::Dtype precision : {safetensors::Dtype::F64, safetensors::Dtype::F32}) {
+    SCOPED_TRACE(std::string(safetensors::dtype_name(precision)));
+    ScratchDirectory run;
+    const auto dir = write_run_checkpoint(run.path(), c, example(c, 3), {precision, 0, {}});
+    const RunCheckpoint whole = read_run_checkpoint(dir, c);
+    ASSERT_EQ(std::int64_t(whole.master.size()), P);
+    EXPECT_EQ(whole.first, 0);
+    const std::int64_t first_tensor = shape_numel(drafter_parameter_shapes(c).front().shape);
+    for (const FlatSlice slice : {FlatSlice{1, 3}, FlatSlice{first_tensor - 2, 5}, FlatSlice{P / 3, P / 3},
+                                  FlatSlice{P - 4, 100}, FlatSlice{P, 8}, FlatSlice{0, -1}, FlatSlice{7, -1}}) {
+      SCOPED_TRACE("slice from " + std::to_string(slice.first) + ", " + std::to_string(slice.count));
+      const RunCheckpoint part = read_run_checkpoint(dir, c, slice);
+      const std::int64_t end = slice.count < 0 ? P : std::min(P, slice.first + slice.count);
+      EXPECT_EQ(part.first, slice.first);
+      EXPECT_EQ(part.step, whole.step);
+      EXPECT_EQ(part.data_cursor, whole.data_cursor);
+      for (const auto& [got, want] : {std::pair{&part.master, &whole.master}, std::pair{&part.exp_avg, &whole.exp_avg},
+                                      std::pair{&part.exp_avg_sq, &whole.exp_avg_sq}}) {
+        EXPECT_EQ(*got, std::vector<double>(want->begin() + slice.first, want->begin() + end));
+      }
+    }
+  }
+}
+
 TEST(RunCheckpoint, KeepRemovesAllButTheMostRecent) {
   const DrafterConfig c = tiny_config();
   ScratchDirectory run;

@@ -101,11 +101,20 @@ void expect_data_and_schedule_of_one_rank(const std::filesystem::path& run) {
   EXPECT_EQ(many[0].accuracy, one[0].accuracy);
 }
 
+// The uninterrupted 2-rank CUDA run (every rank calls it), made once.
+const std::filesystem::path& two_rank_run() {
+  static MemoryTracker memory;
+  static const std::filesystem::path out = [] {
+    const std::filesystem::path run = shared_directory() / "two";
+    EXPECT_EQ(train_on_the_world(cuda_options_for(run, memory)), 0);
+    return run;
+  }();
+  return out;
+}
+
 TEST(CudaTrainingRunOnCpuRanks, TwoRanksFollowOneRank) {
   ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
-  const std::filesystem::path run = shared_directory() / "two";
-  MemoryTracker memory;
-  ASSERT_EQ(train_on_the_world(cuda_options_for(run, memory)), 0);
+  const std::filesystem::path run = two_rank_run();
   if (world().rank() != 0) return;
   expect_data_and_schedule_of_one_rank(run);
   const StepRecord first = read_metrics_file(run / "metrics.jsonl").front(),
@@ -134,6 +143,32 @@ TEST(CudaTrainingRunOnCpuRanks, ASigtermOnTwoRanksSavesAndTheRunResumesOnOne) {
   ASSERT_EQ(train(alone, &log), 0);
   EXPECT_THAT(log, HasSubstr("written on 2 rank(s)"));
   expect_data_and_schedule_of_one_rank(run);
+}
+
+// Stopped and resumed on the same 2 ranks, each reading only its own ZeRO-1 part of the checkpoint
+// (FlatSlice): the run ends bitwise the uninterrupted one, files and losses.
+TEST(CudaTrainingRunOnCpuRanks, ASigtermOnTwoRanksThenAResumeOnTwoIsBitwiseTheUninterruptedRun) {
+  const std::filesystem::path run = shared_directory() / "stopped-resumed-on-two";
+  MemoryTracker memory;
+  TrainingRunOptions o = cuda_options_for(run, memory);
+  o.after_step = [](std::int64_t t) {
+    if (t == 6) std::raise(SIGTERM);
+  };
+  ASSERT_EQ(train_on_the_world(o), 0);
+  o.after_step = nullptr;
+  o.resume = true;
+  std::string log;
+  ASSERT_EQ(train_on_the_world(o, &log), 0);
+  const std::filesystem::path& whole = two_rank_run();
+  if (world().rank() != 0) return;
+  EXPECT_THAT(log, HasSubstr("resuming from"));
+  for (const char* file : {kModelFileName, kOptimizerFileName, kTrainerStateFileName}) {
+    EXPECT_EQ(file_text(run / "step-00000020" / file), file_text(whole / "step-00000020" / file)) << file;
+  }
+  const std::vector<StepRecord> a = read_metrics_file(run / "metrics.jsonl"),
+                                b = read_metrics_file(whole / "metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t t = 0; t < a.size(); ++t) EXPECT_EQ(a[t].loss, b[t].loss) << t;
 }
 
 // The run asks for the gathered optimizer on the rank that writes checkpoints alone (rank 0): a
