@@ -37,6 +37,22 @@ std::size_t layout_rank(Dtype dtype) {
   return static_cast<std::size_t>(std::find(kLayoutOrder.begin(), kLayoutOrder.end(), dtype) - kLayoutOrder.begin());
 }
 
+// values rounded to the float dtype `dtype`, little-endian, into out[0, values.size() * its size).
+void encode_floats(Dtype dtype, std::span<const double> values, std::byte* out) {
+  const std::size_t size = dtype_size(dtype);
+  for (std::size_t i = 0; i < values.size(); ++i) store_float_element(dtype, values[i], out + i * size);
+}
+
+// A viewed tensor is encoded and written this many values at a time (1 MiB of F64).
+constexpr std::size_t kViewPieceValues = std::size_t(1) << 17;
+
+void check_float_dtype(const std::string& name, Dtype dtype) {
+  if (!dtype_is_float(dtype)) {
+    throw InputError(str("safetensors writer: tensor '", name, "' dtype ", dtype_name(dtype),
+                         " is not a float dtype (use add_integers)"));
+  }
+}
+
 }  // namespace
 
 std::size_t Writer::checked_new_tensor(const std::string& name, Dtype dtype, const Shape& shape,
@@ -56,15 +72,19 @@ std::size_t Writer::checked_new_tensor(const std::string& name, Dtype dtype, con
   return count * dtype_size(dtype);
 }
 
+std::size_t Writer::Entry::byte_size() const { return view.empty() ? bytes.size() : view.size() * dtype_size(dtype); }
+
 void Writer::add_floats(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values) {
-  if (!dtype_is_float(dtype)) {
-    throw InputError(str("safetensors writer: tensor '", name, "' dtype ", dtype_name(dtype),
-                         " is not a float dtype (use add_integers)"));
-  }
-  Entry entry{dtype, shape, std::vector<std::byte>(checked_new_tensor(name, dtype, shape, values.size()))};
-  const std::size_t size = dtype_size(dtype);
-  for (std::size_t i = 0; i < values.size(); ++i) store_float_element(dtype, values[i], entry.bytes.data() + i * size);
+  check_float_dtype(name, dtype);
+  Entry entry{dtype, shape, std::vector<std::byte>(checked_new_tensor(name, dtype, shape, values.size())), {}};
+  encode_floats(dtype, values, entry.bytes.data());
   tensors_.emplace(name, std::move(entry));
+}
+
+void Writer::add_floats_view(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values) {
+  check_float_dtype(name, dtype);
+  checked_new_tensor(name, dtype, shape, values.size());
+  tensors_.emplace(name, Entry{dtype, shape, {}, values});
 }
 
 void Writer::add_integers(const std::string& name, Dtype dtype, const Shape& shape,
@@ -73,7 +93,7 @@ void Writer::add_integers(const std::string& name, Dtype dtype, const Shape& sha
     throw InputError(str("safetensors writer: tensor '", name, "' dtype ", dtype_name(dtype),
                          " is not an integer dtype (use add_floats)"));
   }
-  Entry entry{dtype, shape, std::vector<std::byte>(checked_new_tensor(name, dtype, shape, values.size()))};
+  Entry entry{dtype, shape, std::vector<std::byte>(checked_new_tensor(name, dtype, shape, values.size())), {}};
   const std::size_t size = dtype_size(dtype);
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (!integer_fits_dtype(dtype, values[i])) {
@@ -92,7 +112,7 @@ void Writer::add_bytes(const std::string& name, Dtype dtype, const Shape& shape,
                          size, "-byte ", dtype_name(dtype), " elements"));
   }
   checked_new_tensor(name, dtype, shape, bytes.size() / size);
-  tensors_.emplace(name, Entry{dtype, shape, std::vector<std::byte>(bytes.begin(), bytes.end())});
+  tensors_.emplace(name, Entry{dtype, shape, std::vector<std::byte>(bytes.begin(), bytes.end()), {}});
 }
 
 void Writer::set_metadata(const std::string& key, const std::string& value) {
@@ -124,9 +144,9 @@ std::string Writer::padded_header() const {
     nlohmann::ordered_json fields = nlohmann::ordered_json::object();
     fields["dtype"] = dtype_name(entry->dtype);
     fields["shape"] = entry->shape;
-    fields["data_offsets"] = {offset, offset + entry->bytes.size()};
+    fields["data_offsets"] = {offset, offset + entry->byte_size()};
     header[*name] = std::move(fields);
-    offset += entry->bytes.size();
+    offset += entry->byte_size();
   }
   std::string text = header.dump();
   // Spaces up to a multiple of 8: with the 8-byte length field, the data section then starts at
@@ -141,7 +161,15 @@ std::vector<std::byte> Writer::to_bytes() const {
   store_le_u64(header.size(), bytes.data());
   const auto* header_bytes = reinterpret_cast<const std::byte*>(header.data());
   bytes.insert(bytes.end(), header_bytes, header_bytes + header.size());
-  for (const auto& [name, entry] : data_order()) bytes.insert(bytes.end(), entry->bytes.begin(), entry->bytes.end());
+  for (const auto& [name, entry] : data_order()) {
+    if (entry->view.empty()) {
+      bytes.insert(bytes.end(), entry->bytes.begin(), entry->bytes.end());
+      continue;
+    }
+    const std::size_t at = bytes.size();
+    bytes.resize(at + entry->byte_size());
+    encode_floats(entry->dtype, entry->view, bytes.data() + at);
+  }
   return bytes;
 }
 
@@ -153,7 +181,21 @@ void Writer::write_file(const std::filesystem::path& path) const {
   AtomicFileWriter file(path);
   file.write(length_field, sizeof length_field);
   file.write(header.data(), header.size());
-  for (const auto& [name, entry] : data_order()) file.write(entry->bytes.data(), entry->bytes.size());
+  std::vector<std::byte> piece;
+  for (const auto& [name, entry] : data_order()) {
+    if (entry->view.empty()) {
+      file.write(entry->bytes.data(), entry->bytes.size());
+      continue;
+    }
+    const std::size_t size = dtype_size(entry->dtype);
+    for (std::size_t first = 0; first < entry->view.size(); first += kViewPieceValues) {
+      const std::span<const double> values =
+          entry->view.subspan(first, std::min(kViewPieceValues, entry->view.size() - first));
+      piece.resize(values.size() * size);
+      encode_floats(entry->dtype, values, piece.data());
+      file.write(piece.data(), piece.size());
+    }
+  }
   file.commit();
 }
 

@@ -32,6 +32,10 @@ class Writer {
 
   // `values` rounded to `dtype` (F64, F32, BF16 or F16), round to nearest, ties to even.
   void add_floats(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values);
+  // The same bytes, but `values` are read and rounded when the file is written (write_file,
+  // to_bytes), a piece at a time, not copied now: they must outlive those calls. For tensors the
+  // size of the data (a checkpoint's flat vectors): the file then costs no second copy in memory.
+  void add_floats_view(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values);
   // `values` stored as `dtype` (I64, I32, U8 or BOOL), each checked to fit.
   void add_integers(const std::string& name, Dtype dtype, const Shape& shape, std::span<const std::int64_t> values);
   // Bytes already encoded as little-endian `dtype` elements in C order.
@@ -53,7 +57,9 @@ class Writer {
   struct Entry {
     Dtype dtype;
     Shape shape;
-    std::vector<std::byte> bytes;
+    std::vector<std::byte> bytes;   // the encoded elements, or
+    std::span<const double> view;   // the values to encode when written (add_floats_view)
+    std::size_t byte_size() const;  // in the file
   };
 
   // The header JSON text padded with spaces to a multiple of 8 bytes, and the tensors in data

@@ -39,7 +39,7 @@ void add_flat(safetensors::Writer& w, const std::vector<ParameterShape>& shapes,
     const auto n = static_cast<std::size_t>(shape_numel(s.shape));
     if (offset + n > flat.size())
       throw std::logic_error(str("checkpoint: flat vector of ", flat.size(), " values is too short"));
-    w.add_floats(prefix + s.name, dtype, s.shape, std::span<const double>(flat.data() + offset, n));
+    w.add_floats_view(prefix + s.name, dtype, s.shape, std::span<const double>(flat.data() + offset, n));
     offset += n;
   }
   if (offset != flat.size())

@@ -51,6 +51,37 @@ TEST(SafetensorsFile, WriteThenReadBack) {
   EXPECT_EQ(directory_entries(directory.path()), std::vector<std::string>{"golden.safetensors"});
 }
 
+// A viewed tensor (add_floats_view, encoded a piece at a time as the file is written) gives the
+// bytes add_floats gives, in every float dtype, beside copied ones, for tensors of several pieces
+// with a part piece at the end, of one value and of none; and the same bytes through to_bytes.
+TEST(SafetensorsFile, ViewedTensorsAreWrittenAsTheSameBytesAsCopiedOnes) {
+  ScratchDirectory directory;
+  const std::size_t long_tensor = (std::size_t(1) << 17) * 2 + 5;  // two whole pieces and a part
+  std::vector<double> values(long_tensor);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = (double(i) - 1e5) / 3.0 * (i % 7 == 0 ? 1e-30 : 1.0);
+  const std::vector<double> one{-0.1}, none;
+  Writer copied, viewed;
+  for (const Dtype dtype : {Dtype::F64, Dtype::F32, Dtype::BF16, Dtype::F16}) {
+    const std::string d(dtype_name(dtype));
+    copied.add_floats("long." + d, dtype, {std::int64_t(long_tensor)}, values);
+    viewed.add_floats_view("long." + d, dtype, {std::int64_t(long_tensor)}, values);
+    copied.add_floats("one." + d, dtype, {1}, one);
+    viewed.add_floats_view("one." + d, dtype, {1}, one);
+    copied.add_floats("none." + d, dtype, {0, 3}, none);
+    viewed.add_floats_view("none." + d, dtype, {0, 3}, none);
+  }
+  copied.add_integers("ids", Dtype::I64, {2}, std::vector<std::int64_t>{4, -9});
+  viewed.add_integers("ids", Dtype::I64, {2}, std::vector<std::int64_t>{4, -9});
+  copied.write_file(directory / "copied.safetensors");
+  viewed.write_file(directory / "viewed.safetensors");
+  const std::vector<std::byte> bytes = read_whole_file(directory / "copied.safetensors");
+  EXPECT_EQ(read_whole_file(directory / "viewed.safetensors"), bytes);
+  EXPECT_EQ(viewed.to_bytes(), bytes);
+  EXPECT_THAT(Reader::open_file(directory / "viewed.safetensors").doubles("long.F64"), ElementsAreArray(values));
+  EXPECT_THROW(viewed.add_floats_view("ids2", Dtype::I64, {1}, one), InputError);
+  EXPECT_THROW(viewed.add_floats_view("short", Dtype::F32, {2}, one), InputError);
+}
+
 TEST(SafetensorsFile, RewritingGivesByteIdenticalFiles) {
   ScratchDirectory directory;
   small_writer(3.0).write_file(directory / "one.safetensors");
