@@ -253,6 +253,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   // 2 V H + P + 3 P / R doubles, 39 GB a rank at full scale under ZeRO-1 (bench/results/host_memory.md).
   if (!backend->uses_host_frozen_weights()) frozen = FrozenWeights<double>{};
   release_cached_storage();
+  if (o.after_start) o.after_start();
 
   // Everything is valid: from here on the run writes.
   const fs::path metrics_path = o.out / "metrics.jsonl", eval_path = o.out / "eval.jsonl";

@@ -40,6 +40,8 @@ struct TrainingRunOptions {
   std::int64_t eval_every = 0;                     // evaluate after every N-th step (with eval_data)
   // Called on every rank after step t's metrics are known (tests: raise a signal mid-run).
   std::function<void(std::int64_t step)> after_step;
+  // Called on every rank once the step backend is made and the start's host memory freed (tests).
+  std::function<void()> after_start;
   // Tests: makes the step backend in place of the one `backend` names, from the same inputs (the
   // plan, the checks and the checkpoints stay `backend`'s): the CUDA step's code on the CPU's
   // training backend (harness/cuda/host_training_backend.hpp).

@@ -10,6 +10,7 @@
 #include <csignal>
 
 #include "distributed/metrics/svg_report.hpp"
+#include "reference/storage_pool.hpp"
 #include "tests/distributed/run/cuda_run_support.hpp"
 
 namespace dflash {
@@ -105,7 +106,8 @@ TEST(CudaTrainingRunOnTheCpu, SigtermThenResumeIsBitwiseTheUninterruptedRun) {
 
 // A device backend holds its own bf16 E and W_lm: once it is made, the run frees the host's doubles
 // (2 V H values a rank, 20 GB at full scale, else held to the end of the run); the reference backend
-// computes with them, and they stay.
+// computes with them, and they stay. Under either, the storage pool holds no cached block once the
+// backend is made.
 TEST(CudaTrainingRunOnTheCpu, TheHostsFrozenWeightsAreFreedOnceTheDeviceBackendHasItsCopy) {
   for (const bool cuda : {true, false}) {
     SCOPED_TRACE(cuda ? "CUDA step" : "reference");
@@ -123,6 +125,8 @@ TEST(CudaTrainingRunOnTheCpu, TheHostsFrozenWeightsAreFreedOnceTheDeviceBackendH
                   : make_reference_step_backend(reference_memory, comm, config, training, f, std::move(state));
     };
     std::int64_t after_step_0 = -1;
+    std::size_t cached_after_start = 1;
+    o.after_start = [&] { cached_after_start = storage_pool_state().cached_bytes; };
     o.after_step = [&](std::int64_t t) {
       after_step_0 = frozen->embed_tokens.numel() + frozen->lm_head.numel();
       if (t == 0) std::raise(SIGTERM);
@@ -130,6 +134,9 @@ TEST(CudaTrainingRunOnTheCpu, TheHostsFrozenWeightsAreFreedOnceTheDeviceBackendH
     ASSERT_EQ(train(o), 0);
     EXPECT_EQ(made_with, 2 * tiny_config().vocab_size * tiny_config().hidden_size);
     EXPECT_EQ(after_step_0, cuda ? 0 : made_with);
+    // The storage pool's cache released once the backend is made: it would keep the blocks of the
+    // start's tensors (parameters, optimizer state) for the whole run.
+    EXPECT_EQ(cached_after_start, 0u);
   }
 }
 
