@@ -16,10 +16,10 @@
 //   malloc's own free lists), so every tracked peak equals the memory plan as before.
 // - The 50-digit judge and other element types: only Tensor<double> draws from here.
 //
-// Bound: cached + live pooled bytes never exceed the largest live pooled total seen so far (the
-// high-water mark). Steps of one shape then reuse every block and evict none, and the process
-// never holds more pooled memory than it once needed at once; a fresh block that would break the
-// bound evicts the least recently cached blocks first.
+// Bound: cached + live pooled bytes never exceed the largest live pooled total seen so far, or
+// since the last release_cached_storage() (the high-water mark). Steps of one shape then reuse every
+// block and evict none, and the process never holds more pooled memory than it once needed at
+// once; a fresh block that would break the bound evicts the least recently cached blocks first.
 //
 // Thread-safe (one mutex): the reference allocates on the calling thread, never inside its
 // parallel parts (its MemoryTracker is not shared across threads either), but separate reference
@@ -50,7 +50,9 @@ void recycle_storage(std::vector<double>& storage);
 // high-water mark from the live bytes; returns the bytes freed. For a process whose start needed
 // large tensors that its steps never allocate again: `dflash train` on a device backend, whose
 // start holds the frozen weights, parameters and optimizer state in double on the host (39 GB a
-// rank at full scale under ZeRO-1) before they go to the device.
+// rank at full scale under ZeRO-1) before they go to the device. The cache is the process's: other
+// reference runs in it lose their cached blocks too (speed, never values: a block is zeroed on
+// reuse either way).
 std::size_t release_cached_storage();
 
 struct StoragePoolState {

@@ -257,16 +257,18 @@ RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& conf
     const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
     std::int64_t P = 0;
     for (const ParameterShape& s : shapes) P += shape_numel(s.shape);
-    if (slice.first < 0 || slice.first > P || slice.count < -1) {
+    if (slice.first < 0 || slice.count < -1) {
       throw std::logic_error(str("checkpoint slice [", slice.first, ", +", slice.count, ") of ", P, " values"));
     }
-    const std::int64_t end = slice.count < 0 ? P : std::min(P, slice.first + slice.count);
+    // A ZeRO-1 shard may lie past P, in the padding, wholly: its slice is empty, at P.
+    const std::int64_t first = std::min(slice.first, P);
+    const std::int64_t end = slice.count < 0 ? P : std::min(P, first + slice.count);
     const auto model = safetensors::Reader::open_file(dir / kModelFileName);
     const auto optimizer = safetensors::Reader::open_file(dir / kOptimizerFileName);
-    c.first = slice.first;
-    c.master = read_flat(model, shapes, "", slice.first, end);
-    c.exp_avg = read_flat(optimizer, shapes, "exp_avg/", slice.first, end);
-    c.exp_avg_sq = read_flat(optimizer, shapes, "exp_avg_sq/", slice.first, end);
+    c.first = first;
+    c.master = read_flat(model, shapes, "", first, end);
+    c.exp_avg = read_flat(optimizer, shapes, "exp_avg/", first, end);
+    c.exp_avg_sq = read_flat(optimizer, shapes, "exp_avg_sq/", first, end);
     return c;
   } catch (const json::exception& e) {
     throw_input_error(state_path.string(), str("malformed: ", e.what()));

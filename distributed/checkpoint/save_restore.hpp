@@ -49,7 +49,7 @@ struct RunCheckpoint {
   // Flat vectors (canonical order of drafter_parameter_shapes): whole (P values each) when written;
   // read, the values [first, first + size) a FlatSlice asked for.
   std::vector<double> master, exp_avg, exp_avg_sq;
-  std::int64_t first = 0;  // the flat index of master[0], exp_avg[0], exp_avg_sq[0]
+  std::int64_t first = 0;  // the flat index of master[0], exp_avg[0], exp_avg_sq[0] (at most P)
   // The data set it was trained on (distributed/data/feature_dataset.hpp's fingerprint: shard file
   // names, sizes, sequence count); null when not recorded.
   nlohmann::json data_set;
@@ -87,8 +87,11 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
 std::vector<std::filesystem::path> run_checkpoints(const std::filesystem::path& run_dir);
 
 // The values of the flat vectors a reader keeps: [first, first + count), clipped to P (count -1: to
-// the end). A rank that resumes on a device backend keeps its own optimizer part (its ZeRO-1 shard):
-// 3 P / R values instead of 3 P, 36 GB less a rank at full scale on 8 ranks.
+// the end; a first past P, a shard wholly in ZeRO-1's padding, keeps none, from P). A rank that
+// resumes on a device backend keeps its own optimizer part: under ZeRO-1 its shard, 3 P / R values
+// instead of 3 P (36 GB less a rank at full scale on 8 ranks); under ZeRO-0 all of them. It is the
+// memory that shrinks: the hashes still read both files whole, and a tensor that overlaps the slice
+// is read whole before its part is converted (at most one tensor's bytes, 0.5 GB at full scale).
 struct FlatSlice {
   std::int64_t first = 0, count = -1;
 };

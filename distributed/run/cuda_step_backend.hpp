@@ -18,7 +18,8 @@ namespace dflash {
 void require_cuda_training_available(Communicator& comm);
 
 // The CUDA backend from this rank's host state (fresh or restored: its optimizer part is rounded
-// to fp32 and put on the device; the host copy is freed). comm, config, training and frozen must
+// to fp32 and put on the device; the host copy is freed; its parameters are not read). The frozen
+// weights are read while it is made (bf16 copies on the device); comm, config and training must
 // outlive it.
 std::unique_ptr<StepBackend> make_cuda_step_backend(Communicator& comm, const DrafterConfig& config,
                                                     const TrainingConfig& training, const FrozenWeights<double>& frozen,

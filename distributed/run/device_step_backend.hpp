@@ -23,7 +23,8 @@ template <class Backend>
 class DeviceStepBackend : public StepBackend {
  public:
   // From this rank's host optimizer state (fresh or restored): rounded to fp32 into the backend's
-  // memory. comm, config, training and frozen must outlive it.
+  // memory; the frozen weights are read here alone (bf16 copies). comm, config and training must
+  // outlive it.
   DeviceStepBackend(Backend backend, CudaCommunicators comms, const DrafterConfig& config,
                     const TrainingConfig& training, const FrozenWeights<double>& frozen, const OptimizerState& state)
       : config_(config), training_(training), state_(backend, comms, config, training, frozen, state) {}

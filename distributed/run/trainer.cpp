@@ -205,10 +205,11 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   std::int64_t tokens_seen = 0;
   std::string last_good = "none";
   if (resume_from) {
-    // A CUDA rank keeps only its own part of the optimizer (its ZeRO-1 shard) and makes its working
-    // copy from the master weights on the device: it reads that part of the checkpoint, 3 P / R
-    // values, where the reference, which computes with the whole parameters, reads 3 P (41 GB a rank
-    // at full scale) and unflattens P of them.
+    // A CUDA rank keeps only its own part of the optimizer and makes its working copy from the
+    // master weights on the device: it reads that part of the checkpoint (under ZeRO-1 its shard,
+    // 3 P / R values), where the reference, which computes with the whole parameters, reads 3 P
+    // (41 GB a rank at full scale) and unflattens P of them. The backend then gets no parameters
+    // (TrainingRunOptions::make_step_backend).
     const bool own_part_only = o.backend == TrainingBackend::cuda;
     const RunCheckpoint ck = read_run_checkpoint(
         *resume_from, config, own_part_only ? FlatSlice{flat.shard_offset(rank), flat.shard_size()} : FlatSlice{});

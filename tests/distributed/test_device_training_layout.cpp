@@ -164,7 +164,26 @@ TEST(DeviceTrainingLayout, OptimizerStateRoundTripsThroughTheDevicePart) {
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("exp_avg"), std::string::npos) << e.what();
     }
+    const std::int64_t late = layout.shard_offset(r) + 1;  // starts one value after the part
+    try {
+      restore_optimizer_part(t2, layout, r, late, slice(full[0], late, end), slice(full[1], late, end),
+                             slice(full[2], late, end), 5);
+      ADD_FAILURE() << "a slice that starts after the part was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("master weights"), std::string::npos) << e.what();
+    }
   }
+  // On enough ranks the last shard lies wholly in ZeRO-1's padding: its slice is empty, at P, and
+  // the part is all zeros, as from the whole vectors.
+  int ranks = 2;
+  while (FlatLayout(tiny_drafter_config(), ranks, 1).shard_offset(ranks - 1) < layout.count()) ++ranks;
+  const FlatLayout padded(tiny_drafter_config(), ranks, 1);
+  const OptimizerState from_whole = restore_optimizer_state(t2, padded, ranks - 1, full[0], full[1], full[2], 2);
+  const std::vector<double> none;
+  const OptimizerState from_none = restore_optimizer_part(t2, padded, ranks - 1, padded.count(), none, none, none, 2);
+  EXPECT_EQ(from_none.offset, from_whole.offset);
+  EXPECT_EQ(from_none.master.values(), from_whole.master.values());
+  EXPECT_EQ(from_none.exp_avg_sq.values(), std::vector<double>(std::size_t(padded.shard_size()), 0.0));
   DeviceOptimizerPart wrong = device_optimizer_part(layout, 1, host);
   wrong.exp_avg.pop_back();
   try {

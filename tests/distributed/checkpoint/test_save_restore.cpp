@@ -105,6 +105,12 @@ TEST(RunCheckpoint, ASliceReadsExactlyThoseValuesOfTheWholeVectors) {
         EXPECT_EQ(*got, std::vector<double>(want->begin() + slice.first, want->begin() + end));
       }
     }
+    // A ZeRO-1 shard wholly in the padding (it starts past P): nothing, from P.
+    const RunCheckpoint padding = read_run_checkpoint(dir, c, FlatSlice{P + 10, 5});
+    EXPECT_EQ(padding.first, P);
+    EXPECT_TRUE(padding.master.empty() && padding.exp_avg.empty() && padding.exp_avg_sq.empty());
+    EXPECT_THROW(read_run_checkpoint(dir, c, FlatSlice{-1, 5}), std::logic_error);
+    EXPECT_THROW(read_run_checkpoint(dir, c, FlatSlice{0, -2}), std::logic_error);
   }
 }
 

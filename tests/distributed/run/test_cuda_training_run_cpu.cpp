@@ -87,14 +87,26 @@ TEST(CudaTrainingRunOnTheCpu, SigtermThenResumeIsBitwiseTheUninterruptedRun) {
   o.after_step = [](std::int64_t t) {
     if (t == 6) std::raise(SIGTERM);
   };
+  // The parameters the backend is made with: the initial ones on a fresh start; none on a resume,
+  // where a CUDA rank reads only its optimizer part of the checkpoint.
+  std::int64_t parameters_given = -1;
+  const auto make = o.make_step_backend;
+  o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                            const FrozenWeights<double>& frozen, TrainingState state) {
+    parameters_given = 0;
+    state.params.for_each([&](const std::string&, const Tensor<double>& t) { parameters_given += t.numel(); });
+    return make(comm, config, training, frozen, std::move(state));
+  };
   std::string log;
   ASSERT_EQ(train(o, &log), 0);
   EXPECT_THAT(log, HasSubstr("stopped by signal"));
   EXPECT_EQ(latest_checkpoint(dir / "run"), dir / "run" / "step-00000007");
+  EXPECT_EQ(parameters_given, drafter_parameter_count(tiny_config()));
   o.after_step = nullptr;
   o.resume = true;
   ASSERT_EQ(train(o, &log), 0);
   EXPECT_THAT(log, HasSubstr("resuming from"));
+  EXPECT_EQ(parameters_given, 0);
   for (const char* file : {kModelFileName, kOptimizerFileName, kTrainerStateFileName}) {
     EXPECT_EQ(file_text(dir / "run" / "step-00000020" / file), file_text(cuda_run() / "step-00000020" / file)) << file;
   }
