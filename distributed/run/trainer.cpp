@@ -196,21 +196,21 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
         << dataset.num_sequences() << " sequences, " << dataset.num_rows() << " rows, validated\n";
   }
 
-  // 5. Weights.
+  // 5. Weights: the run's state, then the frozen weights. A CUDA rank keeps only its own part of
+  // the optimizer and makes its working copy from the master weights on the device: on a resume it
+  // reads that part of the checkpoint (under ZeRO-1 its shard, 3 P / R values), where the reference,
+  // which computes with the whole parameters, reads 3 P (41 GB a rank at full scale) and unflattens
+  // P of them; on a fresh start its initial parameters (P doubles, 14 GB) are freed once its part
+  // is made, before the frozen weights (2 V H doubles, 20 GB) are read. The backend then gets no
+  // parameters (TrainingRunOptions::make_step_backend).
   MemoryTracker tracker;
-  FrozenWeights<double> frozen = load_target_weights(tracker, o.target, config);
   const FlatLayout flat(config, R, training.zero_stage);
+  const bool own_part_only = o.backend == TrainingBackend::cuda;
   TrainingState state;
   DataCursor cursor;
   std::int64_t tokens_seen = 0;
   std::string last_good = "none";
   if (resume_from) {
-    // A CUDA rank keeps only its own part of the optimizer and makes its working copy from the
-    // master weights on the device: it reads that part of the checkpoint (under ZeRO-1 its shard,
-    // 3 P / R values), where the reference, which computes with the whole parameters, reads 3 P
-    // (41 GB a rank at full scale) and unflattens P of them. The backend then gets no parameters
-    // (TrainingRunOptions::make_step_backend).
-    const bool own_part_only = o.backend == TrainingBackend::cuda;
     const RunCheckpoint ck = read_run_checkpoint(
         *resume_from, config, own_part_only ? FlatSlice{flat.shard_offset(rank), flat.shard_size()} : FlatSlice{});
     require_same_run_config(ck.config, config_json, *resume_from);
@@ -242,6 +242,11 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     if (lead && o.resume)
       log << "dflash train: --resume: no checkpoint in " << o.out.string() << ", starting at step 0\n";
   }
+  if (own_part_only) {
+    state.params = DrafterParameters<double>{};
+    release_cached_storage();  // their blocks, else cached beside the frozen weights
+  }
+  FrozenWeights<double> frozen = load_target_weights(tracker, o.target, config);
   const std::unique_ptr<StepBackend> backend =
       o.make_step_backend ? o.make_step_backend(comm, config, training, frozen, std::move(state))
       : o.backend == TrainingBackend::cuda
@@ -253,7 +258,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   // frozen ones live and the others cached, as the steps never allocate those sizes again: up to
   // 2 V H + P + 3 P / R doubles, 39 GB a rank at full scale under ZeRO-1 (bench/results/host_memory.md).
   if (!backend->uses_host_frozen_weights()) frozen = FrozenWeights<double>{};
-  release_cached_storage();
+  release_cached_storage();  // after the backend is made
   if (o.after_start) o.after_start();
 
   // Everything is valid: from here on the run writes.
