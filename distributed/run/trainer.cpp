@@ -253,10 +253,10 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
           ? make_cuda_step_backend(comm, config, training, frozen, std::move(state))
           : make_reference_step_backend(tracker, comm, config, training, frozen, std::move(state));
   // What the start held on the host that the steps never read: a device backend has its own bf16
-  // E and W_lm, and the initial or restored parameters and optimizer state went into the backend.
-  // Their blocks would stay in the storage pool (reference/storage_pool.hpp) for the whole run, the
-  // frozen ones live and the others cached, as the steps never allocate those sizes again: up to
-  // 2 V H + P + 3 P / R doubles, 39 GB a rank at full scale under ZeRO-1 (bench/results/host_memory.md).
+  // E and W_lm, and the optimizer part went into the backend. Their blocks would stay in the
+  // storage pool (reference/storage_pool.hpp) for the whole run, the frozen ones live and the others
+  // cached, as the steps never allocate those sizes again: 2 V H + 3 P / R doubles, 25 GB a rank at
+  // full scale under ZeRO-1 (the parameters' P went at the release above; bench/results/host_memory.md).
   if (!backend->uses_host_frozen_weights()) frozen = FrozenWeights<double>{};
   release_cached_storage();  // after the backend is made
   if (o.after_start) o.after_start();
