@@ -23,13 +23,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "distributed/flat_parameters.hpp"
 #include "distributed/run/device_step_backend.hpp"
 #include "distributed/run/trainer.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "harness/cuda/host_training_backend.hpp"
 #include "io/file_write.hpp"
 #include "reference/drafter_config.hpp"
+#include "reference/drafter_parameters.hpp"
 #include "reference/storage_pool.hpp"
 
 namespace dflash {
@@ -84,7 +84,7 @@ int run(int argc, char** argv) {
   nlohmann::json steps = nlohmann::json::array();
   o.after_step = [&](std::int64_t t) {
     const std::int64_t rss = proc_status_bytes("VmRSS"), backend = std::int64_t(device.current_total());
-    const std::int64_t peak = proc_status_bytes("VmHWM");  // the last checkpoint's write, after the last step
+    const std::int64_t peak = proc_status_bytes("VmHWM");  // since the last reading
     restart_peak();
     const StoragePoolState pool = storage_pool_state();
     steps.push_back({{"step", t},
@@ -103,9 +103,9 @@ int run(int argc, char** argv) {
   };
   SingleProcessCommunicator comm;
   const int code = run_training(o, comm, std::cout);
-  const std::int64_t peak = proc_status_bytes("VmHWM");
+  const std::int64_t peak = proc_status_bytes("VmHWM");  // the last checkpoint's write, after the last step
   const std::int64_t frozen = 2 * config.vocab_size * config.hidden_size * std::int64_t(sizeof(double));
-  const std::int64_t P = FlatLayout(config, 1, 0).count();
+  const std::int64_t P = drafter_parameter_count(config);
   std::printf(
       "peak resident since the last step (its checkpoint) %.3f GB; the start reads 2 V H = %.3f GB of frozen doubles and P = %lld parameters "
       "(%.3f GB of doubles)\n",

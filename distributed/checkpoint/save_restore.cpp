@@ -255,8 +255,7 @@ RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& conf
   try {
     RunCheckpoint c = std::move(state.counters);
     const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
-    std::int64_t P = 0;
-    for (const ParameterShape& s : shapes) P += shape_numel(s.shape);
+    const std::int64_t P = drafter_parameter_count(config);
     if (slice.first < 0 || slice.count < -1) {
       throw std::logic_error(str("checkpoint slice [", slice.first, ", +", slice.count, ") of ", P, " values"));
     }
