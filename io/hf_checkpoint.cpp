@@ -131,6 +131,10 @@ safetensors::TensorData HfCheckpoint::tensor(std::string_view name) const { retu
 
 std::vector<double> HfCheckpoint::doubles(std::string_view name) const { return reader_for(name).doubles(name); }
 
+void HfCheckpoint::read_float_elements(std::string_view name, std::uint64_t first, std::span<double> out) const {
+  reader_for(name).read_float_elements(name, first, out);
+}
+
 std::string HfCheckpoint::shard_of(std::string_view name) const {
   reader_for(name);  // throws for an unknown name
   return shard_names_[shard_of_.find(name)->second];

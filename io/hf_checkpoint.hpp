@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,8 @@ class HfCheckpoint {
   const safetensors::TensorInfo& info(std::string_view name) const;
   safetensors::TensorData tensor(std::string_view name) const;
   std::vector<double> doubles(std::string_view name) const;
+  // Elements [first, first + out.size()) of a float tensor (safetensors::Reader::read_float_elements).
+  void read_float_elements(std::string_view name, std::uint64_t first, std::span<double> out) const;
   // The file name (relative to the checkpoint directory) that holds `name`.
   std::string shard_of(std::string_view name) const;
 

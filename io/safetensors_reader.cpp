@@ -98,6 +98,30 @@ TensorData Reader::tensor(std::string_view name) const {
   return tensor;
 }
 
+void Reader::read_float_elements(std::string_view name, std::uint64_t first, std::span<double> out) const {
+  const TensorInfo& t = info(name);
+  if (!dtype_is_float(t.dtype)) {
+    throw InputError(
+        str(source_, ": tensor ", clipped_quote(name), ": dtype ", dtype_name(t.dtype), " is not a float dtype"));
+  }
+  const std::uint64_t n = t.element_count();
+  if (first > n || out.size() > n - first) {
+    throw InputError(str(source_, ": tensor ", clipped_quote(name), ": elements [", first, ", ", first + out.size(),
+                         ") are outside its ", n));
+  }
+  if (out.empty()) return;
+  const std::size_t size = dtype_size(t.dtype);
+  const std::uint64_t offset = layout_.data_start + t.begin + first * size;
+  if (memory_) {
+    load_float_elements(t.dtype, memory_->data() + offset, out.size(), out.data());
+    return;
+  }
+  std::vector<std::byte> bytes(out.size() * size);
+  std::ifstream file = open_for_reading(path_, source_);
+  read_exactly(file, source_, offset, bytes.data(), bytes.size());
+  load_float_elements(t.dtype, bytes.data(), out.size(), out.data());
+}
+
 std::vector<double> Reader::doubles(std::string_view name) const { return to_doubles(tensor(name)); }
 
 std::vector<std::int64_t> Reader::int64s(std::string_view name) const { return to_int64s(tensor(name)); }

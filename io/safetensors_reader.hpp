@@ -43,6 +43,12 @@ class Reader {
 
   // The tensor's bytes (read from disk now for a file source).
   TensorData tensor(std::string_view name) const;
+  // Elements [first, first + out.size()) of a float tensor (F64, F32, BF16, F16), C order, each
+  // exactly as to_doubles gives it; only those bytes are read. For a reader that converts a tensor a
+  // piece at a time instead of holding its bytes and its doubles at once (a 1.27e9-element
+  // embedding is 2.5 GB of BF16 and 10 GB of doubles). Throws dflash::InputError naming the tensor
+  // for another dtype or a range outside it.
+  void read_float_elements(std::string_view name, std::uint64_t first, std::span<double> out) const;
   // Shorthands for to_doubles(tensor(name)) and to_int64s(tensor(name)).
   std::vector<double> doubles(std::string_view name) const;
   std::vector<std::int64_t> int64s(std::string_view name) const;

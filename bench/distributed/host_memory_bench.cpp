@@ -77,7 +77,7 @@ int run(int argc, char** argv) {
   o.resume = resume;
   o.backend = TrainingBackend::cuda;
   o.make_step_backend = [&device](Communicator& comm, const DrafterConfig& c, const TrainingConfig& training,
-                                  const FrozenWeights<double>& frozen, TrainingState state) {
+                                  const FrozenWeightSource& frozen, TrainingState state) {
     return std::make_unique<DeviceStepBackend<HostTrainingBackend>>(
         HostTrainingBackend{device}, CudaCommunicators{comm, comm}, c, training, frozen, state.optimizer);
   };

@@ -9,6 +9,10 @@ void CudaTrainingBackend::read(void* host, const void* device, std::size_t bytes
   copy_to_host(allocator, host, device, bytes);
 }
 
+void CudaTrainingBackend::write(void* device, const void* host, std::size_t bytes) const {
+  copy_to_device(allocator, device, host, bytes);
+}
+
 void CudaTrainingBackend::zero(void* device, std::size_t bytes) const { zero_on_device(allocator, device, bytes); }
 
 void CudaTrainingBackend::synchronize() const { allocator.synchronize(); }

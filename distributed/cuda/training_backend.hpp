@@ -22,6 +22,9 @@ namespace dflash {
 struct CudaTrainingBackend : DeviceMemory {
   // bytes from the device to the host, after everything the stream was given.
   void read(void* host, const void* device, std::size_t bytes) const;
+  // bytes from the host to the device, after everything the stream was given; returns once `host`
+  // may be reused.
+  void write(void* device, const void* host, std::size_t bytes) const;
   void zero(void* device, std::size_t bytes) const;
   // Waits for the stream: what a collective on another stream reads is written.
   void synchronize() const;

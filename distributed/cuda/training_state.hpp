@@ -12,6 +12,7 @@
 // moves the backend's vectors.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "distributed/optimizer_state.hpp"
 #include "distributed/training_config.hpp"
 #include "io/errors.hpp"
+#include "reference/frozen_weight_source.hpp"
 
 namespace dflash {
 
@@ -36,6 +38,26 @@ struct CudaCommunicators {
 // The optimizer's three flat vectors.
 enum class OptimizerPart { master, exp_avg, exp_avg_sq };
 
+// E or W_lm ([V, H], n = V H elements) from `source` into a new bf16 buffer of category frozen,
+// kFrozenPieceElements at a time: the bits upload_bf16_to gives for the whole tensor, with one
+// piece's doubles and bits on the host at once instead of 10 GB of doubles and 2.5 GB of bits at
+// full scale.
+template <class Backend>
+typename Backend::template Buffer<Bf16Bits> upload_frozen_bf16(const Backend& be, const FrozenWeightSource& source,
+                                                               FrozenTensor which, std::int64_t n) {
+  auto buffer = be.template buffer<Bf16Bits>(MemoryCategory::frozen, std::size_t(n));
+  std::vector<double> piece;
+  std::vector<Bf16Bits> bits;
+  for (std::int64_t first = 0; first < n; first += kFrozenPieceElements) {
+    const std::int64_t count = std::min(kFrozenPieceElements, n - first);
+    piece.resize(std::size_t(count));
+    source.read(which, first, piece);
+    bf16_bits_into(piece.data(), count, bits);
+    be.write(buffer.data() + first, bits.data(), std::size_t(count) * sizeof(Bf16Bits));
+  }
+  return buffer;
+}
+
 template <class Backend>
 class DeviceTrainingState {
  public:
@@ -44,9 +66,13 @@ class DeviceTrainingState {
   using Part = OptimizerPart;
 
   // From this rank's host optimizer state (fresh: make_optimizer_state; resumed:
-  // restore_optimizer_state), rounded to fp32; the working copy is refreshed from it at once.
+  // restore_optimizer_state), rounded to fp32; the working copy is refreshed from it at once. The
+  // frozen weights are read from `frozen` a piece at a time (upload_frozen_bf16).
   DeviceTrainingState(Backend backend, CudaCommunicators comm, const DrafterConfig& config,
                       const TrainingConfig& training, const FrozenWeights<double>& frozen, const OptimizerState& state)
+      : DeviceTrainingState(backend, comm, config, training, FrozenWeightsInMemory(frozen), state) {}
+  DeviceTrainingState(Backend backend, CudaCommunicators comm, const DrafterConfig& config,
+                      const TrainingConfig& training, const FrozenWeightSource& frozen, const OptimizerState& state)
       : be_(backend),
         comm_(comm),
         layout_(config, comm.device.size(), training.zero_stage),
@@ -67,9 +93,8 @@ class DeviceTrainingState {
     gradient_.zero();
     matrices_ = be_.template buffer<Bf16Bits>(MemoryCategory::parameters, std::size_t(working_.matrix_elements));
     vectors_ = be_.template buffer<float>(MemoryCategory::parameters, std::size_t(working_.vector_elements));
-    embed_tokens_ =
-        upload_bf16_to(be_, MemoryCategory::frozen, frozen.embed_tokens.data(), frozen.embed_tokens.numel());
-    lm_head_ = upload_bf16_to(be_, MemoryCategory::frozen, frozen.lm_head.data(), frozen.lm_head.numel());
+    embed_tokens_ = upload_frozen_bf16(be_, frozen, FrozenTensor::embed_tokens, config.vocab_size * config.hidden_size);
+    lm_head_ = upload_frozen_bf16(be_, frozen, FrozenTensor::lm_head, config.vocab_size * config.hidden_size);
     const HostDecayTable table = decay_table(layout_);
     decay_ends_ = be_.from_host(MemoryCategory::transient, table.ends);
     decay_flags_ = be_.from_host(MemoryCategory::transient, table.decay);

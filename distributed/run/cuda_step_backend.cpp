@@ -52,7 +52,7 @@ struct CudaStepResources {
 class CudaStepBackend final : private CudaStepResources, public DeviceStepBackend<CudaTrainingBackend> {
  public:
   CudaStepBackend(Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
-                  const FrozenWeights<double>& frozen, const TrainingState& state)
+                  const FrozenWeightSource& frozen, const TrainingState& state)
       : CudaStepResources(comm),
         DeviceStepBackend(CudaTrainingBackend{{allocator}}, {comm, *device_comm}, config, training, frozen,
                           state.optimizer) {}
@@ -61,7 +61,7 @@ class CudaStepBackend final : private CudaStepResources, public DeviceStepBacken
 }  // namespace
 
 std::unique_ptr<StepBackend> make_cuda_step_backend(Communicator& comm, const DrafterConfig& config,
-                                                    const TrainingConfig& training, const FrozenWeights<double>& frozen,
+                                                    const TrainingConfig& training, const FrozenWeightSource& frozen,
                                                     TrainingState state) {
   require_cuda_training_available(comm);
   return std::make_unique<CudaStepBackend>(comm, config, training, frozen, state);

@@ -19,10 +19,10 @@ void require_cuda_training_available(Communicator& comm);
 
 // The CUDA backend from this rank's host state (fresh or restored: its optimizer part is rounded
 // to fp32 and put on the device; the host copy is freed; its parameters are not read). The frozen
-// weights are read while it is made (bf16 copies on the device); comm, config and training must
-// outlive it.
+// weights are read from `frozen` while it is made, a piece at a time, into bf16 copies on the
+// device; comm, config and training must outlive it.
 std::unique_ptr<StepBackend> make_cuda_step_backend(Communicator& comm, const DrafterConfig& config,
-                                                    const TrainingConfig& training, const FrozenWeights<double>& frozen,
+                                                    const TrainingConfig& training, const FrozenWeightSource& frozen,
                                                     TrainingState state);
 
 }  // namespace dflash

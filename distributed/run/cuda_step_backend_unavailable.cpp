@@ -17,7 +17,7 @@ namespace {
 void require_cuda_training_available(Communicator&) { refuse(); }
 
 std::unique_ptr<StepBackend> make_cuda_step_backend(Communicator&, const DrafterConfig&, const TrainingConfig&,
-                                                    const FrozenWeights<double>&, TrainingState) {
+                                                    const FrozenWeightSource&, TrainingState) {
   refuse();
 }
 

@@ -23,11 +23,14 @@ template <class Backend>
 class DeviceStepBackend : public StepBackend {
  public:
   // From this rank's host optimizer state (fresh or restored): rounded to fp32 into the backend's
-  // memory; the frozen weights are read here alone (bf16 copies). comm, config and training must
-  // outlive it.
+  // memory; the frozen weights are read here alone, a piece at a time, into bf16 copies
+  // (upload_frozen_bf16). comm, config and training must outlive it.
+  DeviceStepBackend(Backend backend, CudaCommunicators comms, const DrafterConfig& config,
+                    const TrainingConfig& training, const FrozenWeightSource& frozen, const OptimizerState& state)
+      : config_(config), training_(training), state_(backend, comms, config, training, frozen, state) {}
   DeviceStepBackend(Backend backend, CudaCommunicators comms, const DrafterConfig& config,
                     const TrainingConfig& training, const FrozenWeights<double>& frozen, const OptimizerState& state)
-      : config_(config), training_(training), state_(backend, comms, config, training, frozen, state) {}
+      : DeviceStepBackend(backend, comms, config, training, FrozenWeightsInMemory(frozen), state) {}
 
   std::int64_t completed_steps() const override { return state_.step(); }
   // The forward alone on the resident working copy, with the host checks the step runs first.
@@ -57,7 +60,6 @@ class DeviceStepBackend : public StepBackend {
             state_.gather_full(OptimizerPart::exp_avg_sq, writes)};
   }
   safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F32; }
-  bool uses_host_frozen_weights() const override { return false; }  // read once, into the backend's bf16
   std::map<std::string, std::int64_t> peak_bytes() const override { return peak_bytes_of(state_.backend().counts()); }
   void reset_peaks() override { state_.backend().reset_peaks(); }
 

@@ -23,6 +23,16 @@ class ReferenceStepBackend final : public StepBackend {
         training_(training),
         frozen_(frozen),
         state_(std::move(state)) {}
+  // Over frozen weights read whole from `source` and kept.
+  ReferenceStepBackend(MemoryTracker& tracker, Communicator& comm, const DrafterConfig& config,
+                       const TrainingConfig& training, const FrozenWeightSource& source, TrainingState state)
+      : tracker_(tracker),
+        comm_(comm),
+        config_(config),
+        training_(training),
+        owned_frozen_(load_frozen_weights(tracker, config, source)),
+        frozen_(owned_frozen_),
+        state_(std::move(state)) {}
 
   std::int64_t completed_steps() const override { return state_.optimizer.step; }
   SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
@@ -47,7 +57,6 @@ class ReferenceStepBackend final : public StepBackend {
     return full;
   }
   safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F64; }
-  bool uses_host_frozen_weights() const override { return true; }
   std::map<std::string, std::int64_t> peak_bytes() const override { return peak_bytes_of(tracker_); }
   void reset_peaks() override { tracker_.reset_peaks(); }
 
@@ -56,6 +65,7 @@ class ReferenceStepBackend final : public StepBackend {
   Communicator& comm_;
   const DrafterConfig& config_;
   const TrainingConfig& training_;
+  FrozenWeights<double> owned_frozen_;  // empty unless made from a source
   const FrozenWeights<double>& frozen_;
   TrainingState state_;
 };
@@ -66,6 +76,12 @@ std::unique_ptr<StepBackend> make_reference_step_backend(MemoryTracker& tracker,
                                                          const DrafterConfig& config, const TrainingConfig& training,
                                                          const FrozenWeights<double>& frozen, TrainingState state) {
   return std::make_unique<ReferenceStepBackend>(tracker, comm, config, training, frozen, std::move(state));
+}
+
+std::unique_ptr<StepBackend> make_reference_step_backend(MemoryTracker& tracker, Communicator& comm,
+                                                         const DrafterConfig& config, const TrainingConfig& training,
+                                                         const FrozenWeightSource& source, TrainingState state) {
+  return std::make_unique<ReferenceStepBackend>(tracker, comm, config, training, source, std::move(state));
 }
 
 }  // namespace dflash

@@ -16,6 +16,7 @@
 #include "distributed/metrics/block_statistics.hpp"
 #include "distributed/train_step.hpp"
 #include "io/safetensors_dtype.hpp"
+#include "reference/frozen_weight_source.hpp"
 
 namespace dflash {
 
@@ -43,10 +44,6 @@ class StepBackend {
   // get empty vectors (3 x P doubles, 41 GB a rank at full scale, never read back or kept).
   virtual std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) = 0;
   virtual safetensors::Dtype master_dtype() const = 0;  // F64 reference, F32 CUDA
-  // Whether the steps read the frozen weights the backend was made from (the reference computes
-  // with them); a device backend holds its own bf16 copy, so the run frees the host's doubles
-  // (2 V H values: 20 GB a rank at full scale) once it is made.
-  virtual bool uses_host_frozen_weights() const = 0;
   // Peak bytes per category (SPEC §8 names) since reset_peaks: the host's or the device's.
   virtual std::map<std::string, std::int64_t> peak_bytes() const = 0;
   virtual void reset_peaks() = 0;
@@ -60,5 +57,10 @@ std::map<std::string, std::int64_t> peak_bytes_of(const MemoryTracker& tracker);
 std::unique_ptr<StepBackend> make_reference_step_backend(MemoryTracker& tracker, Communicator& comm,
                                                          const DrafterConfig& config, const TrainingConfig& training,
                                                          const FrozenWeights<double>& frozen, TrainingState state);
+// The same over frozen weights it reads whole from `source` (load_frozen_weights, into `tracker`)
+// and keeps: the reference computes with them in double.
+std::unique_ptr<StepBackend> make_reference_step_backend(MemoryTracker& tracker, Communicator& comm,
+                                                         const DrafterConfig& config, const TrainingConfig& training,
+                                                         const FrozenWeightSource& source, TrainingState state);
 
 }  // namespace dflash

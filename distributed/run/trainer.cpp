@@ -196,13 +196,15 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
         << dataset.num_sequences() << " sequences, " << dataset.num_rows() << " rows, validated\n";
   }
 
-  // 5. Weights: the run's state, then the frozen weights. A CUDA rank keeps only its own part of
-  // the optimizer and makes its working copy from the master weights on the device: on a resume it
-  // reads that part of the checkpoint (under ZeRO-1 its shard, 3 P / R values), where the reference,
-  // which computes with the whole parameters, reads 3 P (41 GB a rank at full scale) and unflattens
-  // P of them; on a fresh start its initial parameters (P doubles, 14 GB) are freed once its part
-  // is made, before the frozen weights (2 V H doubles, 20 GB) are read. The backend then gets no
-  // parameters (TrainingRunOptions::make_step_backend).
+  // 5. Weights: the run's state, then the backend, which reads the frozen weights. A CUDA rank keeps
+  // only its own part of the optimizer and makes its working copy from the master weights on the
+  // device: on a resume it reads that part of the checkpoint (under ZeRO-1 its shard, 3 P / R
+  // values), where the reference, which computes with the whole parameters, reads 3 P (41 GB a rank
+  // at full scale) and unflattens P of them; on a fresh start its initial parameters (P doubles,
+  // 14 GB) are freed once its part is made. The backend then gets no parameters
+  // (TrainingRunOptions::make_step_backend), and reads the target's E and W_lm a piece at a time
+  // into its bf16 copy: the host never holds their 2 V H doubles (20 GB), which the reference
+  // backend reads whole and keeps.
   MemoryTracker tracker;
   const FlatLayout flat(config, R, training.zero_stage);
   const bool own_part_only = o.backend == TrainingBackend::cuda;
@@ -246,18 +248,17 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     state.params = DrafterParameters<double>{};
     release_cached_storage();  // their blocks, else cached beside the frozen weights
   }
-  FrozenWeights<double> frozen = load_target_weights(tracker, o.target, config);
+  const TargetWeights target = TargetWeights::open(o.target, config);
   const std::unique_ptr<StepBackend> backend =
-      o.make_step_backend ? o.make_step_backend(comm, config, training, frozen, std::move(state))
+      o.make_step_backend ? o.make_step_backend(comm, config, training, target, std::move(state))
       : o.backend == TrainingBackend::cuda
-          ? make_cuda_step_backend(comm, config, training, frozen, std::move(state))
-          : make_reference_step_backend(tracker, comm, config, training, frozen, std::move(state));
-  // What the start held on the host that the steps never read: a device backend has its own bf16
-  // E and W_lm, and the optimizer part went into the backend. Their blocks would stay in the
-  // storage pool (reference/storage_pool.hpp) for the whole run, the frozen ones live and the others
-  // cached, as the steps never allocate those sizes again: 2 V H + 3 P / R doubles, 25 GB a rank at
-  // full scale under ZeRO-1 (the parameters' P went at the release above; bench/results/host_memory.md).
-  if (!backend->uses_host_frozen_weights()) frozen = FrozenWeights<double>{};
+          ? make_cuda_step_backend(comm, config, training, target, std::move(state))
+          : make_reference_step_backend(tracker, comm, config, training, target, std::move(state));
+  // What the start held on the host that the steps never read: a device backend's optimizer part,
+  // which went into the backend. Its blocks would stay cached in the storage pool
+  // (reference/storage_pool.hpp) for the whole run, as the steps never allocate those sizes again:
+  // 3 P / R doubles, 5 GB a rank at full scale under ZeRO-1 (the parameters' P went at the release
+  // above; bench/results/host_memory.md).
   release_cached_storage();  // after the backend is made
   if (o.after_start) o.after_start();
 

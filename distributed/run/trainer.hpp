@@ -7,9 +7,10 @@
 //      values of shards r, r + R, ... (ShardValueCheck), then all meet at a barrier;
 //   5. the initial weights (--init, or the seeded initialisation, or the latest checkpoint with
 //      --resume, its hashes verified: a CUDA rank reads its own optimizer part of it and keeps no
-//      parameters), then the frozen weights from the target checkpoint, then the step backend,
-//      after which what only the start needed is freed (a device backend's host copy of the
-//      frozen weights, the storage pool's cached blocks).
+//      parameters), then the step backend, which reads the frozen weights from the target
+//      checkpoint (whole for the reference; a piece at a time into a device backend's bf16 copy,
+//      so that a CUDA rank never holds them on the host), after which the storage pool's cached
+//      blocks, which only the start needed, are freed.
 // Then each optimizer step takes the next global batch from the data cursor, runs train_step on
 // this rank's share, appends its metrics (rank 0), and saves a checkpoint every --save-every steps,
 // at the end, and after SIGINT/SIGTERM (then exits 0).
@@ -48,11 +49,11 @@ struct TrainingRunOptions {
   // Tests: makes the step backend in place of the one `backend` names, from the same inputs (the
   // plan, the checks and the checkpoints stay `backend`'s): the CUDA step's code on the CPU's
   // training backend (harness/cuda/host_training_backend.hpp). With --backend cuda the state has no
-  // parameters, only this rank's optimizer part (what a device backend reads); the
-  // frozen weights are read while the backend is made, and freed after it when it says it does
-  // not use them (StepBackend::uses_host_frozen_weights).
+  // parameters, only this rank's optimizer part (what a device backend reads); the frozen
+  // weights are the target's, opened and checked but not read (TargetWeights): the backend reads
+  // them while it is made, whole (the reference) or a piece at a time (a device backend).
   std::function<std::unique_ptr<StepBackend>(Communicator&, const DrafterConfig&, const TrainingConfig&,
-                                             const FrozenWeights<double>&, TrainingState)>
+                                             const FrozenWeightSource&, TrainingState)>
       make_step_backend;
 };
 

@@ -87,8 +87,10 @@ std::int64_t resolve_target_depth(const TargetDepthSources& s) {
 
 namespace {
 
-Tensor<double> frozen_tensor(MemoryTracker& tracker, const HfCheckpoint& checkpoint, const std::filesystem::path& dir,
-                             const char* name, const DrafterConfig& config) {
+// Checks the tensor's dtype and shape (its values are read later, as asked); returns where it is,
+// for messages.
+std::string checked_frozen_tensor(const HfCheckpoint& checkpoint, const std::filesystem::path& dir, const char* name,
+                                  const DrafterConfig& config) {
   const std::string where = str((dir / checkpoint.shard_of(name)).string(), ": tensor '", name, "'");
   const safetensors::TensorInfo& info = checkpoint.info(name);
   using safetensors::Dtype;
@@ -101,24 +103,18 @@ Tensor<double> frozen_tensor(MemoryTracker& tracker, const HfCheckpoint& checkpo
         where, str("shape ", safetensors::format_shape(info.shape),
                    " is not [vocab_size, hidden_size] = ", safetensors::format_shape(want), " of the drafter config"));
   }
-  Tensor<double> t(tracker, MemoryCategory::frozen, want, checkpoint.doubles(name));
-  for (std::int64_t e = 0; e < t.numel(); ++e) {
-    if (!std::isfinite(t[e]))
-      throw_input_error(where, str("element ", e, " is ", t[e], "; every value must be finite"));
-  }
-  return t;
+  return where;
 }
 
 }  // namespace
 
-FrozenWeights<double> load_target_weights(MemoryTracker& tracker, const std::filesystem::path& target_dir,
-                                          const DrafterConfig& config) {
+TargetWeights TargetWeights::open(const std::filesystem::path& target_dir, const DrafterConfig& config) {
   std::error_code ec;
   if (!std::filesystem::is_directory(target_dir, ec)) {
     throw_input_error("--target", str("'", target_dir.string(), "' is not a directory"));
   }
   const bool tied = target_ties_word_embeddings(target_dir);
-  const HfCheckpoint checkpoint = HfCheckpoint::open(target_dir);
+  HfCheckpoint checkpoint = HfCheckpoint::open(target_dir);
   for (const char* name : {kTargetEmbeddingName, kTargetLmHeadName}) {
     if (tied && name == kTargetLmHeadName) continue;
     if (!checkpoint.contains(name)) {
@@ -128,10 +124,30 @@ FrozenWeights<double> load_target_weights(MemoryTracker& tracker, const std::fil
               tied ? "" : " (config.json does not set tie_word_embeddings, so lm_head.weight is required)"));
     }
   }
-  FrozenWeights<double> f;
-  f.embed_tokens = frozen_tensor(tracker, checkpoint, target_dir, kTargetEmbeddingName, config);
-  f.lm_head = frozen_tensor(tracker, checkpoint, target_dir, tied ? kTargetEmbeddingName : kTargetLmHeadName, config);
-  return f;
+  TargetWeights t(std::move(checkpoint), tied);
+  for (int k = 0; k < 2; ++k)
+    t.where_[k] = checked_frozen_tensor(t.checkpoint_, target_dir, t.names_[k].c_str(), config);
+  return t;
+}
+
+TargetWeights::TargetWeights(HfCheckpoint checkpoint, bool tied)
+    : checkpoint_(std::move(checkpoint)),
+      names_{kTargetEmbeddingName, tied ? kTargetEmbeddingName : kTargetLmHeadName} {}
+
+void TargetWeights::read(FrozenTensor which, std::int64_t first, std::span<double> out) const {
+  const int k = which == FrozenTensor::embed_tokens ? 0 : 1;
+  checkpoint_.read_float_elements(names_[k], std::uint64_t(first), out);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) {
+      throw_input_error(where_[k],
+                        str("element ", first + std::int64_t(i), " is ", out[i], "; every value must be finite"));
+    }
+  }
+}
+
+FrozenWeights<double> load_target_weights(MemoryTracker& tracker, const std::filesystem::path& target_dir,
+                                          const DrafterConfig& config) {
+  return load_frozen_weights(tracker, config, TargetWeights::open(target_dir, config));
 }
 
 }  // namespace dflash

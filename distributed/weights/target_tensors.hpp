@@ -8,10 +8,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 
+#include "io/hf_checkpoint.hpp"
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_parameters.hpp"
+#include "reference/frozen_weight_source.hpp"
 
 namespace dflash {
 
@@ -39,8 +43,25 @@ struct TargetDepthSources {
 };
 std::int64_t resolve_target_depth(const TargetDepthSources& sources);
 
-// Throws dflash::InputError naming the file and tensor: a missing tensor, a dtype other than
-// BF16/F16/F32, a shape other than [vocab_size, hidden_size] of `config`, a non-finite value.
+// The target's E and W_lm, opened and checked but not read: open() throws dflash::InputError
+// naming the file and tensor for a missing tensor, a dtype other than BF16/F16/F32, a shape other
+// than [vocab_size, hidden_size] of `config`; read() reads only the elements asked for, converts
+// them exactly and refuses a non-finite one by file, tensor and element. `dflash train` hands it to
+// the step backend, which reads it whole (the reference) or a piece at a time into its own bf16
+// copy (a device backend: the host never holds the target's values).
+class TargetWeights final : public FrozenWeightSource {
+ public:
+  static TargetWeights open(const std::filesystem::path& target_dir, const DrafterConfig& config);
+  void read(FrozenTensor which, std::int64_t first, std::span<double> out) const override;
+
+ private:
+  TargetWeights(HfCheckpoint checkpoint, bool tied);
+  HfCheckpoint checkpoint_;
+  std::string names_[2];  // per FrozenTensor: the checkpoint's tensor (tied: the embedding twice)
+  std::string where_[2];  // "<shard file>: tensor '<name>'", for messages
+};
+
+// TargetWeights::open(target_dir, config), read whole in double (load_frozen_weights).
 FrozenWeights<double> load_target_weights(MemoryTracker& tracker, const std::filesystem::path& target_dir,
                                           const DrafterConfig& config);
 

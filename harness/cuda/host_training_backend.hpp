@@ -164,6 +164,10 @@ struct HostTrainingBackend {
     streams->run_compute();
     if (bytes > 0) std::memcpy(host, device, bytes);
   }
+  void write(void* device, const void* host, std::size_t bytes) const {
+    streams->run_compute();
+    if (bytes > 0) std::memcpy(device, host, bytes);
+  }
   void zero(void* device, std::size_t bytes) const {
     if (bytes > 0) streams->enqueue([device, bytes] { std::memset(device, 0, bytes); });
   }

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <bit>
 #include <csignal>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -149,6 +151,57 @@ TEST(SafetensorsFile, FailedWriteLeavesTheExistingFileIntact) {
   EXPECT_EQ(read_whole_file(path), before);
   EXPECT_EQ(directory_entries(directory.path()), std::vector<std::string>{"golden.safetensors"});
   EXPECT_THAT(Reader::open_file(path).doubles("x"), ElementsAreArray(std::vector<double>{1.0, -1.0}));
+}
+
+// A range of a float tensor is what to_doubles gives for those elements, bit for bit, in every
+// float dtype, from a file and from memory: every range of a short tensor (empty ones at each end
+// included) and pieces of a long one; a range outside the tensor and an integer tensor are refused
+// by name.
+TEST(SafetensorsFile, ARangeOfElementsIsThoseElementsOfTheWholeTensor) {
+  ScratchDirectory directory;
+  std::vector<double> values(1000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = (double(i) - 400.25) * 0.37 + 1.0 / double(i + 3);
+  Writer writer;
+  for (const Dtype dtype : {Dtype::F64, Dtype::F32, Dtype::BF16, Dtype::F16}) {
+    writer.add_floats(str("x", dtype_name(dtype)), dtype, {25, 40}, values);
+    writer.add_floats(str("short", dtype_name(dtype)), dtype, {7},
+                      std::vector<double>(values.begin(), values.begin() + 7));
+  }
+  writer.add_integers("ids", Dtype::I32, {3}, std::vector<std::int64_t>{1, 2, 3});
+  const auto path = directory / "ranges.safetensors";
+  writer.write_file(path);
+  for (const Reader& reader : {Reader::open_file(path), Reader::from_bytes(writer.to_bytes())}) {
+    SCOPED_TRACE(reader.source());
+    for (const Dtype dtype : {Dtype::F64, Dtype::F32, Dtype::BF16, Dtype::F16}) {
+      SCOPED_TRACE(dtype_name(dtype));
+      const std::string x = str("x", dtype_name(dtype)), short_name = str("short", dtype_name(dtype));
+      const std::vector<double> whole = reader.doubles(x), short_whole = reader.doubles(short_name);
+      for (std::size_t first = 0; first <= 7; ++first) {
+        for (std::size_t count = 0; first + count <= 7; ++count) {
+          std::vector<double> out(count, -7.0);
+          reader.read_float_elements(short_name, first, out);
+          for (std::size_t i = 0; i < count; ++i)
+            EXPECT_EQ(std::bit_cast<std::uint64_t>(out[i]), std::bit_cast<std::uint64_t>(short_whole[first + i]));
+        }
+      }
+      std::vector<double> pieces;
+      for (std::size_t first = 0; first < whole.size(); first += 333) {
+        std::vector<double> out(std::min<std::size_t>(333, whole.size() - first));
+        reader.read_float_elements(x, first, out);
+        pieces.insert(pieces.end(), out.begin(), out.end());
+      }
+      EXPECT_EQ(pieces, whole);
+      std::vector<double> one(1);
+      EXPECT_THAT(testing::input_error_message([&] { reader.read_float_elements(x, 1000, one); }),
+                  HasSubstr(str("tensor '", x, "': elements [1000, 1001) are outside its 1000")));
+      std::vector<double> two(2);
+      EXPECT_THAT(testing::input_error_message([&] { reader.read_float_elements(x, 999, two); }),
+                  HasSubstr("elements [999, 1001) are outside its 1000"));
+    }
+    std::vector<double> one(1);
+    EXPECT_THAT(testing::input_error_message([&] { reader.read_float_elements("ids", 0, one); }),
+                HasSubstr("tensor 'ids': dtype I32 is not a float dtype"));
+  }
 }
 
 TEST(SafetensorsFile, FileTruncatedAfterOpeningIsAnError) {

@@ -54,7 +54,7 @@ inline std::string eval_case_name(const EvalCase& c) {
 
 // The evaluated backend from the run's inputs, as the run makes it.
 using MakeStepBackend = std::function<std::unique_ptr<StepBackend>(
-    Communicator&, const DrafterConfig&, const TrainingConfig&, const FrozenWeights<double>&, TrainingState)>;
+    Communicator&, const DrafterConfig&, const TrainingConfig&, const FrozenWeightSource&, TrainingState)>;
 
 inline void expect_evaluation_within_the_bf16_rule(const EvalCase& e, const MakeStepBackend& make_backend,
                                                    std::int64_t workspace_bytes) {
@@ -92,8 +92,9 @@ inline void expect_evaluation_within_the_bf16_rule(const EvalCase& e, const Make
   const auto reference =
       make_reference_step_backend(reference_tracker, comm, config, training, frozen,
                                   make_training_state(reference_tracker, config, training, comm, device_parameters()));
-  const std::unique_ptr<StepBackend> cuda = make_backend(
-      comm, config, training, frozen, make_training_state(tracker, config, training, comm, device_parameters()));
+  const std::unique_ptr<StepBackend> cuda =
+      make_backend(comm, config, training, FrozenWeightsInMemory(frozen),
+                   make_training_state(tracker, config, training, comm, device_parameters()));
   constexpr std::int64_t step = 2;
   const EvalRecord exact = evaluate(comm, *reference, config, training, eval, step);
   cuda->reset_peaks();

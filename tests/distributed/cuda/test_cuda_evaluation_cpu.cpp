@@ -16,7 +16,7 @@ class CudaEvaluationCpu : public ::testing::TestWithParam<EvalCase> {};
 TEST_P(CudaEvaluationCpu, MatchesTheReferenceWithinTheBf16Rule) {
   MemoryTracker memory;
   const MakeStepBackend make = [&memory](Communicator& comm, const DrafterConfig& config,
-                                         const TrainingConfig& training, const FrozenWeights<double>& frozen,
+                                         const TrainingConfig& training, const FrozenWeightSource& frozen,
                                          TrainingState state) -> std::unique_ptr<StepBackend> {
     return std::make_unique<DeviceStepBackend<HostTrainingBackend>>(
         HostTrainingBackend{memory}, CudaCommunicators{comm, comm}, config, training, frozen, state.optimizer);

@@ -49,6 +49,10 @@ TEST_F(CudaTrainStepCpu, StateMemoryPerCategoryIsThePlansWithZeroOne) {
   expect_state_memory_is_the_plans(backend(), memory_, comm_);
 }
 
+TEST_F(CudaTrainStepCpu, FrozenWeightsAreUploadedAPieceAtATime) {
+  expect_frozen_weights_uploaded_a_piece_at_a_time(backend(), memory_);
+}
+
 TEST_F(CudaTrainStepCpu, BucketsDuringTheBackwardEqualBucketsAfterIt) {
   expect_buckets_during_the_backward_equal_buckets_after_it(backend(), {comm_, comm_});
 }

@@ -60,6 +60,10 @@ TEST_F(CudaTrainStep, HostStateRoundTripsAndTheWorkingCopyIsTheRoundedMaster) {
   expect_host_state_round_trip(backend(), comm_);
 }
 
+TEST_F(CudaTrainStep, FrozenWeightsAreUploadedAPieceAtATime) {
+  expect_frozen_weights_uploaded_a_piece_at_a_time(backend(), allocator().tracker());
+}
+
 TEST_F(CudaTrainStep, StateMemoryPerCategoryIsThePlansWithZeroOne) {
   expect_state_memory_is_the_plans(backend(), allocator().tracker(), comm_);
 }

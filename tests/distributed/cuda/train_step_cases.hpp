@@ -11,6 +11,8 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -467,6 +469,52 @@ void expect_non_finite_on_one_rank_stops_every_rank(const Backend& be, CudaCommu
   EXPECT_EQ(after.step, before.step);
   EXPECT_EQ(after.full, before.full);
   EXPECT_EQ(after.working, before.working);
+}
+
+// The frozen weights go to the backend a piece at a time (upload_frozen_bf16): a tensor of two
+// whole pieces and a short one arrives as the bits a whole upload gives (upload_bf16_to), every
+// element read once, no read longer than kFrozenPieceElements; a non-finite value in the last
+// piece ends the upload with the source's error, and the buffer made for it is freed.
+template <class Backend>
+void expect_frozen_weights_uploaded_a_piece_at_a_time(const Backend& be, const MemoryTracker& memory) {
+  class RecordingSource final : public FrozenWeightSource {
+   public:
+    explicit RecordingSource(const std::vector<double>& values) : times_read(values.size(), 0), values_(values) {}
+    void read(FrozenTensor which, std::int64_t first, std::span<double> out) const override {
+      EXPECT_EQ(which, FrozenTensor::lm_head);
+      largest = std::max(largest, std::int64_t(out.size()));
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        ++times_read[std::size_t(first) + i];
+        out[i] = values_[std::size_t(first) + i];
+        if (!std::isfinite(out[i])) throw_input_error("planted", str("element ", first + std::int64_t(i)));
+      }
+    }
+    mutable std::vector<int> times_read;
+    mutable std::int64_t largest = 0;
+
+   private:
+    const std::vector<double>& values_;
+  };
+  const std::int64_t n = 2 * kFrozenPieceElements + 1000;
+  std::vector<double> values(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) values[std::size_t(i)] = std::ldexp(double((i * 7919) % 65521) - 32760.5, -9);
+  const RecordingSource source(values);
+  const auto pieces = upload_frozen_bf16(be, source, FrozenTensor::lm_head, n);
+  const auto whole = upload_bf16_to(be, MemoryCategory::frozen, values.data(), n);
+  const std::vector<Bf16Bits> got = be.to_host(pieces), want = be.to_host(whole);
+  EXPECT_TRUE(got == want) << "the pieces' bits differ from the whole upload's";
+  EXPECT_EQ(std::count(source.times_read.begin(), source.times_read.end(), 1), n) << "every element read once";
+  EXPECT_EQ(source.largest, kFrozenPieceElements);
+
+  values[std::size_t(n - 3)] = std::numeric_limits<double>::infinity();
+  const std::size_t before = memory.current(MemoryCategory::frozen);
+  try {
+    upload_frozen_bf16(be, RecordingSource(values), FrozenTensor::lm_head, n);
+    ADD_FAILURE() << "a non-finite value was uploaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(str("element ", n - 3)), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(memory.current(MemoryCategory::frozen), before);
 }
 
 }  // namespace dflash::testing

@@ -17,7 +17,7 @@ inline TrainingRunOptions cuda_options_for(const std::filesystem::path& out, Mem
   TrainingRunOptions o = options_for(out);
   o.backend = TrainingBackend::cuda;
   o.make_step_backend = [&memory](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
-                                  const FrozenWeights<double>& frozen, TrainingState state) {
+                                  const FrozenWeightSource& frozen, TrainingState state) {
     return std::make_unique<DeviceStepBackend<HostTrainingBackend>>(
         HostTrainingBackend{memory}, CudaCommunicators{comm, comm}, config, training, frozen, state.optimizer);
   };

@@ -7,9 +7,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
+#include <map>
+#include <optional>
+#include <span>
 
 #include "distributed/metrics/svg_report.hpp"
+#include "distributed/weights/target_tensors.hpp"
 #include "reference/storage_pool.hpp"
 #include "tests/distributed/run/cuda_run_support.hpp"
 
@@ -93,7 +98,7 @@ TEST(CudaTrainingRunOnTheCpu, SigtermThenResumeIsBitwiseTheUninterruptedRun) {
   std::int64_t parameters_given = -1;
   const auto make = o.make_step_backend;
   o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
-                            const FrozenWeights<double>& frozen, TrainingState state) {
+                            const FrozenWeightSource& frozen, TrainingState state) {
     parameters_given = 0;
     state.params.for_each([&](const std::string&, const Tensor<double>& t) { parameters_given += t.numel(); });
     return make(comm, config, training, frozen, std::move(state));
@@ -117,36 +122,64 @@ TEST(CudaTrainingRunOnTheCpu, SigtermThenResumeIsBitwiseTheUninterruptedRun) {
   for (std::size_t t = 0; t < a.size(); ++t) EXPECT_EQ(a[t].loss, b[t].loss) << t;
 }
 
-// A device backend holds its own bf16 E and W_lm: once it is made, the run frees the host's doubles
-// (2 V H values a rank, 20 GB at full scale, else held to the end of the run); the reference backend
-// computes with them, and they stay. Under either, the storage pool holds no cached block once the
-// backend is made.
-TEST(CudaTrainingRunOnTheCpu, TheHostsFrozenWeightsAreFreedOnceTheDeviceBackendHasItsCopy) {
+// The frozen weights go from the target's files to the backend that uses them, read once: the
+// backend is given the target itself (TargetWeights, opened and checked, no value read), not
+// weights the run read first, and reads each element of E and W_lm once, in pieces of at most
+// kFrozenPieceElements. A device backend keeps only its bf16 copy (so a CUDA rank never holds the
+// 2 V H doubles, 20 GB at full scale, on its host); the reference keeps them whole. Under either,
+// the storage pool holds no cached block once the backend is made.
+TEST(CudaTrainingRunOnTheCpu, TheBackendReadsTheTargetItselfEachValueOnce) {
+  class CountingSource final : public FrozenWeightSource {
+   public:
+    explicit CountingSource(const FrozenWeightSource& inner) : inner_(inner) {}
+    void read(FrozenTensor which, std::int64_t first, std::span<double> out) const override {
+      largest_read = std::max(largest_read, std::int64_t(out.size()));
+      for (std::size_t i = 0; i < out.size(); ++i) ++reads[which == FrozenTensor::lm_head][first + std::int64_t(i)];
+      inner_.read(which, first, out);
+    }
+    mutable std::map<std::int64_t, int> reads[2];  // per tensor: element -> times read
+    mutable std::int64_t largest_read = 0;
+
+   private:
+    const FrozenWeightSource& inner_;
+  };
+  const std::int64_t n = tiny_config().vocab_size * tiny_config().hidden_size;
   for (const bool cuda : {true, false}) {
     SCOPED_TRACE(cuda ? "CUDA step" : "reference");
     ScratchDirectory dir;
     MemoryTracker memory, reference_memory;
     TrainingRunOptions o = cuda ? cuda_options_for(dir / "run", memory) : options_for(dir / "run");
-    const FrozenWeights<double>* frozen = nullptr;
-    std::int64_t made_with = 0;
+    bool given_the_target = false;
+    std::optional<CountingSource> counted;
     const auto make = o.make_step_backend;
     o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
-                              const FrozenWeights<double>& f, TrainingState state) {
-      frozen = &f;
-      made_with = f.embed_tokens.numel() + f.lm_head.numel();
-      return make ? make(comm, config, training, f, std::move(state))
-                  : make_reference_step_backend(reference_memory, comm, config, training, f, std::move(state));
+                              const FrozenWeightSource& target, TrainingState state) {
+      given_the_target = dynamic_cast<const TargetWeights*>(&target) != nullptr;
+      const CountingSource& source = counted.emplace(target);
+      return make ? make(comm, config, training, source, std::move(state))
+                  : make_reference_step_backend(reference_memory, comm, config, training, source, std::move(state));
     };
-    std::int64_t after_step_0 = -1;
-    std::size_t cached_after_start = 1;
-    o.after_start = [&] { cached_after_start = storage_pool_state().cached_bytes; };
+    std::size_t cached_after_start = 1, frozen_on_backend = 1, frozen_on_host = 1;
+    o.after_start = [&] {
+      cached_after_start = storage_pool_state().cached_bytes;
+      frozen_on_backend = memory.current(MemoryCategory::frozen);
+      frozen_on_host = reference_memory.current(MemoryCategory::frozen);
+    };
     o.after_step = [&](std::int64_t t) {
-      after_step_0 = frozen->embed_tokens.numel() + frozen->lm_head.numel();
       if (t == 0) std::raise(SIGTERM);
     };
     ASSERT_EQ(train(o), 0);
-    EXPECT_EQ(made_with, 2 * tiny_config().vocab_size * tiny_config().hidden_size);
-    EXPECT_EQ(after_step_0, cuda ? 0 : made_with);
+    EXPECT_TRUE(given_the_target);
+    ASSERT_TRUE(counted.has_value());
+    for (const auto& reads : counted->reads) {
+      EXPECT_EQ(std::int64_t(reads.size()), n);
+      for (const auto& [element, times] : reads) ASSERT_EQ(times, 1) << element;
+    }
+    EXPECT_LE(counted->largest_read, kFrozenPieceElements);
+    // The bf16 copies on the backend; none on the host under the CUDA step, both in double under
+    // the reference.
+    EXPECT_EQ(frozen_on_backend, cuda ? std::size_t(2 * n) * sizeof(Bf16Bits) : 0u);
+    EXPECT_EQ(frozen_on_host, cuda ? 0u : std::size_t(2 * n) * sizeof(double));
     // The storage pool's cache released once the backend is made: it would keep the blocks of the
     // start's tensors (parameters, optimizer state) for the whole run.
     EXPECT_EQ(cached_after_start, 0u);

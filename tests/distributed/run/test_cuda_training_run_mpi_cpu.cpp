@@ -190,7 +190,6 @@ class GatherRecordingBackend final : public StepBackend {
     return inner_->gather_optimizer(to_this_rank);
   }
   safetensors::Dtype master_dtype() const override { return inner_->master_dtype(); }
-  bool uses_host_frozen_weights() const override { return inner_->uses_host_frozen_weights(); }
   std::map<std::string, std::int64_t> peak_bytes() const override { return inner_->peak_bytes(); }
   void reset_peaks() override { inner_->reset_peaks(); }
 
@@ -206,7 +205,7 @@ TEST(CudaTrainingRunOnCpuRanks, OnlyRankZeroAsksForTheGatheredOptimizer) {
   o.save_every = 10;
   std::vector<bool> asked;
   o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
-                            const FrozenWeights<double>& frozen, TrainingState state) -> std::unique_ptr<StepBackend> {
+                            const FrozenWeightSource& frozen, TrainingState state) -> std::unique_ptr<StepBackend> {
     return std::make_unique<GatherRecordingBackend>(
         cuda_options_for(run, memory).make_step_backend(comm, config, training, frozen, std::move(state)), asked);
   };

@@ -147,7 +147,6 @@ class RecordingBackend final : public StepBackend {
   }
   std::array<std::vector<double>, 3> gather_optimizer(bool) override { return {}; }
   safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F64; }
-  bool uses_host_frozen_weights() const override { return true; }
   std::map<std::string, std::int64_t> peak_bytes() const override { return {}; }
   void reset_peaks() override {}
 };

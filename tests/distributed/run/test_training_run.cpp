@@ -81,7 +81,7 @@ struct SeenSequence {
 class BatchRecordingBackend final : public StepBackend {
  public:
   BatchRecordingBackend(Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
-                        const FrozenWeights<double>& frozen, TrainingState state,
+                        const FrozenWeightSource& frozen, TrainingState state,
                         std::vector<std::vector<SeenSequence>>& seen)
       : inner_(make_reference_step_backend(tracker_, comm, config, training, frozen, std::move(state))), seen_(seen) {}
   std::int64_t completed_steps() const override { return inner_->completed_steps(); }
@@ -101,7 +101,6 @@ class BatchRecordingBackend final : public StepBackend {
     return inner_->gather_optimizer(to_this_rank);
   }
   safetensors::Dtype master_dtype() const override { return inner_->master_dtype(); }
-  bool uses_host_frozen_weights() const override { return inner_->uses_host_frozen_weights(); }
   std::map<std::string, std::int64_t> peak_bytes() const override { return inner_->peak_bytes(); }
   void reset_peaks() override { inner_->reset_peaks(); }
 
@@ -120,7 +119,7 @@ TEST(TrainingRun, EveryStepTrainsOnTheSequencesTheDataOrderNamesAsTheShardsHoldT
   std::vector<std::vector<SeenSequence>> seen;
   TrainingRunOptions o = options_for(dir / "run");
   o.make_step_backend = [&seen](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
-                                const FrozenWeights<double>& frozen, TrainingState state) {
+                                const FrozenWeightSource& frozen, TrainingState state) {
     return std::make_unique<BatchRecordingBackend>(comm, config, training, frozen, std::move(state), seen);
   };
   ASSERT_EQ(train(o), 0);

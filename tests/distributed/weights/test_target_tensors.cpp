@@ -24,6 +24,27 @@ std::vector<double> values(std::int64_t n, double scale) {
   return v;
 }
 
+// The target with one element of W_lm read as 0 (to load the rest of a target with a planted NaN).
+class TargetWithoutOneValue final : public FrozenWeightSource {
+ public:
+  TargetWithoutOneValue(const TargetWeights& target, std::int64_t element) : target_(target), element_(element) {}
+  void read(FrozenTensor which, std::int64_t first, std::span<double> out) const override {
+    const std::int64_t at = element_ - first;
+    if (which != FrozenTensor::lm_head || at < 0 || at >= std::int64_t(out.size()))
+      return target_.read(which, first, out);
+    target_.read(which, first, out.first(std::size_t(at)));
+    out[std::size_t(at)] = 0.0;
+    target_.read(which, element_ + 1, out.subspan(std::size_t(at) + 1));
+  }
+
+ private:
+  const TargetWeights& target_;
+  std::int64_t element_;
+};
+TargetWithoutOneValue target_without_nan(const TargetWeights& target, std::int64_t element) {
+  return TargetWithoutOneValue(target, element);
+}
+
 TEST(TargetWeights, SingleFileInEachFloatDtype) {
   const DrafterConfig c = tiny_config();
   const std::int64_t n = c.vocab_size * c.hidden_size;
@@ -113,6 +134,43 @@ TEST(TargetWeights, NonFiniteValueIsRefusedNamingTensorAndElement) {
       EXPECT_THAT(message, HasSubstr("element 17")) << bad;
     }
   }
+}
+
+// A target larger than one piece (kFrozenPieceElements): opening reads no value, a read of any
+// range gives those elements of the whole tensor (across a piece boundary too), a whole load
+// assembles the pieces in order, and a non-finite value past the first piece is named by its
+// element in the whole tensor, whichever piece finds it.
+TEST(TargetWeights, PiecesReadOnlyWhatIsAskedAndNameElementsInTheWholeTensor) {
+  DrafterConfig c = tiny_config();
+  c.vocab_size = kFrozenPieceElements / c.hidden_size + 37;  // 2 pieces, the second short
+  const std::int64_t n = c.vocab_size * c.hidden_size;
+  ASSERT_GT(n, kFrozenPieceElements);
+  ScratchDirectory dir;
+  std::vector<double> lm = values(n, -0.5);
+  const std::int64_t bad = kFrozenPieceElements + 5;
+  lm[std::size_t(bad)] = std::nan("");
+  safetensors::Writer w;
+  w.add_floats(kTargetEmbeddingName, Dtype::BF16, {c.vocab_size, c.hidden_size}, values(n, 1));
+  w.add_floats(kTargetLmHeadName, Dtype::F32, {c.vocab_size, c.hidden_size}, lm);
+  w.write_file(dir / "model.safetensors");
+  const TargetWeights target = TargetWeights::open(dir.path(), c);  // a NaN in a tensor is not read yet
+  const std::vector<double> e = values(n, 1);
+  std::vector<double> out(10);
+  target.read(FrozenTensor::embed_tokens, kFrozenPieceElements - 4, out);
+  EXPECT_EQ(out, std::vector<double>(e.begin() + kFrozenPieceElements - 4, e.begin() + kFrozenPieceElements + 6));
+  target.read(FrozenTensor::lm_head, 3, out);
+  EXPECT_EQ(out, std::vector<double>(lm.begin() + 3, lm.begin() + 13));
+  const std::string message =
+      input_error_message([&] { target.read(FrozenTensor::lm_head, kFrozenPieceElements, out); });
+  EXPECT_THAT(message, HasSubstr("model.safetensors: tensor 'lm_head.weight'"));
+  EXPECT_THAT(message, HasSubstr(str("element ", bad, " is nan")));
+  MemoryTracker tracker;
+  EXPECT_THAT(input_error_message([&] { load_target_weights(tracker, dir.path(), c); }),
+              HasSubstr(str("element ", bad, " is nan")));
+  const FrozenWeights<double> f = load_frozen_weights(tracker, c, target_without_nan(target, bad));
+  EXPECT_EQ(std::vector<double>(f.embed_tokens.span().begin(), f.embed_tokens.span().end()), e);
+  lm[std::size_t(bad)] = 0.0;
+  EXPECT_EQ(std::vector<double>(f.lm_head.span().begin(), f.lm_head.span().end()), lm);
 }
 
 TEST(TargetWeights, IntegerDtypeIsRefused) {
