@@ -5,8 +5,8 @@
 //   held by the host = resident set (VmRSS) - the backend's bytes (its tracker's current total)
 // after each step. A GPU rank's host would hold the same, with the backend's bytes on the GPU.
 // Also reported: the peak resident set (VmHWM) from the start to the first step's end, between steps
-// and after the last (its checkpoint), the storage pool's live and cached bytes, and the
-// sizes the start reads (2 V H frozen doubles; P parameters).
+// and after the last (its checkpoint), the storage pool's live and cached bytes, and the sizes
+// of the frozen weights and the parameters in double (2 V H values; P), to read the peaks by.
 //
 //   build/app/dflash data synth --config bench/distributed/host_memory.json --out /tmp/hm/set --sequences 4 --shards 1
 //   build/bench/distributed/bench_host_memory --config bench/distributed/host_memory.json --set /tmp/hm/set
@@ -107,8 +107,8 @@ int run(int argc, char** argv) {
   const std::int64_t frozen = 2 * config.vocab_size * config.hidden_size * std::int64_t(sizeof(double));
   const std::int64_t P = drafter_parameter_count(config);
   std::printf(
-      "peak resident since the last step (its checkpoint) %.3f GB; the start reads 2 V H = %.3f GB of frozen doubles and P = %lld parameters "
-      "(%.3f GB of doubles)\n",
+      "peak resident since the last step (its checkpoint) %.3f GB; in double, the frozen weights (2 V H) are %.3f GB and the "
+      "P = %lld parameters %.3f GB\n",
       gb(peak), gb(frozen), static_cast<long long>(P), gb(P * std::int64_t(sizeof(double))));
   if (!json_path.empty()) {
     const nlohmann::json j = {
