@@ -36,8 +36,14 @@ void take_part(std::span<const double> values, std::int64_t first, std::int64_t 
 
 OptimizerState make_optimizer_state(MemoryTracker& tracker, const FlatLayout& layout, int rank,
                                     const DrafterParameters<double>& params) {
+  return make_optimizer_state(
+      tracker, layout, rank, [&](std::int64_t first, std::span<double> out) { read_flat(layout, params, first, out); });
+}
+
+OptimizerState make_optimizer_state(MemoryTracker& tracker, const FlatLayout& layout, int rank,
+                                    const std::function<void(std::int64_t first, std::span<double> out)>& flat_values) {
   OptimizerState s = empty_state(tracker, layout, rank);
-  read_flat(layout, params, s.offset, {s.master.data(), static_cast<std::size_t>(s.master.numel())});
+  flat_values(s.offset, {s.master.data(), static_cast<std::size_t>(s.master.numel())});
   return s;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "distributed/communicator.hpp"
@@ -24,6 +25,11 @@ struct OptimizerState {
 // A fresh state for this rank: master copied from `params`, moments 0, step 0.
 OptimizerState make_optimizer_state(MemoryTracker& tracker, const FlatLayout& layout, int rank,
                                     const DrafterParameters<double>& params);
+// The same with master from flat_values(first, out), which fills out with the flat elements
+// [first, first + out.size()) (0 past P): called once, for this rank's part alone, so that a rank
+// that keeps only its part never makes the whole parameters (seeded_flat_values).
+OptimizerState make_optimizer_state(MemoryTracker& tracker, const FlatLayout& layout, int rank,
+                                    const std::function<void(std::int64_t first, std::span<double> out)>& flat_values);
 
 // A state restored from full flat vectors (a checkpoint, which stores them whole so that a run may
 // resume on another R, §15): this rank's part of each, and the step count. Each span holds P values.

@@ -200,8 +200,9 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   // only its own part of the optimizer and makes its working copy from the master weights on the
   // device: on a resume it reads that part of the checkpoint (under ZeRO-1 its shard, 3 P / R
   // values), where the reference, which computes with the whole parameters, reads 3 P (41 GB a rank
-  // at full scale) and unflattens P of them; on a fresh start its initial parameters (P doubles,
-  // 14 GB) are freed once its part is made. The backend then gets no parameters
+  // at full scale) and unflattens P of them; on a fresh start it draws the seeded values of its part
+  // alone (seeded_flat_values), or with --init reads the released drafter whole (P doubles, 14 GB)
+  // and frees it once its part is made. The backend then gets no parameters
   // (TrainingRunOptions::make_step_backend), and reads the target's E and W_lm a piece at a time
   // into its bf16 copy: the host never holds their 2 V H doubles (20 GB), which the reference
   // backend reads whole and keeps.
@@ -237,16 +238,21 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       log << "dflash train: resuming from " << last_good << " (step " << ck.step << ", written on " << ck.world_size
           << " rank(s))\n";
     }
+  } else if (own_part_only && !o.init) {
+    // The seeded values of this rank's part alone (a pure function of seed, tensor and element).
+    state.optimizer = make_optimizer_state(tracker, flat, rank, [&](std::int64_t first, std::span<double> out) {
+      seeded_flat_values(config, config.seed, first, out);
+    });
   } else {
     DrafterParameters<double> initial = o.init ? import_drafter_for_run(tracker, *o.init, config)
                                                : seeded_drafter_parameters(tracker, config, config.seed);
     state = make_training_state(tracker, config, training, comm, std::move(initial));
-    if (lead && o.resume)
-      log << "dflash train: --resume: no checkpoint in " << o.out.string() << ", starting at step 0\n";
   }
+  if (!resume_from && lead && o.resume)
+    log << "dflash train: --resume: no checkpoint in " << o.out.string() << ", starting at step 0\n";
   if (own_part_only) {
     state.params = DrafterParameters<double>{};
-    release_cached_storage();  // their blocks, else cached beside the frozen weights
+    release_cached_storage();  // their blocks (--init's), else cached for the whole run
   }
   const TargetWeights target = TargetWeights::open(o.target, config);
   const std::unique_ptr<StepBackend> backend =

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "reference/drafter_parameters.hpp"
 
@@ -20,5 +21,11 @@ double initial_matrix_element(std::uint64_t seed, std::uint32_t matrix, std::uin
 
 DrafterParameters<double> seeded_drafter_parameters(MemoryTracker& tracker, const DrafterConfig& config,
                                                     std::uint64_t seed);
+
+// Elements [first, first + out.size()) of the same parameters as one flat vector (every parameter
+// in canonical order, P values; elements at or past P are 0, ZeRO-1's padding), computed for that
+// range alone: a rank that keeps only its optimizer part draws its 3 P / R values' worth, not P
+// (13.8 GB and about a minute of Box–Muller on every rank at full scale).
+void seeded_flat_values(const DrafterConfig& config, std::uint64_t seed, std::int64_t first, std::span<double> out);
 
 }  // namespace dflash

@@ -198,6 +198,46 @@ class GatherRecordingBackend final : public StepBackend {
   std::vector<bool>& asked_;
 };
 
+// A fresh CUDA rank draws the seeded values of its own ZeRO-1 part alone (seeded_flat_values: rank
+// 1's starts past element 0 and ends in the padding past P), never the whole parameters: the part
+// it hands the backend is bitwise the part of the whole seeded init, and it has no parameters.
+TEST(CudaTrainingRunOnCpuRanks, AFreshRankDrawsOnlyItsPartOfTheSeededInit) {
+  ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
+  const std::filesystem::path run = shared_directory() / "fresh-part";
+  MemoryTracker memory;
+  TrainingRunOptions o = cuda_options_for(run, memory);
+  o.after_step = [](std::int64_t t) {
+    if (t == 0) std::raise(SIGTERM);
+  };
+  std::vector<double> part;
+  std::int64_t offset = -1, parameters_given = -1;
+  const auto make = o.make_step_backend;
+  o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                            const FrozenWeightSource& frozen, TrainingState state) {
+    part = state.optimizer.master.values();
+    offset = state.optimizer.offset;
+    parameters_given = 0;
+    state.params.for_each([&](const std::string&, const Tensor<double>& t) { parameters_given += t.numel(); });
+    return make(comm, config, training, frozen, std::move(state));
+  };
+  ASSERT_EQ(train_on_the_world(o), 0);
+  const DrafterConfig config = tiny_config();
+  const TrainingConfig training = load_training_config(tiny_train_config_path());
+  ASSERT_EQ(training.zero_stage, 1);
+  MemoryTracker tracker;
+  const FlatLayout layout(config, 2, 1);
+  const OptimizerState want =
+      make_optimizer_state(tracker, layout, world().rank(), seeded_drafter_parameters(tracker, config, config.seed));
+  EXPECT_EQ(offset, want.offset);
+  EXPECT_EQ(part, want.master.values());
+  EXPECT_EQ(parameters_given, 0);
+  if (world().rank() == 1) {
+    EXPECT_GT(offset, 0);
+    EXPECT_GT(offset + std::int64_t(part.size()), drafter_parameter_count(config))
+        << "rank 1's part reaches the padding";
+  }
+}
+
 TEST(CudaTrainingRunOnCpuRanks, OnlyRankZeroAsksForTheGatheredOptimizer) {
   const std::filesystem::path run = shared_directory() / "asks";
   MemoryTracker memory;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "common/philox.hpp"
 #include "distributed/weights/drafter_init.hpp"
@@ -42,6 +43,48 @@ TEST(DrafterInit, MatricesFollowTheFormulaInCanonicalOrderNormsAreOne) {
   EXPECT_NEAR(std::sqrt(sum_sq / double(p.fc.numel())), 0.02, 0.003);
   // Another seed, other weights.
   EXPECT_NE(seeded_drafter_parameters(tracker, c, seed + 1).fc[5], p.fc[5]);
+}
+
+// A range of the flat vector, drawn for that range alone, is those elements of the whole: the
+// whole built here from the formula over every parameter's shape in canonical order, the ranges
+// starting and ending at every tensor boundary, one element either side of it, mid-tensor and past P
+// (zeros: ZeRO-1's padding), on a config whose layers make many boundaries.
+TEST(DrafterInit, AFlatRangeIsThoseElementsOfTheWholeDrawnForItAlone) {
+  const DrafterConfig c = tiny_config();
+  const std::uint64_t seed = 0x5EEDull;
+  std::vector<double> whole;
+  std::vector<std::int64_t> cuts{0};
+  std::uint32_t matrix = 0;
+  for (const ParameterShape& s : drafter_parameter_shapes(c)) {
+    const std::int64_t n = shape_numel(s.shape);
+    for (std::int64_t e = 0; e < n; ++e)
+      whole.push_back(s.shape.size() == 1 ? 1.0 : box_muller_from_spec(seed, matrix, e));
+    if (s.shape.size() != 1) ++matrix;
+    const std::int64_t end = std::int64_t(whole.size());
+    for (const std::int64_t cut : {end - 1, end, end + 1, end - n / 2}) cuts.push_back(cut);
+  }
+  const std::int64_t P = std::int64_t(whole.size());
+  ASSERT_EQ(P, drafter_parameter_count(c));
+  cuts.push_back(P + 7);
+  std::vector<double> padded = whole;
+  padded.resize(std::size_t(P + 7), 0.0);
+  int ranges = 0;
+  for (const std::int64_t a : cuts) {
+    for (const std::int64_t b : cuts) {
+      if (a < 0 || b < a || b > P + 7 || (b - a > 64 && a % 5 != 0)) continue;  // a bounded sample of long ranges
+      std::vector<double> out(std::size_t(b - a), -1.0);
+      seeded_flat_values(c, seed, a, out);
+      ASSERT_EQ(out, std::vector<double>(padded.begin() + a, padded.begin() + b)) << "[" << a << ", " << b << ")";
+      ++ranges;
+    }
+  }
+  EXPECT_GT(ranges, 500);
+  MemoryTracker tracker;
+  std::vector<double> flat;
+  seeded_drafter_parameters(tracker, c, seed).for_each([&](const std::string&, const Tensor<double>& t) {
+    flat.insert(flat.end(), t.values().begin(), t.values().end());
+  });
+  EXPECT_EQ(flat, whole);
 }
 
 }  // namespace
