@@ -13,6 +13,7 @@ FlatLayout::FlatLayout(const DrafterConfig& config, int ranks, int zero_stage)
   for (const ParameterShape& s : drafter_parameter_shapes(config)) {
     const std::int64_t n = shape_numel(s.shape);
     tensors_.push_back({s.name, s.shape, count_, n, s.shape.size() >= 2});
+    sizes_.push_back(n);
     count_ += n;
   }
   padded_ = padded_count(count_, parallel_layout(kDefaultBucketBytes, 1));
@@ -35,22 +36,6 @@ std::vector<const Tensor<double>*> flat_tensors(const DrafterParameters<double>&
   std::vector<const Tensor<double>*> out;
   params.for_each([&](const std::string&, const Tensor<double>& t) { out.push_back(&t); });
   return out;
-}
-
-std::vector<FlatRun> flat_runs(const FlatLayout& layout, std::int64_t begin, std::int64_t n) {
-  std::vector<FlatRun> runs;
-  const std::int64_t end = std::min(begin + n, layout.count());
-  std::int64_t e = std::max<std::int64_t>(begin, 0);
-  if (e >= end) return runs;
-  std::size_t t = layout.tensor_at(e);
-  while (e < end) {
-    const FlatTensor& ft = layout.tensors()[t];
-    const std::int64_t stop = std::min(end, ft.offset + ft.numel);
-    runs.push_back({t, e - ft.offset, e - begin, stop - e});
-    e = stop;
-    ++t;
-  }
-  return runs;
 }
 
 void read_flat(const FlatLayout& layout, const DrafterParameters<double>& params, std::int64_t begin,

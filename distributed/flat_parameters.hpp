@@ -30,8 +30,9 @@ class FlatLayout {
   FlatLayout(const DrafterConfig& config, int ranks, int zero_stage);
 
   const std::vector<FlatTensor>& tensors() const { return tensors_; }
-  std::int64_t count() const { return count_; }    // P
-  std::int64_t padded() const { return padded_; }  // ZeRO-1: P rounded up to R 128; ZeRO-0: P
+  const std::vector<std::int64_t>& sizes() const { return sizes_; }  // tensors()[i].numel
+  std::int64_t count() const { return count_; }                      // P
+  std::int64_t padded() const { return padded_; }                    // ZeRO-1: P rounded up to R 128; ZeRO-0: P
   int ranks() const { return ranks_; }
   int zero_stage() const { return zero_stage_; }
   // The part of the flat vector rank r updates: [shard_offset(r), + shard_size()).
@@ -49,6 +50,7 @@ class FlatLayout {
 
  private:
   std::vector<FlatTensor> tensors_;
+  std::vector<std::int64_t> sizes_;
   std::int64_t count_ = 0, padded_ = 0;
   int ranks_ = 1, zero_stage_ = 0;
 };
@@ -57,14 +59,10 @@ class FlatLayout {
 std::vector<Tensor<double>*> flat_tensors(DrafterParameters<double>& params);
 std::vector<const Tensor<double>*> flat_tensors(const DrafterParameters<double>& params);
 
-// The runs of flat elements [begin, begin + n) that lie inside one tensor each, in order: tensor
-// index, first element within the tensor, position within the span, length. Elements at or beyond
-// P (the ZeRO-1 padding) are in no run.
-struct FlatRun {
-  std::size_t tensor;
-  std::int64_t at, position, length;
-};
-std::vector<FlatRun> flat_runs(const FlatLayout& layout, std::int64_t begin, std::int64_t n);
+// flat_runs (reference/drafter_parameters.hpp) over the layout's tensors.
+inline std::vector<FlatRun> flat_runs(const FlatLayout& layout, std::int64_t begin, std::int64_t n) {
+  return flat_runs(layout.sizes(), begin, n);
+}
 
 // Copies flat elements [begin, begin + out.size()) of `params` into out (0 beyond P), and back.
 void read_flat(const FlatLayout& layout, const DrafterParameters<double>& params, std::int64_t begin,

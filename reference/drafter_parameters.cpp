@@ -1,5 +1,7 @@
 #include "reference/drafter_parameters.hpp"
 
+#include <algorithm>
+
 namespace dflash {
 
 std::vector<ParameterShape> drafter_parameter_shapes(const DrafterConfig& c) {
@@ -22,6 +24,24 @@ std::vector<ParameterShape> drafter_parameter_shapes(const DrafterConfig& c) {
   }
   shapes.push_back({"norm.weight", {H}});
   return shapes;
+}
+
+std::vector<std::int64_t> parameter_sizes(const std::vector<ParameterShape>& shapes) {
+  std::vector<std::int64_t> sizes;
+  sizes.reserve(shapes.size());
+  for (const ParameterShape& s : shapes) sizes.push_back(shape_numel(s.shape));
+  return sizes;
+}
+
+std::vector<FlatRun> flat_runs(std::span<const std::int64_t> sizes, std::int64_t begin, std::int64_t n) {
+  std::vector<FlatRun> runs;
+  const std::int64_t end = begin + n;
+  std::int64_t offset = 0;  // the flat index of tensor t's first element
+  for (std::size_t t = 0; t < sizes.size() && offset < end; offset += sizes[t], ++t) {
+    const std::int64_t lo = std::max(offset, begin), hi = std::min(offset + sizes[t], end);
+    if (lo < hi) runs.push_back({t, lo - offset, lo - begin, hi - lo});
+  }
+  return runs;
 }
 
 std::int64_t drafter_parameter_count(const DrafterConfig& config) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,20 @@ struct ParameterShape {
 // Every trainable parameter of a config, in module order: fc, hidden_norm, layers.0..L-1, norm.
 std::vector<ParameterShape> drafter_parameter_shapes(const DrafterConfig& config);
 std::int64_t drafter_parameter_count(const DrafterConfig& config);
+// Their element counts, in the same order.
+std::vector<std::int64_t> parameter_sizes(const std::vector<ParameterShape>& shapes);
+
+// The parameters as one flat vector (TRAINING §12: canonical order, each C-order, concatenated;
+// P = the sum of `sizes`): the runs of flat elements [begin, begin + n) that lie inside one
+// parameter each, in order: its index, the first element within it, the position within the
+// range, the length. Elements before 0 or at or beyond P (ZeRO-1's padding) are in no run. Every
+// reader or writer of a range of the flat vector (optimizer parts, checkpoint slices, the seeded
+// init, --init's weights) goes through it.
+struct FlatRun {
+  std::size_t tensor;
+  std::int64_t at, position, length;
+};
+std::vector<FlatRun> flat_runs(std::span<const std::int64_t> sizes, std::int64_t begin, std::int64_t n);
 
 template <class Real>
 struct DrafterLayerParameters {

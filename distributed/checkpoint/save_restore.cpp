@@ -54,8 +54,7 @@ void add_flat(safetensors::Writer& w, const std::vector<ParameterShape>& shapes,
 std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<ParameterShape>& shapes,
                               const std::string& prefix, std::int64_t first, std::int64_t end) {
   std::vector<double> flat(static_cast<std::size_t>(end - first));
-  std::int64_t offset = 0;  // the flat index of the tensor's first element
-  for (const ParameterShape& s : shapes) {
+  for (const ParameterShape& s : shapes) {  // every tensor checked, read or not
     const std::string name = prefix + s.name;
     const safetensors::TensorInfo& info = r.info(name);
     if (info.dtype != safetensors::Dtype::F64 && info.dtype != safetensors::Dtype::F32) {
@@ -67,14 +66,10 @@ std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<Pa
                         str("shape ", safetensors::format_shape(info.shape), " is not the config's ",
                             safetensors::format_shape(s.shape)));
     }
-    const std::int64_t n = shape_numel(s.shape), lo = std::max(offset, first), hi = std::min(offset + n, end);
-    if (lo < hi) {
-      const safetensors::TensorData t = r.tensor(name);
-      safetensors::load_float_elements(
-          info.dtype, t.bytes.data() + (lo - offset) * std::int64_t(safetensors::dtype_size(info.dtype)),
-          static_cast<std::size_t>(hi - lo), flat.data() + (lo - first));
-    }
-    offset += n;
+  }
+  for (const FlatRun& run : flat_runs(parameter_sizes(shapes), first, end - first)) {
+    r.read_float_elements(prefix + shapes[run.tensor].name, std::uint64_t(run.at),
+                          std::span<double>(flat.data() + run.position, std::size_t(run.length)));
   }
   return flat;
 }

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -201,8 +203,8 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   // device: on a resume it reads that part of the checkpoint (under ZeRO-1 its shard, 3 P / R
   // values), where the reference, which computes with the whole parameters, reads 3 P (41 GB a rank
   // at full scale) and unflattens P of them; on a fresh start it draws the seeded values of its part
-  // alone (seeded_flat_values), or with --init reads the released drafter whole (P doubles, 14 GB)
-  // and frees it once its part is made. The backend then gets no parameters
+  // alone (seeded_flat_values) or reads that part of --init's weights (DrafterWeightsReader), where
+  // the reference makes all P (14 GB). The backend then gets no parameters
   // (TrainingRunOptions::make_step_backend), and reads the target's E and W_lm a piece at a time
   // into its bf16 copy: the host never holds their 2 V H doubles (20 GB), which the reference
   // backend reads whole and keeps.
@@ -238,9 +240,13 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
       log << "dflash train: resuming from " << last_good << " (step " << ck.step << ", written on " << ck.world_size
           << " rank(s))\n";
     }
-  } else if (own_part_only && !o.init) {
-    // The seeded values of this rank's part alone (a pure function of seed, tensor and element).
+  } else if (own_part_only) {
+    // The values of this rank's part alone: --init's weights, or the seeded ones (a pure function of
+    // seed, tensor and element). Every rank checks the directory; each reads only its part's values.
+    std::optional<DrafterWeightsReader> init;
+    if (o.init) init.emplace(DrafterWeightsReader::open(*o.init, &config));
     state.optimizer = make_optimizer_state(tracker, flat, rank, [&](std::int64_t first, std::span<double> out) {
+      if (init) return init->read_flat(first, out);
       seeded_flat_values(config, config.seed, first, out);
     });
   } else {
@@ -250,10 +256,6 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   }
   if (!resume_from && lead && o.resume)
     log << "dflash train: --resume: no checkpoint in " << o.out.string() << ", starting at step 0\n";
-  if (own_part_only) {
-    state.params = DrafterParameters<double>{};
-    release_cached_storage();  // their blocks (--init's), else cached for the whole run
-  }
   const TargetWeights target = TargetWeights::open(o.target, config);
   const std::unique_ptr<StepBackend> backend =
       o.make_step_backend ? o.make_step_backend(comm, config, training, target, std::move(state))

@@ -1,5 +1,6 @@
 #include "distributed/weights/drafter_export.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -132,45 +133,70 @@ void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& im
   }
 }
 
-ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir, const DrafterConfig* run,
-                               std::string_view flag) {
+DrafterWeightsReader::DrafterWeightsReader(DrafterConfig config, HfCheckpoint checkpoint, std::filesystem::path dir)
+    : config_(std::move(config)), checkpoint_(std::move(checkpoint)), dir_(std::move(dir)) {}
+
+DrafterWeightsReader DrafterWeightsReader::open(const std::filesystem::path& dir, const DrafterConfig* run,
+                                                std::string_view flag) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw_input_error(flag, str("'", dir.string(), "' is not a directory"));
-  ImportedDrafter d{load_drafter_config(dir / "config.json"), {}};
+  DrafterConfig config = load_drafter_config(dir / "config.json");
   // The config first: weights of another shape are explained by the field, not the tensor.
-  if (run != nullptr) require_same_model_fields(*run, d.config, (dir / "config.json").string(), flag);
-  const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
+  if (run != nullptr) require_same_model_fields(*run, config, (dir / "config.json").string(), flag);
+  HfCheckpoint checkpoint = HfCheckpoint::open(dir);
   // A tensor the config does not model (a bias without attention_bias, a layer beyond
   // num_hidden_layers, an embedding) would be silently dropped from training and from the export.
+  const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
   std::set<std::string> modelled;
-  for (const ParameterShape& p : drafter_parameter_shapes(d.config)) modelled.insert(p.name);
+  for (const ParameterShape& p : shapes) modelled.insert(p.name);
   for (const std::string& name : checkpoint.names()) {
     if (!modelled.contains(name)) {
-      throw_input_error(
-          str(flag, " ", (dir / checkpoint.shard_of(name)).string()),
-          str("tensor '", name, "' is not a parameter of this drafter config (", d.config.num_hidden_layers,
-              " layers, no biases); remove it, or use a config that models it"));
+      throw_input_error(str(flag, " ", (dir / checkpoint.shard_of(name)).string()),
+                        str("tensor '", name, "' is not a parameter of this drafter config (", config.num_hidden_layers,
+                            " layers, no biases); remove it, or use a config that models it"));
     }
   }
-  d.params = make_drafter_parameters<double>(tracker, d.config, MemoryCategory::parameters);
-  d.params.for_each([&](const std::string& name, Tensor<double>& t) {
-    if (!checkpoint.contains(name))
-      throw_input_error(str(flag, " ", dir.string()), str("tensor '", name, "' is missing"));
-    const std::string where = str((dir / checkpoint.shard_of(name)).string(), ": tensor '", name, "'");
-    const safetensors::TensorInfo& info = checkpoint.info(name);
+  for (const ParameterShape& p : shapes) {
+    if (!checkpoint.contains(p.name))
+      throw_input_error(str(flag, " ", dir.string()), str("tensor '", p.name, "' is missing"));
+    const std::string where = str((dir / checkpoint.shard_of(p.name)).string(), ": tensor '", p.name, "'");
+    const safetensors::TensorInfo& info = checkpoint.info(p.name);
     if (!safetensors::dtype_is_float(info.dtype)) {
       throw_input_error(where, str("dtype ", safetensors::dtype_name(info.dtype), " is not BF16, F16, F32 or F64"));
     }
-    if (info.shape != t.shape()) {
+    if (info.shape != p.shape) {
       throw_input_error(where, str("shape ", safetensors::format_shape(info.shape), " is not ",
-                                   safetensors::format_shape(t.shape()), " of its config.json"));
+                                   safetensors::format_shape(p.shape), " of its config.json"));
     }
-    const std::vector<double> values = checkpoint.doubles(name);
-    for (std::size_t e = 0; e < values.size(); ++e) {
-      if (!std::isfinite(values[e]))
-        throw_input_error(where, str("element ", e, " is ", values[e], "; every value must be finite"));
-      t[std::int64_t(e)] = values[e];
+  }
+  return DrafterWeightsReader(std::move(config), std::move(checkpoint), dir);
+}
+
+void DrafterWeightsReader::read_flat(std::int64_t first, std::span<double> out) const {
+  const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config_);
+  std::fill(out.begin(), out.end(), 0.0);
+  for (const FlatRun& r : flat_runs(parameter_sizes(shapes), first, std::int64_t(out.size()))) {
+    const std::string& name = shapes[r.tensor].name;
+    const std::span<double> part = out.subspan(std::size_t(r.position), std::size_t(r.length));
+    checkpoint_.read_float_elements(name, std::uint64_t(r.at), part);
+    for (std::size_t i = 0; i < part.size(); ++i) {
+      if (!std::isfinite(part[i])) {
+        throw_input_error(str((dir_ / checkpoint_.shard_of(name)).string(), ": tensor '", name, "'"),
+                          str("element ", r.at + std::int64_t(i), " is ", part[i], "; every value must be finite"));
+      }
     }
+  }
+}
+
+ImportedDrafter import_drafter(MemoryTracker& tracker, const std::filesystem::path& dir, const DrafterConfig* run,
+                               std::string_view flag) {
+  const DrafterWeightsReader reader = DrafterWeightsReader::open(dir, run, flag);
+  ImportedDrafter d{reader.config(),
+                    make_drafter_parameters<double>(tracker, reader.config(), MemoryCategory::parameters)};
+  std::int64_t offset = 0;
+  d.params.for_each([&](const std::string&, Tensor<double>& t) {
+    reader.read_flat(offset, std::span<double>(t.data(), std::size_t(t.numel())));
+    offset += t.numel();
   });
   return d;
 }

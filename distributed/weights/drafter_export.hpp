@@ -26,13 +26,16 @@
 // disagree is refused, naming both values, and so is a tensor the config does not model.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "io/hf_checkpoint.hpp"
 #include "io/safetensors.hpp"
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_parameters.hpp"
@@ -79,6 +82,28 @@ void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& im
 struct ImportedDrafter {
   DrafterConfig config;              // the directory's config.json
   DrafterParameters<double> params;  // exact values of the stored dtype
+};
+
+// A drafter directory opened for reading: its config.json read (with `run`, held to the run's model
+// fields first), and every tensor checked (each parameter present in a float dtype and its shape,
+// nothing the config does not model) before any value is read. Values are read as asked, exactly,
+// each checked finite: a rank that keeps only its optimizer part reads that part of the weights
+// (3 P / R values), not P (13.8 GB of doubles a rank at full scale). Throws dflash::InputError
+// naming the file, tensor (and its element) or key, and `flag`.
+class DrafterWeightsReader {
+ public:
+  static DrafterWeightsReader open(const std::filesystem::path& dir, const DrafterConfig* run = nullptr,
+                                   std::string_view flag = kInitFlag);
+  const DrafterConfig& config() const { return config_; }
+  // Elements [first, first + out.size()) of the parameters as one flat vector (canonical order, P
+  // values; 0 at or past P, ZeRO-1's padding).
+  void read_flat(std::int64_t first, std::span<double> out) const;
+
+ private:
+  DrafterWeightsReader(DrafterConfig config, HfCheckpoint checkpoint, std::filesystem::path dir);
+  DrafterConfig config_;
+  HfCheckpoint checkpoint_;
+  std::filesystem::path dir_;
 };
 
 // Reads `dir` (config.json + weights); with `run`, refuses model fields that differ from it before

@@ -18,19 +18,20 @@ double initial_matrix_element(std::uint64_t seed, std::uint32_t matrix, std::uin
 }
 
 void seeded_flat_values(const DrafterConfig& config, std::uint64_t seed, std::int64_t first, std::span<double> out) {
-  if (first < 0) throw std::logic_error("seeded_flat_values: a negative first element");
-  const std::int64_t end = first + std::int64_t(out.size());
+  const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
+  std::vector<std::uint32_t> matrix(shapes.size());  // each matrix's p: its place among the matrices
+  std::uint32_t matrices = 0;
+  for (std::size_t t = 0; t < shapes.size(); ++t) {
+    matrix[t] = matrices;
+    if (shapes[t].shape.size() != 1) ++matrices;
+  }
   std::fill(out.begin(), out.end(), 0.0);
-  std::int64_t offset = 0;  // the flat index of the tensor's first element
-  std::uint32_t matrix = 0;
-  for (const ParameterShape& s : drafter_parameter_shapes(config)) {
-    const std::int64_t n = shape_numel(s.shape), lo = std::max(offset, first), hi = std::min(offset + n, end);
-    for (std::int64_t e = lo; e < hi; ++e) {
-      out[std::size_t(e - first)] =
-          s.shape.size() == 1 ? 1.0 : initial_matrix_element(seed, matrix, std::uint64_t(e - offset));
+  for (const FlatRun& r : flat_runs(parameter_sizes(shapes), first, std::int64_t(out.size()))) {
+    const bool norm = shapes[r.tensor].shape.size() == 1;
+    for (std::int64_t i = 0; i < r.length; ++i) {
+      out[std::size_t(r.position + i)] =
+          norm ? 1.0 : initial_matrix_element(seed, matrix[r.tensor], std::uint64_t(r.at + i));
     }
-    if (s.shape.size() != 1) ++matrix;
-    offset += n;
   }
 }
 

@@ -22,6 +22,7 @@
 #include "distributed/flat_parameters.hpp"
 #include "distributed/metrics/svg_report.hpp"
 #include "distributed/training_config.hpp"
+#include "distributed/weights/drafter_export.hpp"
 #include "distributed/weights/drafter_init.hpp"
 #include "distributed/weights/target_tensors.hpp"
 #include "harness/mpi_world.hpp"
@@ -198,43 +199,63 @@ class GatherRecordingBackend final : public StepBackend {
   std::vector<bool>& asked_;
 };
 
-// A fresh CUDA rank draws the seeded values of its own ZeRO-1 part alone (seeded_flat_values: rank
-// 1's starts past element 0 and ends in the padding past P), never the whole parameters: the part
-// it hands the backend is bitwise the part of the whole seeded init, and it has no parameters.
-TEST(CudaTrainingRunOnCpuRanks, AFreshRankDrawsOnlyItsPartOfTheSeededInit) {
+// A fresh CUDA rank takes the values of its own ZeRO-1 part alone, never the whole parameters:
+// drawn (seeded_flat_values) or read from --init's weights (DrafterWeightsReader::read_flat). Rank
+// 1's part starts past element 0 and ends in the padding past P. The part it hands the backend is
+// bitwise that part of the whole seeded init, or of the whole imported drafter, and it has no
+// parameters.
+TEST(CudaTrainingRunOnCpuRanks, AFreshRankTakesOnlyItsPartOfTheInitialWeights) {
   ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
-  const std::filesystem::path run = shared_directory() / "fresh-part";
-  MemoryTracker memory;
-  TrainingRunOptions o = cuda_options_for(run, memory);
-  o.after_step = [](std::int64_t t) {
-    if (t == 0) std::raise(SIGTERM);
-  };
-  std::vector<double> part;
-  std::int64_t offset = -1, parameters_given = -1;
-  const auto make = o.make_step_backend;
-  o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
-                            const FrozenWeightSource& frozen, TrainingState state) {
-    part = state.optimizer.master.values();
-    offset = state.optimizer.offset;
-    parameters_given = 0;
-    state.params.for_each([&](const std::string&, const Tensor<double>& t) { parameters_given += t.numel(); });
-    return make(comm, config, training, frozen, std::move(state));
-  };
-  ASSERT_EQ(train_on_the_world(o), 0);
   const DrafterConfig config = tiny_config();
-  const TrainingConfig training = load_training_config(tiny_train_config_path());
-  ASSERT_EQ(training.zero_stage, 1);
-  MemoryTracker tracker;
-  const FlatLayout layout(config, 2, 1);
-  const OptimizerState want =
-      make_optimizer_state(tracker, layout, world().rank(), seeded_drafter_parameters(tracker, config, config.seed));
-  EXPECT_EQ(offset, want.offset);
-  EXPECT_EQ(part, want.master.values());
-  EXPECT_EQ(parameters_given, 0);
-  if (world().rank() == 1) {
-    EXPECT_GT(offset, 0);
-    EXPECT_GT(offset + std::int64_t(part.size()), drafter_parameter_count(config))
-        << "rank 1's part reaches the padding";
+  const std::filesystem::path released = shared_directory() / "released";
+  std::int64_t failed = 0;  // rank 0 exports; every rank learns whether it could, then goes on
+  if (world().rank() == 0) {
+    try {
+      MemoryTracker tracker;
+      export_drafter(released, tiny_export_config(), seeded_drafter_parameters(tracker, config, config.seed + 99));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+      failed = 1;
+    }
+  }
+  world().all_reduce(&failed, &failed, 1, CommType::i64, CommOp::sum);
+  ASSERT_EQ(failed, 0);
+  for (const bool from_init : {false, true}) {
+    SCOPED_TRACE(from_init ? "--init" : "seeded");
+    const std::filesystem::path run = shared_directory() / (from_init ? "fresh-part-init" : "fresh-part");
+    MemoryTracker memory;
+    TrainingRunOptions o = cuda_options_for(run, memory);
+    if (from_init) o.init = released;
+    o.after_step = [](std::int64_t t) {
+      if (t == 0) std::raise(SIGTERM);
+    };
+    std::vector<double> part;
+    std::int64_t offset = -1, parameters_given = -1;
+    const auto make = o.make_step_backend;
+    o.make_step_backend = [&](Communicator& comm, const DrafterConfig& c, const TrainingConfig& training,
+                              const FrozenWeightSource& frozen, TrainingState state) {
+      part = state.optimizer.master.values();
+      offset = state.optimizer.offset;
+      parameters_given = 0;
+      state.params.for_each([&](const std::string&, const Tensor<double>& t) { parameters_given += t.numel(); });
+      return make(comm, c, training, frozen, std::move(state));
+    };
+    ASSERT_EQ(train_on_the_world(o), 0);
+    ASSERT_EQ(load_training_config(tiny_train_config_path()).zero_stage, 1);
+    MemoryTracker tracker;
+    const FlatLayout layout(config, 2, 1);
+    const OptimizerState want =
+        make_optimizer_state(tracker, layout, world().rank(),
+                             from_init ? import_drafter_for_run(tracker, released, config)
+                                       : seeded_drafter_parameters(tracker, config, config.seed));
+    EXPECT_EQ(offset, want.offset);
+    EXPECT_EQ(part, want.master.values());
+    EXPECT_EQ(parameters_given, 0);
+    if (world().rank() == 1) {
+      EXPECT_GT(offset, 0);
+      EXPECT_GT(offset + std::int64_t(part.size()), drafter_parameter_count(config))
+          << "rank 1's part reaches the padding";
+    }
   }
 }
 

@@ -195,6 +195,54 @@ TEST(DrafterExport, ImportOfANonFiniteWeightIsRefusedNamingTheElement) {
   }
 }
 
+// A rank's part of --init's weights (DrafterWeightsReader::read_flat) is those elements of the
+// whole import: ranges cut at and next to every tensor boundary, mid-tensor and past P (zeros);
+// opening reads no value, and a non-finite value is found only by a range that holds it, named by
+// its element in its tensor.
+TEST(DrafterExport, AFlatRangeOfTheWeightsIsThoseElementsOfTheWholeImport) {
+  const DrafterConfig c = tiny_export_config();
+  MemoryTracker tracker;
+  ScratchDirectory dir;
+  export_drafter(dir / "d", c, seeded_drafter_parameters(tracker, c, 4));
+  std::vector<double> whole;
+  std::vector<std::int64_t> cuts{0};
+  import_drafter_for_run(tracker, dir / "d", c).for_each([&](const std::string&, const Tensor<double>& t) {
+    whole.insert(whole.end(), t.values().begin(), t.values().end());
+    const std::int64_t end = std::int64_t(whole.size());
+    for (const std::int64_t cut : {end - 1, end, end + 1, end - t.numel() / 2}) cuts.push_back(cut);
+  });
+  const std::int64_t P = std::int64_t(whole.size());
+  whole.resize(std::size_t(P + 7), 0.0);
+  const DrafterWeightsReader reader = DrafterWeightsReader::open(dir / "d", &c);
+  for (const std::int64_t a : cuts) {
+    for (const std::int64_t b : cuts) {
+      if (a < 0 || b < a || b > P + 7 || (b - a > 64 && a % 5 != 0)) continue;
+      std::vector<double> out(std::size_t(b - a), -1.0);
+      reader.read_flat(a, out);
+      ASSERT_EQ(out, std::vector<double>(whole.begin() + a, whole.begin() + b)) << "[" << a << ", " << b << ")";
+    }
+  }
+  // A NaN at element 9 of a tensor that starts at flat element `at`.
+  safetensors::Writer w;
+  std::int64_t at = 0, offset = 0;
+  for (const ParameterShape& s : drafter_parameter_shapes(c)) {
+    std::vector<double> v(std::size_t(shape_numel(s.shape)), 0.25);
+    if (s.name == "layers.1.mlp.gate_proj.weight") {
+      v[9] = std::nan("");
+      at = offset;
+    }
+    w.add_floats(s.name, Dtype::F32, s.shape, v);
+    offset += shape_numel(s.shape);
+  }
+  w.write_file(dir / "d" / "model.safetensors");
+  const DrafterWeightsReader poisoned = DrafterWeightsReader::open(dir / "d", &c);
+  std::vector<double> before(std::size_t(at + 9)), from(4);
+  poisoned.read_flat(0, before);  // the NaN lies past it
+  const std::string message = input_error_message([&] { poisoned.read_flat(at + 7, from); });
+  EXPECT_THAT(message, HasSubstr("'layers.1.mlp.gate_proj.weight'"));
+  EXPECT_THAT(message, HasSubstr("element 9 is nan"));
+}
+
 TEST(DrafterExport, ImportWithATensorTheConfigDoesNotModelIsRefusedNamingIt) {
   const DrafterConfig c = tiny_export_config();
   MemoryTracker tracker;
