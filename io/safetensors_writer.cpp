@@ -14,6 +14,7 @@
 
 #include "io/errors.hpp"
 #include "io/file_write.hpp"
+#include "io/sha256.hpp"
 #include "io/strict_json.hpp"
 
 namespace dflash::safetensors {
@@ -173,18 +174,23 @@ std::vector<std::byte> Writer::to_bytes() const {
   return bytes;
 }
 
-void Writer::write_file(const std::filesystem::path& path) const {
+std::string Writer::write_file(const std::filesystem::path& path) const {
   const std::string header = padded_header();
   std::byte length_field[kHeaderLengthBytes];
   store_le_u64(header.size(), length_field);
 
   AtomicFileWriter file(path);
-  file.write(length_field, sizeof length_field);
-  file.write(header.data(), header.size());
+  Sha256 hash;
+  const auto put = [&](const void* data, std::size_t n) {
+    file.write(data, n);
+    hash.update(data, n);
+  };
+  put(length_field, sizeof length_field);
+  put(header.data(), header.size());
   std::vector<std::byte> piece;
   for (const auto& [name, entry] : data_order()) {
     if (entry->view.empty()) {
-      file.write(entry->bytes.data(), entry->bytes.size());
+      put(entry->bytes.data(), entry->bytes.size());
       continue;
     }
     const std::size_t size = dtype_size(entry->dtype);
@@ -193,10 +199,11 @@ void Writer::write_file(const std::filesystem::path& path) const {
           entry->view.subspan(first, std::min(kViewPieceValues, entry->view.size() - first));
       piece.resize(values.size() * size);
       encode_floats(entry->dtype, values, piece.data());
-      file.write(piece.data(), piece.size());
+      put(piece.data(), piece.size());
     }
   }
   file.commit();
+  return hash.hex();
 }
 
 }  // namespace dflash::safetensors

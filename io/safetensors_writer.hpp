@@ -50,8 +50,11 @@ class Writer {
   // Writes the file through io/file_write.hpp (an exclusively created temporary beside it, flushed
   // to disk, renamed over `path`): an existing file at `path` is replaced whole or left untouched,
   // never half-written. Throws std::runtime_error naming the path if anything fails (the
-  // temporary file is removed).
-  void write_file(const std::filesystem::path& path) const;
+  // temporary file is removed). Returns the SHA-256 of the bytes written (lowercase hex, as
+  // sha256_file_hex gives for the file), hashed as they are written: a checkpoint records it without
+  // reading its files back (20.8 GB at full scale: about 3 s from the page cache at the 6.4 GB/s
+  // measured here, more from disk once evicted; the hashing itself, ~12 s, is still done).
+  std::string write_file(const std::filesystem::path& path) const;
 
  private:
   struct Entry {

@@ -118,13 +118,14 @@ fs::path write_run_checkpoint(const fs::path& run_dir, const DrafterConfig& conf
   safetensors::Writer model;
   model.set_metadata("format", "pt");
   add_flat(model, shapes, "", c.master, options.precision);
-  model.write_file(tmp_dir / kModelFileName);  // flushed to disk, as every write of io/file_write.hpp
+  // Flushed to disk, as every write of io/file_write.hpp; hashed as it is written.
+  const std::string model_hash = model.write_file(tmp_dir / kModelFileName);
   notify(options, CheckpointPhase::model_written);
 
   safetensors::Writer optimizer;
   add_flat(optimizer, shapes, "exp_avg/", c.exp_avg, options.precision);
   add_flat(optimizer, shapes, "exp_avg_sq/", c.exp_avg_sq, options.precision);
-  optimizer.write_file(tmp_dir / kOptimizerFileName);
+  const std::string optimizer_hash = optimizer.write_file(tmp_dir / kOptimizerFileName);
   notify(options, CheckpointPhase::optimizer_written);
 
   json state = {{"format", kCheckpointFormat},
@@ -135,9 +136,7 @@ fs::path write_run_checkpoint(const fs::path& run_dir, const DrafterConfig& conf
                 {"tokens_seen", c.tokens_seen},
                 {"config", c.config},
                 {"world_size", c.world_size},
-                {"sha256",
-                 {{kModelFileName, sha256_file_hex(tmp_dir / kModelFileName)},
-                  {kOptimizerFileName, sha256_file_hex(tmp_dir / kOptimizerFileName)}}}};
+                {"sha256", {{kModelFileName, model_hash}, {kOptimizerFileName, optimizer_hash}}}};
   if (!c.data_set.is_null()) state["data_set"] = c.data_set;
   write_file_atomically(tmp_dir / kTrainerStateFileName, state.dump(2) + "\n");
   notify(options, CheckpointPhase::state_written);

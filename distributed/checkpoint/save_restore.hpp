@@ -12,7 +12,8 @@
 // <run>/latest (a file holding the directory's name) is replaced atomically. Every file goes through
 // io/file_write.hpp (an exclusively created temporary, never a link followed, then a rename). A
 // write interrupted or failed at any point leaves `latest` and the checkpoint it names intact.
-// Loading verifies every hash and refuses a missing or altered file, naming it.
+// Each file's hash is computed as it is written (safetensors::Writer::write_file), not by reading
+// it back. Loading verifies every hash and refuses a missing or altered file, naming it.
 #pragma once
 
 #include <cstdint>
@@ -90,8 +91,8 @@ std::vector<std::filesystem::path> run_checkpoints(const std::filesystem::path& 
 // the end; a first past P, a shard wholly in ZeRO-1's padding, keeps none, from P). A rank that
 // resumes on a device backend keeps its own optimizer part: under ZeRO-1 its shard, 3 P / R values
 // instead of 3 P (36 GB less a rank at full scale on 8 ranks); under ZeRO-0 all of them. It is the
-// memory that shrinks: the hashes still read both files whole, and a tensor that overlaps the slice
-// is read whole before its part is converted (at most one tensor's bytes, 0.5 GB at full scale).
+// memory and the conversion that shrink: the hashes still read both files whole; of a tensor that
+// overlaps the slice only the slice's bytes are read (flat_runs).
 struct FlatSlice {
   std::int64_t first = 0, count = -1;
 };

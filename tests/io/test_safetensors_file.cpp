@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "io/safetensors.hpp"
+#include "io/sha256.hpp"
 #include "tests/io/safetensors_test_support.hpp"
 
 namespace dflash::safetensors {
@@ -82,6 +83,27 @@ TEST(SafetensorsFile, ViewedTensorsAreWrittenAsTheSameBytesAsCopiedOnes) {
   EXPECT_THAT(Reader::open_file(directory / "viewed.safetensors").doubles("long.F64"), ElementsAreArray(values));
   EXPECT_THROW(viewed.add_floats_view("ids2", Dtype::I64, {1}, one), InputError);
   EXPECT_THROW(viewed.add_floats_view("short", Dtype::F32, {2}, one), InputError);
+}
+
+// The hash write_file returns, computed as the bytes are written, is the file's (what a checkpoint
+// records and a resume verifies): for copied and viewed tensors of several pieces, and for a file
+// of a header alone.
+TEST(SafetensorsFile, WriteFileReturnsTheSha256OfTheFileItWrote) {
+  ScratchDirectory directory;
+  std::vector<double> values((std::size_t(1) << 17) + 3);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = double(i % 1000) * 0.001 - 0.5;
+  Writer writer;
+  writer.add_floats("copied", Dtype::BF16, {3}, std::vector<double>{1.0, 2.0, 3.0});
+  writer.add_floats_view("viewed", Dtype::F32, {std::int64_t(values.size())}, values);
+  writer.set_metadata("format", "pt");
+  const auto path = directory / "hashed.safetensors";
+  const std::string hash = writer.write_file(path);
+  EXPECT_EQ(hash, sha256_file_hex(path));
+  EXPECT_EQ(hash.size(), 64u);
+  const auto empty = directory / "empty.safetensors";
+  const std::string empty_hash = Writer().write_file(empty);
+  EXPECT_EQ(empty_hash, sha256_file_hex(empty));
+  EXPECT_NE(empty_hash, hash);
 }
 
 TEST(SafetensorsFile, RewritingGivesByteIdenticalFiles) {
