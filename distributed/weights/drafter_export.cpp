@@ -134,7 +134,11 @@ void require_same_model_fields(const DrafterConfig& run, const DrafterConfig& im
 }
 
 DrafterWeightsReader::DrafterWeightsReader(DrafterConfig config, HfCheckpoint checkpoint, std::filesystem::path dir)
-    : config_(std::move(config)), checkpoint_(std::move(checkpoint)), dir_(std::move(dir)) {}
+    : config_(std::move(config)),
+      checkpoint_(std::move(checkpoint)),
+      dir_(std::move(dir)),
+      shapes_(drafter_parameter_shapes(config_)),
+      sizes_(parameter_sizes(shapes_)) {}
 
 DrafterWeightsReader DrafterWeightsReader::open(const std::filesystem::path& dir, const DrafterConfig* run,
                                                 std::string_view flag) {
@@ -173,10 +177,9 @@ DrafterWeightsReader DrafterWeightsReader::open(const std::filesystem::path& dir
 }
 
 void DrafterWeightsReader::read_flat(std::int64_t first, std::span<double> out) const {
-  const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config_);
   std::fill(out.begin(), out.end(), 0.0);
-  for (const FlatRun& r : flat_runs(parameter_sizes(shapes), first, std::int64_t(out.size()))) {
-    const std::string& name = shapes[r.tensor].name;
+  for (const FlatRun& r : flat_runs(sizes_, first, std::int64_t(out.size()))) {
+    const std::string& name = shapes_[r.tensor].name;
     const std::span<double> part = out.subspan(std::size_t(r.position), std::size_t(r.length));
     checkpoint_.read_float_elements(name, std::uint64_t(r.at), part);
     for (std::size_t i = 0; i < part.size(); ++i) {

@@ -104,6 +104,8 @@ class DrafterWeightsReader {
   DrafterConfig config_;
   HfCheckpoint checkpoint_;
   std::filesystem::path dir_;
+  std::vector<ParameterShape> shapes_;  // of config_, and their element counts: every read_flat's runs
+  std::vector<std::int64_t> sizes_;
 };
 
 // Reads `dir` (config.json + weights); with `run`, refuses model fields that differ from it before
