@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <system_error>
+#include <variant>
 
 #include "io/errors.hpp"
 #include "io/file_write.hpp"
@@ -39,9 +40,10 @@ std::size_t layout_rank(Dtype dtype) {
 }
 
 // values rounded to the float dtype `dtype`, little-endian, into out[0, values.size() * its size).
-void encode_floats(Dtype dtype, std::span<const double> values, std::byte* out) {
+template <typename T>
+void encode_floats(Dtype dtype, std::span<const T> values, std::byte* out) {
   const std::size_t size = dtype_size(dtype);
-  for (std::size_t i = 0; i < values.size(); ++i) store_float_element(dtype, values[i], out + i * size);
+  for (std::size_t i = 0; i < values.size(); ++i) store_float_element(dtype, double(values[i]), out + i * size);
 }
 
 // A viewed tensor is encoded and written this many values at a time (1 MiB of F64).
@@ -73,7 +75,13 @@ std::size_t Writer::checked_new_tensor(const std::string& name, Dtype dtype, con
   return count * dtype_size(dtype);
 }
 
-std::size_t Writer::Entry::byte_size() const { return view.empty() ? bytes.size() : view.size() * dtype_size(dtype); }
+std::size_t Writer::Entry::view_size() const {
+  return std::visit([](const auto& values) { return values.size(); }, view);
+}
+
+std::size_t Writer::Entry::byte_size() const {
+  return view_size() == 0 ? bytes.size() : view_size() * dtype_size(dtype);
+}
 
 void Writer::add_floats(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values) {
   check_float_dtype(name, dtype);
@@ -82,10 +90,18 @@ void Writer::add_floats(const std::string& name, Dtype dtype, const Shape& shape
   tensors_.emplace(name, std::move(entry));
 }
 
-void Writer::add_floats_view(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values) {
+void Writer::add_view(const std::string& name, Dtype dtype, const Shape& shape, FloatView values) {
   check_float_dtype(name, dtype);
-  checked_new_tensor(name, dtype, shape, values.size());
+  checked_new_tensor(name, dtype, shape, std::visit([](const auto& v) { return v.size(); }, values));
   tensors_.emplace(name, Entry{dtype, shape, {}, values});
+}
+
+void Writer::add_floats_view(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values) {
+  add_view(name, dtype, shape, values);
+}
+
+void Writer::add_floats_view(const std::string& name, Dtype dtype, const Shape& shape, std::span<const float> values) {
+  add_view(name, dtype, shape, values);
 }
 
 void Writer::add_integers(const std::string& name, Dtype dtype, const Shape& shape,
@@ -163,13 +179,14 @@ std::vector<std::byte> Writer::to_bytes() const {
   const auto* header_bytes = reinterpret_cast<const std::byte*>(header.data());
   bytes.insert(bytes.end(), header_bytes, header_bytes + header.size());
   for (const auto& [name, entry] : data_order()) {
-    if (entry->view.empty()) {
+    if (entry->view_size() == 0) {
       bytes.insert(bytes.end(), entry->bytes.begin(), entry->bytes.end());
       continue;
     }
     const std::size_t at = bytes.size();
     bytes.resize(at + entry->byte_size());
-    encode_floats(entry->dtype, entry->view, bytes.data() + at);
+    const Dtype dtype = entry->dtype;  // not the structured binding: clang does not capture those
+    std::visit([&](const auto& values) { encode_floats(dtype, values, bytes.data() + at); }, entry->view);
   }
   return bytes;
 }
@@ -189,18 +206,22 @@ std::string Writer::write_file(const std::filesystem::path& path) const {
   put(header.data(), header.size());
   std::vector<std::byte> piece;
   for (const auto& [name, entry] : data_order()) {
-    if (entry->view.empty()) {
+    if (entry->view_size() == 0) {
       put(entry->bytes.data(), entry->bytes.size());
       continue;
     }
-    const std::size_t size = dtype_size(entry->dtype);
-    for (std::size_t first = 0; first < entry->view.size(); first += kViewPieceValues) {
-      const std::span<const double> values =
-          entry->view.subspan(first, std::min(kViewPieceValues, entry->view.size() - first));
-      piece.resize(values.size() * size);
-      encode_floats(entry->dtype, values, piece.data());
-      put(piece.data(), piece.size());
-    }
+    const Dtype dtype = entry->dtype;  // not the structured binding: clang does not capture those
+    const std::size_t size = dtype_size(dtype);
+    std::visit(
+        [&](const auto& view) {
+          for (std::size_t first = 0; first < view.size(); first += kViewPieceValues) {
+            const auto values = view.subspan(first, std::min(kViewPieceValues, view.size() - first));
+            piece.resize(values.size() * size);
+            encode_floats(dtype, values, piece.data());
+            put(piece.data(), piece.size());
+          }
+        },
+        entry->view);
   }
   file.commit();
   return hash.hex();

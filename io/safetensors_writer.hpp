@@ -17,6 +17,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "io/safetensors_header.hpp"
@@ -36,6 +37,10 @@ class Writer {
   // to_bytes), a piece at a time, not copied now: they must outlive those calls. For tensors the
   // size of the data (a checkpoint's flat vectors): the file then costs no second copy in memory.
   void add_floats_view(const std::string& name, Dtype dtype, const Shape& shape, std::span<const double> values);
+  // The same from fp32 values (a device backend's master weights and moments, gathered as they are
+  // held: half the bytes of doubles); each float is exactly a double, so the bytes are those of
+  // add_floats on the same values.
+  void add_floats_view(const std::string& name, Dtype dtype, const Shape& shape, std::span<const float> values);
   // `values` stored as `dtype` (I64, I32, U8 or BOOL), each checked to fit.
   void add_integers(const std::string& name, Dtype dtype, const Shape& shape, std::span<const std::int64_t> values);
   // Bytes already encoded as little-endian `dtype` elements in C order.
@@ -57,13 +62,17 @@ class Writer {
   std::string write_file(const std::filesystem::path& path) const;
 
  private:
+  // The values an add_floats_view tensor encodes when written.
+  using FloatView = std::variant<std::span<const double>, std::span<const float>>;
   struct Entry {
     Dtype dtype;
     Shape shape;
     std::vector<std::byte> bytes;   // the encoded elements, or
-    std::span<const double> view;   // the values to encode when written (add_floats_view)
+    FloatView view;                 // the values to encode when written (add_floats_view)
     std::size_t byte_size() const;  // in the file
+    std::size_t view_size() const;  // values in view (0: the tensor is in bytes)
   };
+  void add_view(const std::string& name, Dtype dtype, const Shape& shape, FloatView values);
 
   // The header JSON text padded with spaces to a multiple of 8 bytes, and the tensors in data
   // order.

@@ -6,6 +6,7 @@
 #include <regex>
 #include <string_view>
 #include <utility>
+#include <variant>
 
 #include "io/errors.hpp"
 #include "io/file_limits.hpp"
@@ -31,19 +32,24 @@ namespace {
 
 const std::regex kCheckpointName("step-[0-9]{8}");
 
-// The flat vector split into tensors of `shapes`, written under `prefix` + name.
+// The flat vector split into tensors of `shapes`, written under `prefix` + name (viewed: it must
+// outlive the writer's write_file).
 void add_flat(safetensors::Writer& w, const std::vector<ParameterShape>& shapes, const std::string& prefix,
-              const std::vector<double>& flat, safetensors::Dtype dtype) {
-  std::size_t offset = 0;
-  for (const ParameterShape& s : shapes) {
-    const auto n = static_cast<std::size_t>(shape_numel(s.shape));
-    if (offset + n > flat.size())
-      throw std::logic_error(str("checkpoint: flat vector of ", flat.size(), " values is too short"));
-    w.add_floats_view(prefix + s.name, dtype, s.shape, std::span<const double>(flat.data() + offset, n));
-    offset += n;
-  }
-  if (offset != flat.size())
-    throw std::logic_error(str("checkpoint: flat vector has ", flat.size(), " values, the config ", offset));
+              const FlatValues& values, safetensors::Dtype dtype) {
+  std::visit(
+      [&](const auto& flat) {
+        std::size_t offset = 0;
+        for (const ParameterShape& s : shapes) {
+          const auto n = static_cast<std::size_t>(shape_numel(s.shape));
+          if (offset + n > flat.size())
+            throw std::logic_error(str("checkpoint: flat vector of ", flat.size(), " values is too short"));
+          w.add_floats_view(prefix + s.name, dtype, s.shape, std::span(flat.data() + offset, n));
+          offset += n;
+        }
+        if (offset != flat.size())
+          throw std::logic_error(str("checkpoint: flat vector has ", flat.size(), " values, the config ", offset));
+      },
+      values);
 }
 
 // The flat values [first, end) of the tensors under `prefix` (every tensor's dtype and shape
@@ -105,6 +111,21 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
 
 fs::path write_run_checkpoint(const fs::path& run_dir, const DrafterConfig& config, const RunCheckpoint& c,
                               const CheckpointWriteOptions& options) {
+  if (c.first != 0) throw std::logic_error("checkpoint: a slice (first > 0) cannot be written");
+  RunCheckpoint counters = c;  // without its vectors, which are given as values
+  counters.master = counters.exp_avg = counters.exp_avg_sq = {};
+  return write_run_checkpoint_from(
+      run_dir, config, counters,
+      [&c](OptimizerPart part) -> FlatValues {
+        return part == OptimizerPart::master ? c.master : part == OptimizerPart::exp_avg ? c.exp_avg : c.exp_avg_sq;
+      },
+      options);
+}
+
+fs::path write_run_checkpoint_from(const fs::path& run_dir, const DrafterConfig& config, const RunCheckpoint& c,
+                                   const CheckpointValues& values, const CheckpointWriteOptions& options) {
+  if (!c.master.empty() || !c.exp_avg.empty() || !c.exp_avg_sq.empty())
+    throw std::logic_error("checkpoint: the flat vectors are given as values, not in the checkpoint");
   const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
   const std::string name = checkpoint_name(c.step);
   const fs::path final_dir = run_dir / name, tmp_dir = run_dir / (name + ".tmp");
@@ -115,17 +136,25 @@ fs::path write_run_checkpoint(const fs::path& run_dir, const DrafterConfig& conf
   make_directory(tmp_dir);
   notify(options, CheckpointPhase::temporary_directory_made);
 
-  safetensors::Writer model;
-  model.set_metadata("format", "pt");
-  add_flat(model, shapes, "", c.master, options.precision);
-  // Flushed to disk, as every write of io/file_write.hpp; hashed as it is written.
-  const std::string model_hash = model.write_file(tmp_dir / kModelFileName);
+  // The parts in kOptimizerParts' order, master's values released before the moments are asked
+  // for. Each file is flushed to disk, as every write of io/file_write.hpp, and hashed as written.
+  std::string model_hash, optimizer_hash;
+  {
+    const FlatValues master = values(OptimizerPart::master);
+    safetensors::Writer model;
+    model.set_metadata("format", "pt");
+    add_flat(model, shapes, "", master, options.precision);
+    model_hash = model.write_file(tmp_dir / kModelFileName);
+  }
   notify(options, CheckpointPhase::model_written);
-
-  safetensors::Writer optimizer;
-  add_flat(optimizer, shapes, "exp_avg/", c.exp_avg, options.precision);
-  add_flat(optimizer, shapes, "exp_avg_sq/", c.exp_avg_sq, options.precision);
-  const std::string optimizer_hash = optimizer.write_file(tmp_dir / kOptimizerFileName);
+  {
+    const FlatValues exp_avg = values(OptimizerPart::exp_avg);
+    const FlatValues exp_avg_sq = values(OptimizerPart::exp_avg_sq);
+    safetensors::Writer optimizer;
+    add_flat(optimizer, shapes, "exp_avg/", exp_avg, options.precision);
+    add_flat(optimizer, shapes, "exp_avg_sq/", exp_avg_sq, options.precision);
+    optimizer_hash = optimizer.write_file(tmp_dir / kOptimizerFileName);
+  }
   notify(options, CheckpointPhase::optimizer_written);
 
   json state = {{"format", kCheckpointFormat},

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/data/sequence_order.hpp"
+#include "distributed/optimizer_part.hpp"
 #include "io/safetensors_dtype.hpp"
 #include "reference/drafter_config.hpp"
 
@@ -80,6 +81,19 @@ struct CheckpointWriteOptions {
 // names and shapes. Throws std::runtime_error naming the path if the disk refuses.
 std::filesystem::path write_run_checkpoint(const std::filesystem::path& run_dir, const DrafterConfig& config,
                                            const RunCheckpoint& checkpoint, const CheckpointWriteOptions& options = {});
+
+// A checkpoint's flat vectors, one at a time: values(part) returns that part's P values.
+using CheckpointValues = std::function<FlatValues(OptimizerPart)>;
+
+// The same files from `values` instead of the checkpoint's own vectors (which must be empty):
+// values is called once for each part, in kOptimizerParts' order, and the model file is written
+// and master's values released before exp_avg is asked for. The writing rank then holds at most
+// the two moments at once, in the backend's type: 2 P floats (13.8 GB at full scale) on a device
+// backend, where the three gathered as doubles, with the fp32 vector the last came from, were
+// 48.4 GB. The other ranks take part in each part's gather in the same order (the trainer's save).
+std::filesystem::path write_run_checkpoint_from(const std::filesystem::path& run_dir, const DrafterConfig& config,
+                                                const RunCheckpoint& counters, const CheckpointValues& values,
+                                                const CheckpointWriteOptions& options = {});
 
 // The directory `latest` names, or nothing when the run has no `latest`.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);

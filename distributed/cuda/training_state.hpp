@@ -23,6 +23,7 @@
 #include "cuda/runtime/bf16_bits.hpp"
 #include "distributed/communicator.hpp"
 #include "distributed/device_training_layout.hpp"
+#include "distributed/optimizer_part.hpp"
 #include "distributed/optimizer_state.hpp"
 #include "distributed/training_config.hpp"
 #include "io/errors.hpp"
@@ -34,9 +35,6 @@ struct CudaCommunicators {
   Communicator& host;    // host buffers: W, statistics, reports, the norm's square
   Communicator& device;  // the backend's buffers: gradients, parameters; same ranks as host
 };
-
-// The optimizer's three flat vectors.
-enum class OptimizerPart { master, exp_avg, exp_avg_sq };
 
 // E or W_lm ([V, H], n = V H elements) from `source` into a new bf16 buffer of category frozen,
 // kFrozenPieceElements at a time: the bits upload_bf16_to gives for the whole tensor, with one
@@ -149,18 +147,19 @@ class DeviceTrainingState {
                                 {step_, be_.to_host(master_), be_.to_host(exp_avg_), be_.to_host(exp_avg_sq_)});
   }
   // to_host false: the rank takes part in the collective but reads nothing back (an empty vector):
-  // the ranks that do not write the checkpoint (P doubles a part, 14 GB at full scale).
-  std::vector<double> gather_full(Part which, bool to_host = true) {
+  // the ranks that do not write the checkpoint (P floats a part, 6.9 GB at full scale).
+  std::vector<float> gather_full_fp32(Part which, bool to_host = true) {
     const Buffer<float>& part = which == Part::master ? master_ : which == Part::exp_avg ? exp_avg_ : exp_avg_sq_;
-    if (layout_.zero_stage() == 0) {
-      if (!to_host) return {};
-      const std::vector<float> all = be_.to_host(part);
-      return std::vector<double>(all.begin(), all.end());
-    }
+    if (layout_.zero_stage() == 0) return to_host ? be_.to_host(part) : std::vector<float>{};
     const float* full = gathered(part);
     if (!to_host) return {};
     std::vector<float> all(std::size_t(layout_.count()));
     be_.read(all.data(), full, all.size() * sizeof(float));
+    return all;
+  }
+  // The same as doubles (exact): for tests and the golden check, which compare in double.
+  std::vector<double> gather_full(Part which, bool to_host = true) {
+    const std::vector<float> all = gather_full_fp32(which, to_host);
     return std::vector<double>(all.begin(), all.end());
   }
   // The working copy as double parameters (the values the next step computes with).

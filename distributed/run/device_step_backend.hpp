@@ -53,11 +53,9 @@ class DeviceStepBackend : public StepBackend {
   StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
     return train_step_on(host_tracker_, state_, config_, training_, sequences, options);
   }
-  // Only the rank that asks reads the gathered vectors back to the host.
-  std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) override {
-    const bool writes = to_this_rank;
-    return {state_.gather_full(OptimizerPart::master, writes), state_.gather_full(OptimizerPart::exp_avg, writes),
-            state_.gather_full(OptimizerPart::exp_avg_sq, writes)};
+  // Only the rank that asks reads the gathered vector back to the host, in fp32 as it is held.
+  FlatValues gather_optimizer(OptimizerPart part, bool to_this_rank) override {
+    return state_.gather_full_fp32(part, to_this_rank);
   }
   safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F32; }
   std::map<std::string, std::int64_t> peak_bytes() const override { return peak_bytes_of(state_.backend().counts()); }

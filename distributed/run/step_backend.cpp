@@ -48,11 +48,13 @@ class ReferenceStepBackend final : public StepBackend {
   StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
     return train_step(tracker_, comm_, config_, training_, frozen_, state_, sequences, options);
   }
-  std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) override {
+  FlatValues gather_optimizer(OptimizerPart part, bool to_this_rank) override {
     const FlatLayout layout(config_, comm_.size(), training_.zero_stage);
-    std::array<std::vector<double>, 3> full{gather_full(comm_, layout, state_.optimizer.master),
-                                            gather_full(comm_, layout, state_.optimizer.exp_avg),
-                                            gather_full(comm_, layout, state_.optimizer.exp_avg_sq)};
+    const OptimizerState& o = state_.optimizer;
+    std::vector<double> full = gather_full(comm_, layout,
+                                           part == OptimizerPart::master    ? o.master
+                                           : part == OptimizerPart::exp_avg ? o.exp_avg
+                                                                            : o.exp_avg_sq);
     if (!to_this_rank) full = {};  // the collective gives every rank the whole: not kept
     return full;
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "distributed/metrics/block_statistics.hpp"
+#include "distributed/optimizer_part.hpp"
 #include "distributed/train_step.hpp"
 #include "io/safetensors_dtype.hpp"
 #include "reference/frozen_weight_source.hpp"
@@ -39,10 +40,11 @@ class StepBackend {
                                                 const DrafterStepOptions& options) = 0;
   // One optimizer step on this rank's share of the global batch (every rank calls it).
   virtual StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) = 0;
-  // Master weights, exp_avg, exp_avg_sq as full flat vectors of P values (a collective: every rank
-  // calls it), on the ranks that ask (to_this_rank: the one that writes the checkpoint); the others
-  // get empty vectors (3 x P doubles, 41 GB a rank at full scale, never read back or kept).
-  virtual std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) = 0;
+  // One of master weights, exp_avg, exp_avg_sq as a full flat vector of P values in the master
+  // precision (a collective: every rank calls it, for the parts in the same order), on the ranks
+  // that ask (to_this_rank: the one that writes the checkpoint); the others get an empty vector
+  // (P values, 6.9 GB a rank at full scale, never read back or kept).
+  virtual FlatValues gather_optimizer(OptimizerPart part, bool to_this_rank) = 0;
   virtual safetensors::Dtype master_dtype() const = 0;  // F64 reference, F32 CUDA
   // Peak bytes per category (SPEC §8 names) since reset_peaks: the host's or the device's.
   virtual std::map<std::string, std::int64_t> peak_bytes() const = 0;

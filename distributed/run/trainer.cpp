@@ -283,20 +283,28 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const StopSignal stop_signal;
   const bool terminal = ::isatty(STDERR_FILENO) == 1;
 
+  // The optimizer's vectors are gathered one at a time as the lead writes them (kOptimizerParts'
+  // order, write_run_checkpoint_from): the lead holds at most two, in the master precision.
   auto save = [&](const DataCursor& at) {
-    auto [master, exp_avg, exp_avg_sq] = backend->gather_optimizer(/*to_this_rank=*/lead);
-    RunCheckpoint ck{backend->completed_steps(),
-                     at,
-                     config.seed,
-                     tokens_seen,
-                     config_json,
-                     R,
-                     std::move(master),
-                     std::move(exp_avg),
-                     std::move(exp_avg_sq),
-                     0,  // whole vectors
-                     dataset.fingerprint()};
-    if (lead) write_run_checkpoint(o.out, config, ck, {backend->master_dtype(), o.keep, {}});
+    const RunCheckpoint ck{backend->completed_steps(),
+                           at,
+                           config.seed,
+                           tokens_seen,
+                           config_json,
+                           R,
+                           {},
+                           {},
+                           {},
+                           0,  // whole vectors, from the backend
+                           dataset.fingerprint()};
+    if (lead) {
+      const CheckpointWriteOptions write{backend->master_dtype(), o.keep, {}};
+      write_run_checkpoint_from(
+          o.out, config, ck, [&](OptimizerPart part) { return backend->gather_optimizer(part, /*to_this_rank=*/true); },
+          write);
+    } else {
+      for (const OptimizerPart part : kOptimizerParts) backend->gather_optimizer(part, /*to_this_rank=*/false);
+    }
     barrier(comm);
     last_good = (o.out / checkpoint_name(backend->completed_steps())).string();
   };

@@ -85,6 +85,33 @@ TEST(SafetensorsFile, ViewedTensorsAreWrittenAsTheSameBytesAsCopiedOnes) {
   EXPECT_THROW(viewed.add_floats_view("short", Dtype::F32, {2}, one), InputError);
 }
 
+// A viewed fp32 tensor (a device backend's gathered master weights and moments) gives the bytes
+// add_floats gives for the same values as doubles, in every float dtype (rounded from the float
+// where the dtype is narrower), over several pieces and a part piece, through write_file and
+// to_bytes.
+TEST(SafetensorsFile, ViewedFloatTensorsAreWrittenAsTheSameBytesAsTheirDoubles) {
+  ScratchDirectory directory;
+  const std::size_t long_tensor = (std::size_t(1) << 17) * 2 + 5;
+  std::vector<float> floats(long_tensor);
+  for (std::size_t i = 0; i < floats.size(); ++i)
+    floats[i] = float((double(i) - 1e5) / 3.0 * (i % 7 == 0 ? 1e-30 : 1.0));
+  const std::vector<double> doubles(floats.begin(), floats.end());
+  Writer copied, viewed;
+  for (const Dtype dtype : {Dtype::F64, Dtype::F32, Dtype::BF16, Dtype::F16}) {
+    const std::string d(dtype_name(dtype));
+    copied.add_floats("long." + d, dtype, {std::int64_t(long_tensor)}, doubles);
+    viewed.add_floats_view("long." + d, dtype, {std::int64_t(long_tensor)}, std::span<const float>(floats));
+  }
+  copied.write_file(directory / "copied.safetensors");
+  viewed.write_file(directory / "viewed.safetensors");
+  const std::vector<std::byte> bytes = read_whole_file(directory / "copied.safetensors");
+  EXPECT_EQ(read_whole_file(directory / "viewed.safetensors"), bytes);
+  EXPECT_EQ(viewed.to_bytes(), bytes);
+  EXPECT_THAT(Reader::open_file(directory / "viewed.safetensors").doubles("long.F32"), ElementsAreArray(doubles));
+  EXPECT_THROW(viewed.add_floats_view("short", Dtype::F32, {2}, std::span<const float>(floats.data(), 1)), InputError);
+  EXPECT_THROW(viewed.add_floats_view("ids", Dtype::I32, {1}, std::span<const float>(floats.data(), 1)), InputError);
+}
+
 // The hash write_file returns, computed as the bytes are written, is the file's (what a checkpoint
 // records and a resume verifies): for copied and viewed tensors of several pieces, and for a file
 // of a header alone.

@@ -78,6 +78,46 @@ TEST(RunCheckpoint, RoundTripIsExactAndLatestNamesIt) {
   EXPECT_EQ(safetensors::Reader::open_file(dir / kModelFileName).info("norm.weight").dtype, safetensors::Dtype::F64);
 }
 
+// A checkpoint written from values (write_run_checkpoint_from, what the trainer's save does)
+// asks for each part once, in kOptimizerParts' order, with the model file written before the
+// moments are asked for (so master's values are gone by then); from fp32 values it writes the same
+// bytes as from their doubles. A checkpoint that also carries vectors is refused.
+TEST(RunCheckpoint, WrittenFromValuesAsksEachPartOnceInOrderAndWritesTheSameBytes) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run;
+  RunCheckpoint ck = example(c, 4);
+  for (auto* v : {&ck.master, &ck.exp_avg, &ck.exp_avg_sq}) {
+    for (double& x : *v) x = double(float(x));
+  }
+  CheckpointWriteOptions options{safetensors::Dtype::F32, 0, {}};
+  const auto whole = write_run_checkpoint(run / "doubles", c, ck, options);
+
+  RunCheckpoint counters = ck;
+  counters.master = counters.exp_avg = counters.exp_avg_sq = {};
+  std::vector<std::string> events;
+  options.observer = [&](CheckpointPhase phase) {
+    if (phase == CheckpointPhase::model_written) events.push_back("model written");
+    if (phase == CheckpointPhase::optimizer_written) events.push_back("optimizer written");
+  };
+  const auto values = [&](OptimizerPart part) -> FlatValues {
+    const std::vector<double>& v = part == OptimizerPart::master    ? ck.master
+                                   : part == OptimizerPart::exp_avg ? ck.exp_avg
+                                                                    : ck.exp_avg_sq;
+    events.push_back(part == OptimizerPart::master    ? "master"
+                     : part == OptimizerPart::exp_avg ? "exp_avg"
+                                                      : "exp_avg_sq");
+    return std::vector<float>(v.begin(), v.end());
+  };
+  const auto streamed = write_run_checkpoint_from(run / "floats", c, counters, values, options);
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"master", "model written", "exp_avg", "exp_avg_sq", "optimizer written"}));
+  for (const char* file : {kModelFileName, kOptimizerFileName, kTrainerStateFileName}) {
+    EXPECT_EQ(read_whole_file(streamed / file), read_whole_file(whole / file)) << file;
+  }
+  expect_equal(read_run_checkpoint(streamed, c), ck);
+  EXPECT_THROW(write_run_checkpoint_from(run / "both", c, ck, values), std::logic_error);
+}
+
 // A rank that resumes on a device backend reads its own part alone: every slice (inside one
 // tensor, across tensor boundaries, past P, empty, the whole) holds exactly the full read's values
 // there, from both precisions' files, and records where it starts.

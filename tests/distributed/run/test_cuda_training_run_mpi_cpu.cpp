@@ -17,6 +17,7 @@
 #include <cmath>
 #include <csignal>
 #include <sstream>
+#include <variant>
 
 #include "common/tolerances.hpp"
 #include "distributed/flat_parameters.hpp"
@@ -172,11 +173,18 @@ TEST(CudaTrainingRunOnCpuRanks, ASigtermOnTwoRanksThenAResumeOnTwoIsBitwiseTheUn
   for (std::size_t t = 0; t < a.size(); ++t) EXPECT_EQ(a[t].loss, b[t].loss) << t;
 }
 
+// What one gather_optimizer call asked for.
+struct GatherAsked {
+  OptimizerPart part;
+  bool to_this_rank;
+  bool operator==(const GatherAsked&) const = default;
+};
+
 // The run asks for the gathered optimizer on the rank that writes checkpoints alone (rank 0): a
 // backend that records what each save asks for, around the CUDA run's own.
 class GatherRecordingBackend final : public StepBackend {
  public:
-  GatherRecordingBackend(std::unique_ptr<StepBackend> inner, std::vector<bool>& asked)
+  GatherRecordingBackend(std::unique_ptr<StepBackend> inner, std::vector<GatherAsked>& asked)
       : inner_(std::move(inner)), asked_(asked) {}
   std::int64_t completed_steps() const override { return inner_->completed_steps(); }
   SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
@@ -186,9 +194,9 @@ class GatherRecordingBackend final : public StepBackend {
   StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
     return inner_->step(sequences, options);
   }
-  std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) override {
-    asked_.push_back(to_this_rank);
-    return inner_->gather_optimizer(to_this_rank);
+  FlatValues gather_optimizer(OptimizerPart part, bool to_this_rank) override {
+    asked_.push_back({part, to_this_rank});
+    return inner_->gather_optimizer(part, to_this_rank);
   }
   safetensors::Dtype master_dtype() const override { return inner_->master_dtype(); }
   std::map<std::string, std::int64_t> peak_bytes() const override { return inner_->peak_bytes(); }
@@ -196,7 +204,7 @@ class GatherRecordingBackend final : public StepBackend {
 
  private:
   std::unique_ptr<StepBackend> inner_;
-  std::vector<bool>& asked_;
+  std::vector<GatherAsked>& asked_;
 };
 
 // A fresh CUDA rank takes the values of its own ZeRO-1 part alone, never the whole parameters:
@@ -259,24 +267,30 @@ TEST(CudaTrainingRunOnCpuRanks, AFreshRankTakesOnlyItsPartOfTheInitialWeights) {
   }
 }
 
+// Every rank takes part in each part's gather, in kOptimizerParts' order (the order the lead's
+// write_run_checkpoint_from asks in: any other would pair different collectives across ranks).
 TEST(CudaTrainingRunOnCpuRanks, OnlyRankZeroAsksForTheGatheredOptimizer) {
   const std::filesystem::path run = shared_directory() / "asks";
   MemoryTracker memory;
   TrainingRunOptions o = cuda_options_for(run, memory);
   o.save_every = 10;
-  std::vector<bool> asked;
+  std::vector<GatherAsked> asked;
   o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
                             const FrozenWeightSource& frozen, TrainingState state) -> std::unique_ptr<StepBackend> {
     return std::make_unique<GatherRecordingBackend>(
         cuda_options_for(run, memory).make_step_backend(comm, config, training, frozen, std::move(state)), asked);
   };
   ASSERT_EQ(train_on_the_world(o), 0);
-  EXPECT_EQ(asked, std::vector<bool>(2, world().rank() == 0)) << "saves at steps 10 and 20, asked on rank 0 alone";
+  std::vector<GatherAsked> want;
+  for (int save = 0; save < 2; ++save) {
+    for (const OptimizerPart part : kOptimizerParts) want.push_back({part, world().rank() == 0});
+  }
+  EXPECT_EQ(asked, want) << "saves at steps 10 and 20, each part in order, taken on rank 0 alone";
 }
 
 // A checkpoint is written by rank 0 alone: the gather of the optimizer is a collective, but only
-// rank 0 reads the full vectors back to the host (3 x P doubles, 41 GB at full scale on each of 8
-// ranks otherwise). Rank 0's are the parameters the state started from, rounded to fp32.
+// rank 0 reads the full vectors back to the host (P floats each, 6.9 GB at full scale on each of 8
+// ranks otherwise). Rank 0's are the parameters the state started from, rounded to fp32, in fp32.
 TEST(CudaTrainingRunOnCpuRanks, OnlyRankZeroTakesTheGatheredOptimizerToTheHost) {
   ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
   const DrafterConfig config = tiny_config();
@@ -290,18 +304,23 @@ TEST(CudaTrainingRunOnCpuRanks, OnlyRankZeroTakesTheGatheredOptimizerToTheHost) 
         make_training_state(host, config, training, world(), seeded_drafter_parameters(host, config, config.seed));
     DeviceStepBackend<HostTrainingBackend> backend(HostTrainingBackend{device}, CudaCommunicators{world(), world()},
                                                    config, training, frozen, state.optimizer);
-    const auto [master, exp_avg, exp_avg_sq] = backend.gather_optimizer(/*to_this_rank=*/world().rank() == 0);
+    std::vector<std::vector<float>> gathered;  // in the master precision, fp32, as the device holds it
+    for (const OptimizerPart part : kOptimizerParts) {
+      FlatValues values = backend.gather_optimizer(part, /*to_this_rank=*/world().rank() == 0);
+      ASSERT_TRUE(std::holds_alternative<std::vector<float>>(values));
+      gathered.push_back(std::get<std::vector<float>>(std::move(values)));
+    }
     if (world().rank() != 0) {
-      EXPECT_TRUE(master.empty() && exp_avg.empty() && exp_avg_sq.empty());
+      for (const std::vector<float>& v : gathered) EXPECT_TRUE(v.empty());
       continue;
     }
-    std::vector<double> want;
+    std::vector<float> want;
     for (const Tensor<double>* t : flat_tensors(state.params)) {
-      for (std::int64_t e = 0; e < t->numel(); ++e) want.push_back(double(float((*t)[e])));
+      for (std::int64_t e = 0; e < t->numel(); ++e) want.push_back(float((*t)[e]));
     }
-    EXPECT_EQ(master, want);
-    EXPECT_EQ(exp_avg, std::vector<double>(want.size(), 0.0));
-    EXPECT_EQ(exp_avg_sq, std::vector<double>(want.size(), 0.0));
+    EXPECT_EQ(gathered[0], want);
+    EXPECT_EQ(gathered[1], std::vector<float>(want.size(), 0.0f));
+    EXPECT_EQ(gathered[2], std::vector<float>(want.size(), 0.0f));
   }
 }
 

@@ -145,7 +145,7 @@ class RecordingBackend final : public StepBackend {
     ADD_FAILURE() << "evaluation must not take a step";
     return {};
   }
-  std::array<std::vector<double>, 3> gather_optimizer(bool) override { return {}; }
+  FlatValues gather_optimizer(OptimizerPart, bool) override { return {}; }
   safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F64; }
   std::map<std::string, std::int64_t> peak_bytes() const override { return {}; }
   void reset_peaks() override {}

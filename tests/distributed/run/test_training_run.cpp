@@ -97,8 +97,8 @@ class BatchRecordingBackend final : public StepBackend {
     }
     return inner_->step(sequences, options);
   }
-  std::array<std::vector<double>, 3> gather_optimizer(bool to_this_rank) override {
-    return inner_->gather_optimizer(to_this_rank);
+  FlatValues gather_optimizer(OptimizerPart part, bool to_this_rank) override {
+    return inner_->gather_optimizer(part, to_this_rank);
   }
   safetensors::Dtype master_dtype() const override { return inner_->master_dtype(); }
   std::map<std::string, std::int64_t> peak_bytes() const override { return inner_->peak_bytes(); }
