@@ -1,11 +1,14 @@
 // `dflash plan`: the memory plan of a training step per GPU (SPEC §8), or the saved activations of
 // a Hugging Face decoder stack (`--decoder`). Every bad flag value is reported with the flag named.
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "app/commands.hpp"
+#include "distributed/checkpoint/save_restore.hpp"
+#include "distributed/run/plan_gate.hpp"
 #include "io/errors.hpp"
 #include "planner/checked_bytes.hpp"
 #include "planner/memory_size.hpp"
@@ -48,13 +51,22 @@ void run_config_plan(const PlanFlags& f) {
 
   const MemoryPlan plan = plan_training_memory(r);
   const std::vector<PolicyVerdict> verdicts = policy_verdicts(r);
+  // One checkpoint of `dflash train --backend cuda` on disk (fp32 master weights and moments): the
+  // run sets it, times the checkpoints it keeps at once, against --out's free space (disk_gate.hpp).
+  const std::uint64_t checkpoint = checkpoint_bytes(r.config, master_dtype_of(TrainingBackend::cuda));
   if (f.json) {
     nlohmann::json j = plan_json(plan, verdicts);
     j["config"] = f.config;
+    j["checkpoint_bytes"] = checkpoint;
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "dflash plan --config " << f.config << "\n";
     print_plan(std::cout, plan, verdicts);
+    char size[32];
+    std::snprintf(size, sizeof size, "%.2f GB", double(checkpoint) / 1e9);
+    std::cout << "\none checkpoint of dflash train --backend cuda: " << size
+              << " on disk (fp32 master weights and AdamW m, v); the run checks those it keeps at once "
+                 "(--keep, --save-every) against the free space of its --out before it starts\n";
   }
 }
 

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 #include <variant>
 
@@ -48,6 +50,47 @@ void encode_floats(Dtype dtype, std::span<const T> values, std::byte* out) {
 
 // A viewed tensor is encoded and written this many values at a time (1 MiB of F64).
 constexpr std::size_t kViewPieceValues = std::size_t(1) << 17;
+
+// One tensor's line of the header: every file's header is made from these in data order (the
+// Writer's, and file_size's plan of one).
+struct HeaderRow {
+  const std::string* name;
+  Dtype dtype;
+  const Shape* shape;
+  std::size_t bytes;
+};
+
+// Data order: by dtype in kLayoutOrder, then by name.
+void sort_into_data_order(std::vector<HeaderRow>& rows) {
+  std::sort(rows.begin(), rows.end(), [](const HeaderRow& a, const HeaderRow& b) {
+    const std::size_t ra = layout_rank(a.dtype), rb = layout_rank(b.dtype);
+    return ra != rb ? ra < rb : *a.name < *b.name;
+  });
+}
+
+// The header JSON text padded with spaces to a multiple of 8 bytes, from rows in data order.
+std::string padded_header_of(const Metadata& metadata, const std::vector<HeaderRow>& rows) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata) fields[key] = value;
+    header[std::string(kMetadataKey)] = std::move(fields);
+  }
+  std::uint64_t offset = 0;
+  for (const HeaderRow& row : rows) {
+    nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+    fields["dtype"] = dtype_name(row.dtype);
+    fields["shape"] = *row.shape;
+    fields["data_offsets"] = {offset, offset + row.bytes};
+    header[*row.name] = std::move(fields);
+    offset += row.bytes;
+  }
+  std::string text = header.dump();
+  // Spaces up to a multiple of 8: with the 8-byte length field, the data section then starts at
+  // a multiple of 8 in the file.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
 
 void check_float_dtype(const std::string& name, Dtype dtype) {
   if (!dtype_is_float(dtype)) {
@@ -142,7 +185,8 @@ std::vector<std::pair<const std::string*, const Writer::Entry*>> Writer::data_or
   std::vector<std::pair<const std::string*, const Entry*>> order;
   order.reserve(tensors_.size());
   for (const auto& [name, entry] : tensors_) order.emplace_back(&name, &entry);
-  // tensors_ is sorted by name and stable_sort keeps that order within one dtype.
+  // tensors_ is sorted by name and stable_sort keeps that order within one dtype: the order of
+  // sort_into_data_order.
   std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return layout_rank(a.second->dtype) < layout_rank(b.second->dtype);
   });
@@ -150,26 +194,29 @@ std::vector<std::pair<const std::string*, const Writer::Entry*>> Writer::data_or
 }
 
 std::string Writer::padded_header() const {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata_.empty()) {
-    nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : metadata_) metadata[key] = value;
-    header[std::string(kMetadataKey)] = std::move(metadata);
+  std::vector<HeaderRow> rows;
+  for (const auto& [name, entry] : data_order())
+    rows.push_back({name, entry->dtype, &entry->shape, entry->byte_size()});
+  return padded_header_of(metadata_, rows);
+}
+
+std::uint64_t file_size(std::span<const TensorSpec> tensors, const Metadata& metadata) {
+  std::vector<HeaderRow> rows;
+  std::set<std::string_view> names;
+  std::uint64_t data = 0;
+  for (const TensorSpec& t : tensors) {
+    if (t.name == kMetadataKey) throw InputError(str("safetensors file size: tensor name '", t.name, "' is reserved"));
+    if (!names.insert(t.name).second) throw InputError(str("safetensors file size: tensor '", t.name, "' given twice"));
+    const auto count = checked_element_count(t.shape, dtype_size(t.dtype));
+    if (!count) {
+      throw InputError(str("safetensors file size: tensor '", t.name, "' shape ", format_shape(t.shape),
+                           " has a negative dimension or overflows 64 bits"));
+    }
+    rows.push_back({&t.name, t.dtype, &t.shape, *count * dtype_size(t.dtype)});
+    data += rows.back().bytes;
   }
-  std::uint64_t offset = 0;
-  for (const auto& [name, entry] : data_order()) {
-    nlohmann::ordered_json fields = nlohmann::ordered_json::object();
-    fields["dtype"] = dtype_name(entry->dtype);
-    fields["shape"] = entry->shape;
-    fields["data_offsets"] = {offset, offset + entry->byte_size()};
-    header[*name] = std::move(fields);
-    offset += entry->byte_size();
-  }
-  std::string text = header.dump();
-  // Spaces up to a multiple of 8: with the 8-byte length field, the data section then starts at
-  // a multiple of 8 in the file.
-  text.append((8 - text.size() % 8) % 8, ' ');
-  return text;
+  sort_into_data_order(rows);
+  return kHeaderLengthBytes + padded_header_of(metadata, rows).size() + data;
 }
 
 std::vector<std::byte> Writer::to_bytes() const {

@@ -25,6 +25,19 @@
 
 namespace dflash::safetensors {
 
+// A tensor as a file lays it out: its name, dtype and shape, without its values.
+struct TensorSpec {
+  std::string name;
+  Dtype dtype;
+  Shape shape;
+};
+
+// The size in bytes of the file a Writer holding tensors of exactly these names, dtypes and shapes,
+// and this metadata, writes (write_file, to_bytes): a file planned before its values exist (a
+// checkpoint's, against the disk's free space). The header is the Writer's own. Throws InputError
+// on what add_* refuses: a repeated or reserved name, a shape that overflows.
+std::uint64_t file_size(std::span<const TensorSpec> tensors, const Metadata& metadata = {});
+
 class Writer {
  public:
   // Every add_* and set_metadata checks its input and throws dflash::InputError naming the tensor

@@ -32,6 +32,18 @@ namespace {
 
 const std::regex kCheckpointName("step-[0-9]{8}");
 
+// model.safetensors' metadata.
+const safetensors::Metadata kModelMetadata = {{"format", "pt"}};
+// optimizer.safetensors' tensor prefixes, in the file's order of adding.
+constexpr const char* kExpAvgPrefix = "exp_avg/";
+constexpr const char* kExpAvgSqPrefix = "exp_avg_sq/";
+
+// The tensors add_flat adds under `prefix`, without their values.
+void add_flat_specs(std::vector<safetensors::TensorSpec>& specs, const std::vector<ParameterShape>& shapes,
+                    const std::string& prefix, safetensors::Dtype dtype) {
+  for (const ParameterShape& s : shapes) specs.push_back({prefix + s.name, dtype, s.shape});
+}
+
 // The flat vector split into tensors of `shapes`, written under `prefix` + name (viewed: it must
 // outlive the writer's write_file).
 void add_flat(safetensors::Writer& w, const std::vector<ParameterShape>& shapes, const std::string& prefix,
@@ -85,6 +97,23 @@ void notify(const CheckpointWriteOptions& o, CheckpointPhase phase) {
 }
 
 }  // namespace
+
+std::uint64_t checkpoint_bytes(const DrafterConfig& config, safetensors::Dtype precision) {
+  const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
+  std::vector<safetensors::TensorSpec> model, optimizer;
+  add_flat_specs(model, shapes, "", precision);
+  add_flat_specs(optimizer, shapes, kExpAvgPrefix, precision);
+  add_flat_specs(optimizer, shapes, kExpAvgSqPrefix, precision);
+  return safetensors::file_size(model, kModelMetadata) + safetensors::file_size(optimizer) + kMaxTrainerStateFileBytes;
+}
+
+std::int64_t checkpoint_step(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (!std::regex_match(name, kCheckpointName)) {
+    throw_input_error(dir.string(), "is not a checkpoint directory (step-<8 digits>)");
+  }
+  return std::stoll(name.substr(5));
+}
 
 std::vector<fs::path> run_checkpoints(const fs::path& run_dir) {
   std::vector<fs::path> out;
@@ -142,7 +171,7 @@ fs::path write_run_checkpoint_from(const fs::path& run_dir, const DrafterConfig&
   {
     const FlatValues master = values(OptimizerPart::master);
     safetensors::Writer model;
-    model.set_metadata("format", "pt");
+    for (const auto& [key, value] : kModelMetadata) model.set_metadata(key, value);
     add_flat(model, shapes, "", master, options.precision);
     model_hash = model.write_file(tmp_dir / kModelFileName);
   }
@@ -151,8 +180,8 @@ fs::path write_run_checkpoint_from(const fs::path& run_dir, const DrafterConfig&
     const FlatValues exp_avg = values(OptimizerPart::exp_avg);
     const FlatValues exp_avg_sq = values(OptimizerPart::exp_avg_sq);
     safetensors::Writer optimizer;
-    add_flat(optimizer, shapes, "exp_avg/", exp_avg, options.precision);
-    add_flat(optimizer, shapes, "exp_avg_sq/", exp_avg_sq, options.precision);
+    add_flat(optimizer, shapes, kExpAvgPrefix, exp_avg, options.precision);
+    add_flat(optimizer, shapes, kExpAvgSqPrefix, exp_avg_sq, options.precision);
     optimizer_hash = optimizer.write_file(tmp_dir / kOptimizerFileName);
   }
   notify(options, CheckpointPhase::optimizer_written);
@@ -289,8 +318,8 @@ RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& conf
     const auto optimizer = safetensors::Reader::open_file(dir / kOptimizerFileName);
     c.first = first;
     c.master = read_flat(model, shapes, "", first, end);
-    c.exp_avg = read_flat(optimizer, shapes, "exp_avg/", first, end);
-    c.exp_avg_sq = read_flat(optimizer, shapes, "exp_avg_sq/", first, end);
+    c.exp_avg = read_flat(optimizer, shapes, kExpAvgPrefix, first, end);
+    c.exp_avg_sq = read_flat(optimizer, shapes, kExpAvgSqPrefix, first, end);
     return c;
   } catch (const json::exception& e) {
     throw_input_error(state_path.string(), str("malformed: ", e.what()));

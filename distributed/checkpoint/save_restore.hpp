@@ -95,6 +95,15 @@ std::filesystem::path write_run_checkpoint_from(const std::filesystem::path& run
                                                 const RunCheckpoint& counters, const CheckpointValues& values,
                                                 const CheckpointWriteOptions& options = {});
 
+// The bytes one checkpoint of `config` takes on disk at the most: its two safetensors files exactly
+// (safetensors::file_size over the tensors write_run_checkpoint writes, in `precision`), and
+// trainer_state.json at its read limit (kMaxTrainerStateFileBytes: a larger one could not be read
+// back). For `dflash train`'s disk gate (distributed/run/disk_gate.hpp).
+std::uint64_t checkpoint_bytes(const DrafterConfig& config, safetensors::Dtype precision);
+
+// The step a checkpoint directory's name (step-<8 digits>) records.
+std::int64_t checkpoint_step(const std::filesystem::path& dir);
+
 // The directory `latest` names, or nothing when the run has no `latest`.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
 

@@ -20,6 +20,10 @@ std::string_view training_backend_name(TrainingBackend backend) {
   return backend == TrainingBackend::cpu ? "cpu" : "cuda";
 }
 
+safetensors::Dtype master_dtype_of(TrainingBackend backend) {
+  return backend == TrainingBackend::cuda ? safetensors::Dtype::F32 : safetensors::Dtype::F64;
+}
+
 std::int64_t host_memory_bytes_per_rank() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   std::int64_t ranks_here = 1;

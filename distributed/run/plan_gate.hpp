@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "distributed/training_config.hpp"
+#include "io/safetensors_dtype.hpp"
 #include "planner/policy_verdicts.hpp"
 #include "planner/training_plan.hpp"
 
@@ -24,6 +25,10 @@ namespace dflash {
 enum class TrainingBackend { cpu, cuda };
 TrainingBackend parse_training_backend(const std::string& name);  // InputError naming --backend
 std::string_view training_backend_name(TrainingBackend backend);
+// The precision of the backend's master weights and moments, which its checkpoints store
+// (StepBackend::master_dtype): F64 for cpu, F32 for cuda. Known before the backend is made, for the
+// disk gate.
+safetensors::Dtype master_dtype_of(TrainingBackend backend);
 
 struct PlanVerdict {
   MemoryPlan plan;

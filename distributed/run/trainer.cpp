@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -19,6 +20,7 @@
 #include "distributed/metrics/svg_report.hpp"
 #include "distributed/optimizer_state.hpp"
 #include "distributed/run/cuda_step_backend.hpp"
+#include "distributed/run/disk_gate.hpp"
 #include "distributed/run/evaluation.hpp"
 #include "distributed/run/step_backend.hpp"
 #include "distributed/run/stop_signal.hpp"
@@ -181,6 +183,22 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const std::optional<fs::path> resume_from = o.resume ? latest_checkpoint(o.out) : std::nullopt;
   if (!resume_from) require_nothing_to_overwrite(o.out);
 
+  // 3b. Disk gate: the checkpoints the run will add against the space on --out's filesystem, asked
+  // by the rank that writes them and given to every rank, so that all refuse or none.
+  DiskPlan disk{checkpoint_bytes(config, master_dtype_of(o.backend)),
+                checkpoints_added_at_most(resume_from ? checkpoint_step(*resume_from) : 0, training.total_steps,
+                                          o.save_every, o.keep, std::int64_t(run_checkpoints(o.out).size())),
+                0};
+  std::int64_t available = 0;
+  if (lead) {
+    const std::uint64_t bytes = o.available_disk_bytes ? o.available_disk_bytes(o.out) : available_disk_bytes(o.out);
+    available = std::int64_t(std::min<std::uint64_t>(bytes, std::numeric_limits<std::int64_t>::max()));
+  }
+  comm.all_reduce(&available, &available, 1, CommType::i64, CommOp::max);
+  disk.available = std::uint64_t(available);
+  if (lead) print_disk_plan(log, disk, o.out, o.keep);
+  if (!o.force) require_disk_plan_fits(disk, o.out, o.keep);
+
   // 4. Data: every rank checks every shard's header; the values are read once, rank r taking
   // every R-th shard from shard r. A rank that finds a bad value fails the job (run_guarded) while
   // the others wait at the barrier, before anything is written.
@@ -268,6 +286,10 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   // 3 P / R doubles, 5 GB a rank at full scale under ZeRO-1 (the parameters' P went at the release
   // above; bench/results/host_memory.md).
   release_cached_storage();  // after the backend is made
+
+  // The precision its checkpoints are written in is the one the disk gate counted.
+  if (backend->master_dtype() != master_dtype_of(o.backend))
+    throw std::logic_error("dflash train: the step backend's master precision is not its --backend's");
   if (o.after_start) o.after_start();
 
   // Everything is valid: from here on the run writes.
@@ -393,10 +415,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     flags[1] = StopSignal::requested() ? 1 : 0;
     comm.all_reduce(&flags[1], &flags[1], 1, CommType::i64, CommOp::max);
     stopped = flags[1] != 0;
-    const bool last = t + 1 == training.total_steps;
-    if (stopped || last || (o.save_every > 0 && (t + 1) % o.save_every == 0)) {
-      save(cursor);
-    }
+    if (stopped || saves_after_step(t, training.total_steps, o.save_every)) save(cursor);
   }
   if (lead && terminal && summary.last_step >= summary.first_step) std::cerr << "\n";
   if (summary.last_step < summary.first_step) {  // resumed at the end: nothing to do

@@ -46,6 +46,8 @@ struct TrainingRunOptions {
   std::function<void(std::int64_t step)> after_step;
   // Called on every rank once the step backend is made and the start's host memory freed (tests).
   std::function<void()> after_start;
+  // Tests: the bytes available on --out's filesystem, in place of available_disk_bytes (disk_gate.hpp).
+  std::function<std::uint64_t(const std::filesystem::path&)> available_disk_bytes;
   // Tests: makes the step backend in place of the one `backend` names, from the same inputs (the
   // plan, the checks and the checkpoints stay `backend`'s): the CUDA step's code on the CPU's
   // training backend (harness/cuda/host_training_backend.hpp). With --backend cuda the state has no

@@ -112,6 +112,46 @@ TEST(SafetensorsFile, ViewedFloatTensorsAreWrittenAsTheSameBytesAsTheirDoubles) 
   EXPECT_THROW(viewed.add_floats_view("ids", Dtype::I32, {1}, std::span<const float>(floats.data(), 1)), InputError);
 }
 
+// file_size plans the file a Writer of the same tensors and metadata writes, to the byte: with and
+// without metadata, every dtype, names out of order, empty and 0-sized tensors, and offsets of
+// several digits (the header holds them as text); it refuses what the Writer refuses.
+TEST(SafetensorsFile, FileSizeIsTheSizeOfTheFileTheWriterWrites) {
+  std::vector<double> big(std::size_t(1) << 20, 0.5);
+  Writer w;
+  std::vector<TensorSpec> specs;
+  const auto add = [&](const std::string& name, Dtype dtype, const Shape& shape) {
+    std::size_t n = 1;
+    for (const std::int64_t d : shape) n *= std::size_t(d);
+    specs.push_back({name, dtype, shape});
+    if (dtype_is_float(dtype)) {
+      w.add_floats_view(name, dtype, shape, std::span<const double>(big.data(), n));
+    } else {
+      w.add_integers(name, dtype, shape, std::vector<std::int64_t>(n, 1));
+    }
+  };
+  EXPECT_EQ(file_size(specs), w.to_bytes().size()) << "no tensors";
+  add("z.last", Dtype::BF16, {1024, 1024});
+  add("a.first", Dtype::F32, {3, 5});
+  add("m.ids", Dtype::I64, {7});
+  add("m.mask", Dtype::U8, {9});
+  add("b.wide", Dtype::F64, {1 << 19});
+  add("e.none", Dtype::F16, {0, 4});
+  add("n.flag", Dtype::BOOL, {2});
+  EXPECT_EQ(file_size(specs), w.to_bytes().size());
+  w.set_metadata("format", "pt");
+  w.set_metadata("note", "a longer value than the others");
+  const Metadata metadata = {{"format", "pt"}, {"note", "a longer value than the others"}};
+  EXPECT_EQ(file_size(specs, metadata), w.to_bytes().size());
+  EXPECT_LT(file_size(specs), file_size(specs, metadata));
+
+  specs.push_back({"a.first", Dtype::F64, {1}});
+  EXPECT_THROW(file_size(specs), InputError) << "a name given twice, in another dtype";
+  specs.back() = {"__metadata__", Dtype::F64, {1}};
+  EXPECT_THROW(file_size(specs), InputError);
+  specs.back() = {"huge", Dtype::F64, {std::int64_t(1) << 40, std::int64_t(1) << 40}};
+  EXPECT_THROW(file_size(specs), InputError);
+}
+
 // The hash write_file returns, computed as the bytes are written, is the file's (what a checkpoint
 // records and a resume verifies): for copied and viewed tensors of several pieces, and for a file
 // of a header alone.

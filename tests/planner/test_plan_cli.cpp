@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "distributed/checkpoint/save_restore.hpp"
+
 #include "planner/plan_report.hpp"
 #include "planner/policy_verdicts.hpp"
 #include "tests/support/cli_run.hpp"
@@ -79,6 +81,12 @@ TEST(PlanCli, JsonHasTheDocumentedSchema) {
   EXPECT_EQ(j.at("total_bytes").get<std::int64_t>(), sum);
   EXPECT_EQ(j.at("device_bytes").get<std::int64_t>(), 95'000'000'000);
   EXPECT_TRUE(j.at("fits").is_boolean());
+  // One fp32 checkpoint: 3 P x 4 bytes, the two files' headers and the state's 16 MiB limit.
+  const std::uint64_t checkpoint = j.at("checkpoint_bytes").get<std::uint64_t>();
+  EXPECT_EQ(checkpoint,
+            checkpoint_bytes(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json"), safetensors::Dtype::F32));
+  EXPECT_GT(checkpoint, std::uint64_t(3) * 1'730'213'120 * 4 + (std::uint64_t(16) << 20));
+  EXPECT_LT(checkpoint, std::uint64_t(3) * 1'730'213'120 * 4 + (std::uint64_t(17) << 20));
   EXPECT_EQ(j.at("verdicts").size(), 18u);  // 3 loss policies (the CUDA step offers no chunk_retain) x 3 x 2
   // TRAINING §13's collectives at the stated bandwidths: 8 GPUs under ZeRO-1 reduce-scatter and all-gather.
   const json& comm = j.at("communication");
@@ -118,7 +126,8 @@ TEST(PlanCli, JsonIsTheLibrarysPlan) {
   r.layout.zero_stage = 0;
   r.device_bytes = std::int64_t(80) << 30;
   const std::vector<PolicyVerdict> verdicts = policy_verdicts(r);
-  const json library = plan_json(plan_training_memory(r), verdicts);
+  json library = plan_json(plan_training_memory(r), verdicts);
+  library["checkpoint_bytes"] = checkpoint_bytes(r.config, safetensors::Dtype::F32);
   cli.erase("config");
   EXPECT_EQ(cli, library);
   // And each verdict row holds its combination's numbers (the equality above would not see a field

@@ -17,6 +17,7 @@
 #include "distributed/checkpoint/save_restore.hpp"
 #include "harness/file_fault_injector.hpp"
 #include "io/errors.hpp"
+#include "io/file_limits.hpp"
 #include "io/sha256.hpp"
 #include "reference/drafter_parameters.hpp"
 #include "tests/distributed/train_test_support.hpp"
@@ -116,6 +117,24 @@ TEST(RunCheckpoint, WrittenFromValuesAsksEachPartOnceInOrderAndWritesTheSameByte
   }
   expect_equal(read_run_checkpoint(streamed, c), ck);
   EXPECT_THROW(write_run_checkpoint_from(run / "both", c, ck, values), std::logic_error);
+}
+
+// checkpoint_bytes, what the disk gate counts, is the two files a checkpoint writes to the byte,
+// in either precision, and the state's read limit, which the state it writes is well under.
+TEST(RunCheckpoint, CheckpointBytesAreItsFilesAndTheStatesLimit) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run;
+  for (const safetensors::Dtype precision : {safetensors::Dtype::F32, safetensors::Dtype::F64}) {
+    SCOPED_TRACE(safetensors::dtype_name(precision));
+    RunCheckpoint ck = example(c, precision == safetensors::Dtype::F32 ? 3 : 4);
+    const auto dir = write_run_checkpoint(run.path(), c, ck, CheckpointWriteOptions{precision, 0, {}});
+    const std::uint64_t files =
+        std::filesystem::file_size(dir / kModelFileName) + std::filesystem::file_size(dir / kOptimizerFileName);
+    EXPECT_EQ(checkpoint_bytes(c, precision), files + kMaxTrainerStateFileBytes);
+    EXPECT_LT(std::filesystem::file_size(dir / kTrainerStateFileName), kMaxTrainerStateFileBytes / 100);
+    EXPECT_EQ(checkpoint_step(dir), ck.step);
+  }
+  EXPECT_THROW(checkpoint_step(run / "step-12"), InputError);
 }
 
 // A rank that resumes on a device backend reads its own part alone: every slice (inside one
