@@ -13,7 +13,8 @@
 // io/file_write.hpp (an exclusively created temporary, never a link followed, then a rename). A
 // write interrupted or failed at any point leaves `latest` and the checkpoint it names intact.
 // Each file's hash is computed as it is written (safetensors::Writer::write_file), not by reading
-// it back. Loading verifies every hash and refuses a missing or altered file, naming it.
+// it back. Loading verifies every hash (or one rank of a job does, for all: CheckpointHashes) and
+// refuses a missing or altered file, naming it.
 #pragma once
 
 #include <cstdint>
@@ -114,17 +115,25 @@ std::vector<std::filesystem::path> run_checkpoints(const std::filesystem::path& 
 // the end; a first past P, a shard wholly in ZeRO-1's padding, keeps none, from P). A rank that
 // resumes on a device backend keeps its own optimizer part: under ZeRO-1 its shard, 3 P / R values
 // instead of 3 P (36 GB less a rank at full scale on 8 ranks); under ZeRO-0 all of them. It is the
-// memory and the conversion that shrink: the hashes still read both files whole; of a tensor that
-// overlaps the slice only the slice's bytes are read (flat_runs).
+// memory and the conversion that shrink: of a tensor that overlaps the slice only the slice's
+// bytes are read (flat_runs); the hashes, where this reader checks them, read both files whole.
 struct FlatSlice {
   std::int64_t first = 0, count = -1;
 };
 
+// Who checks a checkpoint's two files against the hashes trainer_state.json records: the reader
+// (reading both files whole), or another rank of the same job that reads the same directory. A
+// resumed run's rank 0 checks them and its other ranks read only their slices: at full scale on 8
+// ranks the start reads 20.8 GB for the hashes once instead of 166 GB at once from one disk. A
+// rank 0 that finds a damaged file ends the job (rank_guard.hpp) before any rank has trained.
+enum class CheckpointHashes { verify, verified_by_another_rank };
+
 // Reads and verifies a checkpoint directory: trainer_state.json's every field (format, version,
-// integers in range, step equal to the directory's name), the hashes, then names, dtypes and shapes
-// against `config`, then the values `slice` asks for (all by default). Throws dflash::InputError
-// naming the file, the field and the value.
-RunCheckpoint read_run_checkpoint(const std::filesystem::path& dir, const DrafterConfig& config, FlatSlice slice = {});
+// integers in range, step equal to the directory's name), the hashes (unless another rank checks
+// them), then names, dtypes and shapes against `config`, then the values `slice` asks for (all by
+// default). Throws dflash::InputError naming the file, the field and the value.
+RunCheckpoint read_run_checkpoint(const std::filesystem::path& dir, const DrafterConfig& config, FlatSlice slice = {},
+                                  CheckpointHashes hashes = CheckpointHashes::verify);
 
 // The drafter config stored in a checkpoint's trainer_state.json (for `dflash export`).
 nlohmann::json checkpoint_config_json(const std::filesystem::path& dir);

@@ -234,8 +234,10 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   std::int64_t tokens_seen = 0;
   std::string last_good = "none";
   if (resume_from) {
+    // Rank 0 checks the files' hashes; the others read only what they keep.
     const RunCheckpoint ck = read_run_checkpoint(
-        *resume_from, config, own_part_only ? FlatSlice{flat.shard_offset(rank), flat.shard_size()} : FlatSlice{});
+        *resume_from, config, own_part_only ? FlatSlice{flat.shard_offset(rank), flat.shard_size()} : FlatSlice{},
+        lead ? CheckpointHashes::verify : CheckpointHashes::verified_by_another_rank);
     require_same_run_config(ck.config, config_json, *resume_from);
     require_same_data_set(ck.data_set, dataset.fingerprint(), *resume_from, o.allow_other_data);
     if (ck.seed != config.seed) {

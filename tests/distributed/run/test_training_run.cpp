@@ -487,6 +487,26 @@ std::filesystem::path run_at_step_10(const ScratchDirectory& dir) {
   return run;
 }
 
+// The rank that resumes first (rank 0, here the only one) checks the checkpoint's hashes: one
+// altered byte is refused naming the file, and nothing in the run is touched.
+TEST(RunResume, AnAlteredCheckpointFileIsRefusedNamingIt) {
+  ScratchDirectory dir;
+  const auto run = run_at_step_10(dir);
+  const auto model = run / "step-00000010" / kModelFileName;
+  std::string bytes = file_text(model);
+  bytes[bytes.size() / 2] ^= 0x01;
+  write_whole_file(model, bytes);
+  TrainingRunOptions o = options_for(run);
+  o.resume = true;
+  const std::vector<std::string> before = directory_listing(run);
+  const std::string metrics = file_text(run / "metrics.jsonl");
+  const std::string message = input_error_message([&] { train(o); });
+  EXPECT_THAT(message, HasSubstr(model.string()));
+  EXPECT_THAT(message, HasSubstr("does not match"));
+  EXPECT_EQ(directory_listing(run), before);
+  EXPECT_EQ(file_text(run / "metrics.jsonl"), metrics);
+}
+
 // Class 6: step-*/ but no `latest`, then --resume with another config: "no checkpoint, starting at
 // step 0", and the old checkpoints and metrics.jsonl were replaced. Refused, nothing touched; so is
 // a run over another run's metrics.jsonl with no checkpoint to resume from.
