@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <regex>
 #include <string_view>
 #include <utility>
@@ -64,15 +65,10 @@ void add_flat(safetensors::Writer& w, const std::vector<ParameterShape>& shapes,
       values);
 }
 
-// The flat values [first, end) of the tensors under `prefix` (every tensor's dtype and shape
-// checked, only those that overlap the range read), each converted straight into its place: a
-// vector grown tensor by tensor, and a vector of doubles per tensor, left freed blocks of about P
-// doubles in the heap, where a resumed rank kept them for the whole run
-// (bench/results/host_memory.md).
-std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<ParameterShape>& shapes,
-                              const std::string& prefix, std::int64_t first, std::int64_t end) {
-  std::vector<double> flat(static_cast<std::size_t>(end - first));
-  for (const ParameterShape& s : shapes) {  // every tensor checked, read or not
+// Every tensor under `prefix` is of a float dtype the reader reads exactly and of the config's shape.
+void check_flat_tensors(const safetensors::Reader& r, const std::vector<ParameterShape>& shapes,
+                        const std::string& prefix) {
+  for (const ParameterShape& s : shapes) {
     const std::string name = prefix + s.name;
     const safetensors::TensorInfo& info = r.info(name);
     if (info.dtype != safetensors::Dtype::F64 && info.dtype != safetensors::Dtype::F32) {
@@ -85,11 +81,6 @@ std::vector<double> read_flat(const safetensors::Reader& r, const std::vector<Pa
                             safetensors::format_shape(s.shape)));
     }
   }
-  for (const FlatRun& run : flat_runs(parameter_sizes(shapes), first, end - first)) {
-    r.read_float_elements(prefix + shapes[run.tensor].name, std::uint64_t(run.at),
-                          std::span<double>(flat.data() + run.position, std::size_t(run.length)));
-  }
-  return flat;
 }
 
 void notify(const CheckpointWriteOptions& o, CheckpointPhase phase) {
@@ -287,8 +278,16 @@ TrainerState read_state(const fs::path& dir) {
 
 json checkpoint_config_json(const fs::path& dir) { return read_state(dir).counters.config; }
 
-RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& config, FlatSlice slice,
-                                  CheckpointHashes check) {
+RunCheckpointReader::RunCheckpointReader(RunCheckpoint state, safetensors::Reader model, safetensors::Reader optimizer,
+                                         std::vector<ParameterShape> shapes)
+    : state_(std::move(state)),
+      model_(std::move(model)),
+      optimizer_(std::move(optimizer)),
+      shapes_(std::move(shapes)),
+      sizes_(parameter_sizes(shapes_)) {}
+
+RunCheckpointReader RunCheckpointReader::open(const fs::path& dir, const DrafterConfig& config,
+                                              CheckpointHashes check) {
   TrainerState state = read_state(dir);
   const fs::path state_path = dir / kTrainerStateFileName;
   const json& hashes = state.hashes;
@@ -307,25 +306,56 @@ RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& conf
     }
   }
   try {
-    RunCheckpoint c = std::move(state.counters);
-    const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
-    const std::int64_t P = drafter_parameter_count(config);
-    if (slice.first < 0 || slice.count < -1) {
-      throw std::logic_error(str("checkpoint slice [", slice.first, ", +", slice.count, ") of ", P, " values"));
-    }
-    // A ZeRO-1 shard may lie past P, in the padding, wholly: its slice is empty, at P.
-    const std::int64_t first = std::min(slice.first, P);
-    const std::int64_t end = slice.count < 0 ? P : std::min(P, first + slice.count);
-    const auto model = safetensors::Reader::open_file(dir / kModelFileName);
-    const auto optimizer = safetensors::Reader::open_file(dir / kOptimizerFileName);
-    c.first = first;
-    c.master = read_flat(model, shapes, "", first, end);
-    c.exp_avg = read_flat(optimizer, shapes, kExpAvgPrefix, first, end);
-    c.exp_avg_sq = read_flat(optimizer, shapes, kExpAvgSqPrefix, first, end);
-    return c;
+    std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
+    auto model = safetensors::Reader::open_file(dir / kModelFileName);
+    auto optimizer = safetensors::Reader::open_file(dir / kOptimizerFileName);
+    check_flat_tensors(model, shapes, "");
+    check_flat_tensors(optimizer, shapes, kExpAvgPrefix);
+    check_flat_tensors(optimizer, shapes, kExpAvgSqPrefix);
+    return RunCheckpointReader(std::move(state.counters), std::move(model), std::move(optimizer), std::move(shapes));
   } catch (const json::exception& e) {
     throw_input_error(state_path.string(), str("malformed: ", e.what()));
   }
+}
+
+void RunCheckpointReader::read(OptimizerPart part, std::int64_t first, std::span<double> out) const {
+  const std::int64_t P = std::accumulate(sizes_.begin(), sizes_.end(), std::int64_t(0));
+  if (first < 0 || first + std::int64_t(out.size()) > P) {
+    throw std::logic_error(str("checkpoint read [", first, ", +", out.size(), ") of ", P, " values"));
+  }
+  const safetensors::Reader& r = part == OptimizerPart::master ? model_ : optimizer_;
+  const std::string prefix = part == OptimizerPart::master    ? ""
+                             : part == OptimizerPart::exp_avg ? kExpAvgPrefix
+                                                              : kExpAvgSqPrefix;
+  for (const FlatRun& run : flat_runs(sizes_, first, std::int64_t(out.size()))) {
+    r.read_float_elements(prefix + shapes_[run.tensor].name, std::uint64_t(run.at),
+                          out.subspan(std::size_t(run.position), std::size_t(run.length)));
+  }
+}
+
+RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& config, FlatSlice slice,
+                                  CheckpointHashes hashes) {
+  const std::int64_t P = drafter_parameter_count(config);
+  if (slice.first < 0 || slice.count < -1) {
+    throw std::logic_error(str("checkpoint slice [", slice.first, ", +", slice.count, ") of ", P, " values"));
+  }
+  const RunCheckpointReader reader = RunCheckpointReader::open(dir, config, hashes);
+  RunCheckpoint c = reader.state();
+  // A ZeRO-1 shard may lie past P, in the padding, wholly: its slice is empty, at P.
+  const std::int64_t first = std::min(slice.first, P);
+  const std::int64_t end = slice.count < 0 ? P : std::min(P, first + slice.count);
+  c.first = first;
+  // Each vector made at its size and read into its place: a vector grown tensor by tensor, and a
+  // vector of doubles per tensor, left freed blocks of about P doubles in the heap, where a resumed
+  // rank kept them for the whole run (bench/results/host_memory.md).
+  for (const OptimizerPart part : kOptimizerParts) {
+    std::vector<double>& v = part == OptimizerPart::master    ? c.master
+                             : part == OptimizerPart::exp_avg ? c.exp_avg
+                                                              : c.exp_avg_sq;
+    v.resize(std::size_t(end - first));
+    reader.read(part, first, v);
+  }
+  return c;
 }
 
 }  // namespace dflash

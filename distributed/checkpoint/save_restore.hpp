@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,9 @@
 #include "distributed/data/sequence_order.hpp"
 #include "distributed/optimizer_part.hpp"
 #include "io/safetensors_dtype.hpp"
+#include "io/safetensors_reader.hpp"
 #include "reference/drafter_config.hpp"
+#include "reference/drafter_parameters.hpp"
 
 namespace dflash {
 
@@ -128,10 +131,30 @@ struct FlatSlice {
 // rank 0 that finds a damaged file ends the job (rank_guard.hpp) before any rank has trained.
 enum class CheckpointHashes { verify, verified_by_another_rank };
 
-// Reads and verifies a checkpoint directory: trainer_state.json's every field (format, version,
+// A checkpoint directory opened for reading: trainer_state.json's every field (format, version,
 // integers in range, step equal to the directory's name), the hashes (unless another rank checks
-// them), then names, dtypes and shapes against `config`, then the values `slice` asks for (all by
-// default). Throws dflash::InputError naming the file, the field and the value.
+// them), then every tensor's name, dtype and shape against `config`, all checked before any value
+// is read. Values are then read as asked, a range of one flat vector at a time, exactly (F32 or
+// F64 to double). Throws dflash::InputError naming the file, the field and the value.
+class RunCheckpointReader {
+ public:
+  static RunCheckpointReader open(const std::filesystem::path& dir, const DrafterConfig& config,
+                                  CheckpointHashes hashes = CheckpointHashes::verify);
+  // Every field of trainer_state.json; no flat vector.
+  const RunCheckpoint& state() const { return state_; }
+  // Elements [first, first + out.size()) of one flat vector (canonical order), within [0, P].
+  void read(OptimizerPart part, std::int64_t first, std::span<double> out) const;
+
+ private:
+  RunCheckpointReader(RunCheckpoint state, safetensors::Reader model, safetensors::Reader optimizer,
+                      std::vector<ParameterShape> shapes);
+  RunCheckpoint state_;
+  safetensors::Reader model_, optimizer_;
+  std::vector<ParameterShape> shapes_;
+  std::vector<std::int64_t> sizes_;
+};
+
+// The values `slice` asks for (all by default) of a checkpoint, through RunCheckpointReader.
 RunCheckpoint read_run_checkpoint(const std::filesystem::path& dir, const DrafterConfig& config, FlatSlice slice = {},
                                   CheckpointHashes hashes = CheckpointHashes::verify);
 

@@ -80,6 +80,32 @@ TEST(RunCheckpoint, RoundTripIsExactAndLatestNamesIt) {
   EXPECT_EQ(safetensors::Reader::open_file(dir / kModelFileName).info("norm.weight").dtype, safetensors::Dtype::F64);
 }
 
+// The reader under every checkpoint read: any range of each vector is those values of the whole
+// (exp_avg and exp_avg_sq each from its own tensors), and a range past P is a caller's bug.
+TEST(RunCheckpoint, TheReaderReadsAnyRangeOfEachVector) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory run;
+  const RunCheckpoint ck = example(c, 6);
+  const auto dir = write_run_checkpoint(run.path(), c, ck);
+  const RunCheckpointReader reader = RunCheckpointReader::open(dir, c);
+  EXPECT_EQ(reader.state().step, 6);
+  EXPECT_TRUE(reader.state().master.empty());
+  const auto P = std::int64_t(ck.master.size());
+  for (const OptimizerPart part : kOptimizerParts) {
+    const std::vector<double>& whole = part == OptimizerPart::master    ? ck.master
+                                       : part == OptimizerPart::exp_avg ? ck.exp_avg
+                                                                        : ck.exp_avg_sq;
+    for (const auto& [first, n] :
+         std::vector<std::pair<std::int64_t, std::int64_t>>{{0, P}, {7, 300}, {P - 5, 5}, {P, 0}}) {
+      std::vector<double> got(std::size_t(n), -1.0);
+      reader.read(part, first, got);
+      EXPECT_EQ(got, std::vector<double>(whole.begin() + first, whole.begin() + first + n)) << first << " +" << n;
+    }
+    std::vector<double> past(2);
+    EXPECT_THROW(reader.read(part, P - 1, past), std::logic_error);
+  }
+}
+
 // A checkpoint written from values (write_run_checkpoint_from, what the trainer's save does)
 // asks for each part once, in kOptimizerParts' order, with the model file written before the
 // moments are asked for (so master's values are gone by then); from fp32 values it writes the same
