@@ -167,7 +167,50 @@ std::uint64_t load_le_fixed(const std::byte* in) {
   return value;
 }
 
+// store_le with the width a constant: one store per element, as load_le_fixed.
+template <std::size_t Bytes>
+void store_le_fixed(std::uint64_t value, std::byte* out) {
+  for (std::size_t i = 0; i < Bytes; ++i) out[i] = static_cast<std::byte>((value >> (8 * i)) & 0xFFu);
+}
+
+// store_float_element's conversions, each on the value as a double, in loops the compiler keeps
+// apart by dtype.
+template <class T>
+void store_float_run(Dtype dtype, const T* in, std::size_t count, std::byte* out) {
+  switch (dtype) {
+    case Dtype::F64:
+      for (std::size_t i = 0; i < count; ++i)
+        store_le_fixed<8>(std::bit_cast<std::uint64_t>(static_cast<double>(in[i])), out + 8 * i);
+      return;
+    case Dtype::F32:
+      // From a float the value is its own bits (the double round trip is exact; the compiler may
+      // drop it, so a signaling NaN is not quieted: the header says so).
+      for (std::size_t i = 0; i < count; ++i)
+        store_le_fixed<4>(std::bit_cast<std::uint32_t>(static_cast<float>(in[i])), out + 4 * i);
+      return;
+    case Dtype::BF16:
+      for (std::size_t i = 0; i < count; ++i)
+        store_le_fixed<2>(bf16_bits_from_double(static_cast<double>(in[i])), out + 2 * i);
+      return;
+    case Dtype::F16:
+      for (std::size_t i = 0; i < count; ++i)
+        store_le_fixed<2>(f16_bits_from_double(static_cast<double>(in[i])), out + 2 * i);
+      return;
+    default:
+      break;
+  }
+  throw std::logic_error("store_float_elements: not a float dtype");
+}
+
 }  // namespace
+
+void store_float_elements(Dtype dtype, const double* in, std::size_t count, std::byte* out) {
+  store_float_run(dtype, in, count, out);
+}
+
+void store_float_elements(Dtype dtype, const float* in, std::size_t count, std::byte* out) {
+  store_float_run(dtype, in, count, out);
+}
 
 void load_float_elements(Dtype dtype, const std::byte* in, std::size_t count, double* out) {
   switch (dtype) {

@@ -44,8 +44,7 @@ std::size_t layout_rank(Dtype dtype) {
 // values rounded to the float dtype `dtype`, little-endian, into out[0, values.size() * its size).
 template <typename T>
 void encode_floats(Dtype dtype, std::span<const T> values, std::byte* out) {
-  const std::size_t size = dtype_size(dtype);
-  for (std::size_t i = 0; i < values.size(); ++i) store_float_element(dtype, double(values[i]), out + i * size);
+  store_float_elements(dtype, values.data(), values.size(), out);
 }
 
 // A viewed tensor is encoded and written this many values at a time (1 MiB of F64).
