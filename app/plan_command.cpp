@@ -1,6 +1,5 @@
 // `dflash plan`: the memory plan of a training step per GPU (SPEC §8), or the saved activations of
 // a Hugging Face decoder stack (`--decoder`). Every bad flag value is reported with the flag named.
-#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -62,9 +61,7 @@ void run_config_plan(const PlanFlags& f) {
   } else {
     std::cout << "dflash plan --config " << f.config << "\n";
     print_plan(std::cout, plan, verdicts);
-    char size[32];
-    std::snprintf(size, sizeof size, "%.2f GB", double(checkpoint) / 1e9);
-    std::cout << "\none checkpoint of dflash train --backend cuda: " << size
+    std::cout << "\none checkpoint of dflash train --backend cuda: " << gb_string(checkpoint)
               << " on disk (fp32 master weights and AdamW m, v); the run checks those it keeps at once "
                  "(--keep, --save-every) against the free space of its --out before it starts\n";
   }

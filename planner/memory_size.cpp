@@ -88,4 +88,10 @@ std::string gib_string(std::int64_t bytes) {
   return buffer;
 }
 
+std::string gb_string(std::uint64_t bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2f GB", double(bytes) / 1e9);
+  return buffer;
+}
+
 }  // namespace dflash

@@ -17,4 +17,7 @@ double to_gib(std::int64_t bytes);
 // "12.34" (two decimals, GiB).
 std::string gib_string(std::int64_t bytes);
 
+// "20.78 GB" (two decimals, 10^9 bytes, the unit named): disks and bus traffic, quoted in powers of 10.
+std::string gb_string(std::uint64_t bytes);
+
 }  // namespace dflash

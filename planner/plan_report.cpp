@@ -86,10 +86,9 @@ void print_communication(std::ostream& out, const MemoryPlan& plan) {
   if (collectives.empty()) return;
   out << "\ncommunication per GPU and step (" << r.layout.gpus << " GPUs, ZeRO-" << r.layout.zero_stage << "):\n";
   for (const CollectiveTime& c : collectives) {
-    char bus[32];
-    std::snprintf(bus, sizeof bus, "%.2f GB", double(c.bus_bytes) / 1e9);
-    out << "  " << padded(c.collective, 26) << padded(bus, 10, true) << " on the bus   NVLink "
-        << seconds_text(c.nvlink_seconds) << "   inter-node " << seconds_text(c.inter_node_seconds) << "\n";
+    out << "  " << padded(c.collective, 26) << padded(gb_string(std::uint64_t(c.bus_bytes)), 10, true)
+        << " on the bus   NVLink " << seconds_text(c.nvlink_seconds) << "   inter-node "
+        << seconds_text(c.inter_node_seconds) << "\n";
   }
   const GradientOverlap o = gradient_overlap(r);
   char rate[160];

@@ -35,9 +35,19 @@ const std::regex kCheckpointName("step-[0-9]{8}");
 
 // model.safetensors' metadata.
 const safetensors::Metadata kModelMetadata = {{"format", "pt"}};
-// optimizer.safetensors' tensor prefixes, in the file's order of adding.
-constexpr const char* kExpAvgPrefix = "exp_avg/";
-constexpr const char* kExpAvgSqPrefix = "exp_avg_sq/";
+// A part's tensors are its prefix and the SPEC §3 name: master's in model.safetensors, the
+// moments' in optimizer.safetensors.
+const char* tensor_prefix(OptimizerPart part) {
+  switch (part) {
+    case OptimizerPart::master:
+      return "";
+    case OptimizerPart::exp_avg:
+      return "exp_avg/";
+    case OptimizerPart::exp_avg_sq:
+      return "exp_avg_sq/";
+  }
+  throw std::logic_error("checkpoint: not an optimizer part");
+}
 
 // The tensors add_flat adds under `prefix`, without their values.
 void add_flat_specs(std::vector<safetensors::TensorSpec>& specs, const std::vector<ParameterShape>& shapes,
@@ -92,9 +102,8 @@ void notify(const CheckpointWriteOptions& o, CheckpointPhase phase) {
 std::uint64_t checkpoint_bytes(const DrafterConfig& config, safetensors::Dtype precision) {
   const std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
   std::vector<safetensors::TensorSpec> model, optimizer;
-  add_flat_specs(model, shapes, "", precision);
-  add_flat_specs(optimizer, shapes, kExpAvgPrefix, precision);
-  add_flat_specs(optimizer, shapes, kExpAvgSqPrefix, precision);
+  for (const OptimizerPart part : kOptimizerParts)
+    add_flat_specs(part == OptimizerPart::master ? model : optimizer, shapes, tensor_prefix(part), precision);
   return safetensors::file_size(model, kModelMetadata) + safetensors::file_size(optimizer) + kMaxTrainerStateFileBytes;
 }
 
@@ -135,11 +144,7 @@ fs::path write_run_checkpoint(const fs::path& run_dir, const DrafterConfig& conf
   RunCheckpoint counters = c;  // without its vectors, which are given as values
   counters.master = counters.exp_avg = counters.exp_avg_sq = {};
   return write_run_checkpoint_from(
-      run_dir, config, counters,
-      [&c](OptimizerPart part) -> FlatValues {
-        return part == OptimizerPart::master ? c.master : part == OptimizerPart::exp_avg ? c.exp_avg : c.exp_avg_sq;
-      },
-      options);
+      run_dir, config, counters, [&c](OptimizerPart part) -> FlatValues { return c.flat(part); }, options);
 }
 
 fs::path write_run_checkpoint_from(const fs::path& run_dir, const DrafterConfig& config, const RunCheckpoint& c,
@@ -163,7 +168,7 @@ fs::path write_run_checkpoint_from(const fs::path& run_dir, const DrafterConfig&
     const FlatValues master = values(OptimizerPart::master);
     safetensors::Writer model;
     for (const auto& [key, value] : kModelMetadata) model.set_metadata(key, value);
-    add_flat(model, shapes, "", master, options.precision);
+    add_flat(model, shapes, tensor_prefix(OptimizerPart::master), master, options.precision);
     model_hash = model.write_file(tmp_dir / kModelFileName);
   }
   notify(options, CheckpointPhase::model_written);
@@ -171,8 +176,8 @@ fs::path write_run_checkpoint_from(const fs::path& run_dir, const DrafterConfig&
     const FlatValues exp_avg = values(OptimizerPart::exp_avg);
     const FlatValues exp_avg_sq = values(OptimizerPart::exp_avg_sq);
     safetensors::Writer optimizer;
-    add_flat(optimizer, shapes, kExpAvgPrefix, exp_avg, options.precision);
-    add_flat(optimizer, shapes, kExpAvgSqPrefix, exp_avg_sq, options.precision);
+    add_flat(optimizer, shapes, tensor_prefix(OptimizerPart::exp_avg), exp_avg, options.precision);
+    add_flat(optimizer, shapes, tensor_prefix(OptimizerPart::exp_avg_sq), exp_avg_sq, options.precision);
     optimizer_hash = optimizer.write_file(tmp_dir / kOptimizerFileName);
   }
   notify(options, CheckpointPhase::optimizer_written);
@@ -284,7 +289,8 @@ RunCheckpointReader::RunCheckpointReader(RunCheckpoint state, safetensors::Reade
       model_(std::move(model)),
       optimizer_(std::move(optimizer)),
       shapes_(std::move(shapes)),
-      sizes_(parameter_sizes(shapes_)) {}
+      sizes_(parameter_sizes(shapes_)),
+      count_(std::accumulate(sizes_.begin(), sizes_.end(), std::int64_t(0))) {}
 
 RunCheckpointReader RunCheckpointReader::open(const fs::path& dir, const DrafterConfig& config,
                                               CheckpointHashes check) {
@@ -309,9 +315,8 @@ RunCheckpointReader RunCheckpointReader::open(const fs::path& dir, const Drafter
     std::vector<ParameterShape> shapes = drafter_parameter_shapes(config);
     auto model = safetensors::Reader::open_file(dir / kModelFileName);
     auto optimizer = safetensors::Reader::open_file(dir / kOptimizerFileName);
-    check_flat_tensors(model, shapes, "");
-    check_flat_tensors(optimizer, shapes, kExpAvgPrefix);
-    check_flat_tensors(optimizer, shapes, kExpAvgSqPrefix);
+    for (const OptimizerPart part : kOptimizerParts)
+      check_flat_tensors(part == OptimizerPart::master ? model : optimizer, shapes, tensor_prefix(part));
     return RunCheckpointReader(std::move(state.counters), std::move(model), std::move(optimizer), std::move(shapes));
   } catch (const json::exception& e) {
     throw_input_error(state_path.string(), str("malformed: ", e.what()));
@@ -319,14 +324,11 @@ RunCheckpointReader RunCheckpointReader::open(const fs::path& dir, const Drafter
 }
 
 void RunCheckpointReader::read(OptimizerPart part, std::int64_t first, std::span<double> out) const {
-  const std::int64_t P = std::accumulate(sizes_.begin(), sizes_.end(), std::int64_t(0));
-  if (first < 0 || first + std::int64_t(out.size()) > P) {
-    throw std::logic_error(str("checkpoint read [", first, ", +", out.size(), ") of ", P, " values"));
+  if (first < 0 || first + std::int64_t(out.size()) > count_) {
+    throw std::logic_error(str("checkpoint read [", first, ", +", out.size(), ") of ", count_, " values"));
   }
   const safetensors::Reader& r = part == OptimizerPart::master ? model_ : optimizer_;
-  const std::string prefix = part == OptimizerPart::master    ? ""
-                             : part == OptimizerPart::exp_avg ? kExpAvgPrefix
-                                                              : kExpAvgSqPrefix;
+  const std::string prefix = tensor_prefix(part);
   for (const FlatRun& run : flat_runs(sizes_, first, std::int64_t(out.size()))) {
     r.read_float_elements(prefix + shapes_[run.tensor].name, std::uint64_t(run.at),
                           out.subspan(std::size_t(run.position), std::size_t(run.length)));
@@ -349,9 +351,7 @@ RunCheckpoint read_run_checkpoint(const fs::path& dir, const DrafterConfig& conf
   // vector of doubles per tensor, left freed blocks of about P doubles in the heap, where a resumed
   // rank kept them for the whole run (bench/results/host_memory.md).
   for (const OptimizerPart part : kOptimizerParts) {
-    std::vector<double>& v = part == OptimizerPart::master    ? c.master
-                             : part == OptimizerPart::exp_avg ? c.exp_avg
-                                                              : c.exp_avg_sq;
+    std::vector<double>& v = c.flat(part);
     v.resize(std::size_t(end - first));
     reader.read(part, first, v);
   }

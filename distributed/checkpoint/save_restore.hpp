@@ -55,6 +55,13 @@ struct RunCheckpoint {
   // Flat vectors (canonical order of drafter_parameter_shapes): whole (P values each) when written;
   // read, the values [first, first + size) a FlatSlice asked for.
   std::vector<double> master, exp_avg, exp_avg_sq;
+  // The vector of one optimizer part.
+  std::vector<double>& flat(OptimizerPart part) {
+    return part == OptimizerPart::master ? master : part == OptimizerPart::exp_avg ? exp_avg : exp_avg_sq;
+  }
+  const std::vector<double>& flat(OptimizerPart part) const {
+    return part == OptimizerPart::master ? master : part == OptimizerPart::exp_avg ? exp_avg : exp_avg_sq;
+  }
   std::int64_t first = 0;  // the flat index of master[0], exp_avg[0], exp_avg_sq[0] (at most P)
   // The data set it was trained on (distributed/data/feature_dataset.hpp's fingerprint: shard file
   // names, sizes, sequence count); null when not recorded.
@@ -152,6 +159,7 @@ class RunCheckpointReader {
   safetensors::Reader model_, optimizer_;
   std::vector<ParameterShape> shapes_;
   std::vector<std::int64_t> sizes_;
+  std::int64_t count_;  // P
 };
 
 // The values `slice` asks for (all by default) of a checkpoint, through RunCheckpointReader.

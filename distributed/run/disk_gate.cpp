@@ -5,20 +5,11 @@
 #include <system_error>
 
 #include "io/errors.hpp"
+#include "planner/memory_size.hpp"
 
 namespace dflash {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string gigabytes(std::uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GB", double(bytes) / 1e9);
-  return text;
-}
-
-}  // namespace
 
 bool saves_after_step(std::int64_t t, std::int64_t total_steps, std::int64_t save_every) {
   return t + 1 == total_steps || (save_every > 0 && (t + 1) % save_every == 0);
@@ -61,7 +52,7 @@ std::uint64_t available_disk_bytes(const fs::path& path) {
 
 void print_disk_plan(std::ostream& out, const DiskPlan& plan, const fs::path& run_dir, std::int64_t keep) {
   out << "dflash train: checkpoints: up to " << plan.checkpoints << " at once (--keep " << keep << ") of "
-      << gigabytes(plan.checkpoint_bytes) << " each, " << gigabytes(plan.needed()) << "; " << gigabytes(plan.available)
+      << gb_string(plan.checkpoint_bytes) << " each, " << gb_string(plan.needed()) << "; " << gb_string(plan.available)
       << " available on the filesystem of " << run_dir.string() << ": " << (plan.fits() ? "fits" : "does NOT fit")
       << "\n";
 }
@@ -69,9 +60,9 @@ void print_disk_plan(std::ostream& out, const DiskPlan& plan, const fs::path& ru
 void require_disk_plan_fits(const DiskPlan& plan, const fs::path& run_dir, std::int64_t keep) {
   if (plan.fits()) return;
   throw_input_error("--out",
-                    str("the run's checkpoints need up to ", gigabytes(plan.needed()), " (up to ", plan.checkpoints,
-                        " at once, --keep ", keep, ", of ", gigabytes(plan.checkpoint_bytes),
-                        " each) and the filesystem of '", run_dir.string(), "' has ", gigabytes(plan.available),
+                    str("the run's checkpoints need up to ", gb_string(plan.needed()), " (up to ", plan.checkpoints,
+                        " at once, --keep ", keep, ", of ", gb_string(plan.checkpoint_bytes),
+                        " each) and the filesystem of '", run_dir.string(), "' has ", gb_string(plan.available),
                         " available; free space, lower --keep or raise --save-every, "
                         "or pass --force to start anyway"));
 }

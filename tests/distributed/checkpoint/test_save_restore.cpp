@@ -92,9 +92,7 @@ TEST(RunCheckpoint, TheReaderReadsAnyRangeOfEachVector) {
   EXPECT_TRUE(reader.state().master.empty());
   const auto P = std::int64_t(ck.master.size());
   for (const OptimizerPart part : kOptimizerParts) {
-    const std::vector<double>& whole = part == OptimizerPart::master    ? ck.master
-                                       : part == OptimizerPart::exp_avg ? ck.exp_avg
-                                                                        : ck.exp_avg_sq;
+    const std::vector<double>& whole = ck.flat(part);
     for (const auto& [first, n] :
          std::vector<std::pair<std::int64_t, std::int64_t>>{{0, P}, {7, 300}, {P - 5, 5}, {P, 0}}) {
       std::vector<double> got(std::size_t(n), -1.0);
@@ -128,9 +126,7 @@ TEST(RunCheckpoint, WrittenFromValuesAsksEachPartOnceInOrderAndWritesTheSameByte
     if (phase == CheckpointPhase::optimizer_written) events.push_back("optimizer written");
   };
   const auto values = [&](OptimizerPart part) -> FlatValues {
-    const std::vector<double>& v = part == OptimizerPart::master    ? ck.master
-                                   : part == OptimizerPart::exp_avg ? ck.exp_avg
-                                                                    : ck.exp_avg_sq;
+    const std::vector<double>& v = ck.flat(part);
     events.push_back(part == OptimizerPart::master    ? "master"
                      : part == OptimizerPart::exp_avg ? "exp_avg"
                                                       : "exp_avg_sq");
