@@ -10,6 +10,7 @@
 #include "distributed/run/plan_gate.hpp"
 #include "io/errors.hpp"
 #include "planner/checked_bytes.hpp"
+#include "planner/host_memory.hpp"
 #include "planner/memory_size.hpp"
 #include "planner/plan_report.hpp"
 #include "planner/training_plan.hpp"
@@ -19,7 +20,8 @@ namespace {
 
 struct PlanFlags {
   std::string config, decoder;
-  std::optional<std::int64_t> tokens, context, loss_chunk_rows, checkpoint_every, gpus;
+  std::optional<std::int64_t> tokens, context, loss_chunk_rows, checkpoint_every, gpus, sequences, micro_steps;
+  std::int64_t gpus_per_node = kDefaultGpusPerNode;
   std::optional<std::string> loss_policy, trunk_policy;
   int zero = 1;
   std::string gpu_memory = "95GB";
@@ -42,6 +44,9 @@ void run_config_plan(const PlanFlags& f) {
   r.loss_chunk_rows = positive(f.loss_chunk_rows, r.loss_chunk_rows, "--loss-chunk-rows");
   r.checkpoint_every = positive(f.checkpoint_every, r.checkpoint_every, "--checkpoint-every");
   r.layout.gpus = positive(f.gpus, r.layout.gpus, "--gpus");
+  r.sequences = positive(f.sequences, r.sequences, "--sequences");
+  r.micro_steps = positive(f.micro_steps, r.micro_steps, "--micro-steps");
+  require_at_least(f.gpus_per_node, 1, "--gpus-per-node");
   if (f.loss_policy) r.loss_policy = parse_loss_policy(*f.loss_policy, "--loss-policy");
   if (f.trunk_policy) r.trunk_policy = parse_trunk_policy(*f.trunk_policy, "--trunk-policy");
   if (f.zero != 0 && f.zero != 1) throw_input_error("--zero", str(f.zero, " is not 0 or 1"));
@@ -53,10 +58,13 @@ void run_config_plan(const PlanFlags& f) {
   // One checkpoint of `dflash train --backend cuda` on disk (fp32 master weights and moments): the
   // run sets it, times the checkpoints it keeps at once, against --out's free space (disk_gate.hpp).
   const std::uint64_t checkpoint = checkpoint_bytes(r.config, master_dtype_of(TrainingBackend::cuda));
+  // What each rank of that run holds on the host (the production plan is the CUDA step's).
+  const std::optional<HostMemoryPlan> host = plan_host_memory(r, f.gpus_per_node);
   if (f.json) {
     nlohmann::json j = plan_json(plan, verdicts);
     j["config"] = f.config;
     j["checkpoint_bytes"] = checkpoint;
+    if (host) j["host"] = host_memory_json(*host);
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "dflash plan --config " << f.config << "\n";
@@ -64,6 +72,7 @@ void run_config_plan(const PlanFlags& f) {
     std::cout << "\none checkpoint of dflash train --backend cuda: " << gb_string(checkpoint)
               << " on disk (fp32 master weights and AdamW m, v); the run checks those it keeps at once "
                  "(--keep, --save-every) against the free space of its --out before it starts\n";
+    if (host) print_host_memory(std::cout, *host);
   }
 }
 
@@ -101,6 +110,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       "materialize | chunk_retain | chunk_recompute | chunk_grad_in_forward (default: the config's)");
   drafter_only->add_option("--trunk-policy", f->trunk_policy, "none | per_layer | every_k (default: the config's)");
   drafter_only->add_option("--gpus", f->gpus, "Data-parallel GPUs (default 8)");
+  drafter_only->add_option("--sequences", f->sequences, "Sequences per GPU per micro-step (default 1)");
+  drafter_only->add_option("--micro-steps", f->micro_steps, "Micro-steps U per optimizer step (default 1)");
+  drafter_only->add_option("--gpus-per-node", f->gpus_per_node,
+                           "GPUs (ranks) per node, for the host plan's node total (default 8)");
   drafter_only->add_option("--zero", f->zero, "ZeRO stage, 0 or 1 (default 1)");
   drafter_only->add_option("--gpu-memory", f->gpu_memory, "Device memory: bytes, or e.g. 95GB, 80GiB (default 95GB)");
   drafter_only->excludes(decoder);

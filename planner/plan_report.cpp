@@ -239,6 +239,39 @@ void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<Pol
   }
 }
 
+json host_memory_json(const HostMemoryPlan& h) {
+  return {{"optimizer_part", h.optimizer_part},
+          {"checkpoint_slice", h.checkpoint_slice},
+          {"part_upload", h.part_upload},
+          {"frozen_piece", h.frozen_piece},
+          {"step_batch", h.step_batch},
+          {"upload_staging", h.upload_staging},
+          {"sequence_tables", h.sequence_tables},
+          {"checkpoint_gather", h.checkpoint_gather},
+          {"fresh_start", h.fresh_start()},
+          {"resumed_start", h.resumed_start()},
+          {"steps", h.steps()},
+          {"checkpoint_write", h.checkpoint_write()},
+          {"rank_peak", h.rank_peak()},
+          {"lead_peak", h.lead_peak()},
+          {"ranks_per_node", h.ranks_per_node},
+          {"node_peak", h.node_peak()}};
+}
+
+void print_host_memory(std::ostream& out, const HostMemoryPlan& h) {
+  out << "\nhost memory per rank (dflash train --backend cuda; planner/host_memory.hpp):\n";
+  const std::pair<const char*, std::int64_t> phases[] = {
+      {"fresh start (optimizer part, fp32 copy)", h.fresh_start()},
+      {"resumed start (checkpoint slice, part)", h.resumed_start()},
+      {"steps (the step's sequences in double)", h.steps()},
+      {"checkpoint write (writing rank: m, v fp32)", h.checkpoint_write()},
+      {"peak of a rank", h.rank_peak()},
+      {"peak of the rank that writes checkpoints", h.lead_peak()},
+  };
+  for (const auto& [label, bytes] : phases) row(out, label, bytes);
+  row(out, "node: " + std::to_string(h.ranks_per_node) + " rank(s) at their peaks", h.node_peak());
+}
+
 DecoderPlan plan_decoder(const DecoderConfig& config, std::int64_t tokens, std::int64_t checkpoint_every,
                          std::int64_t element_bytes) {
   return {config, tokens, element_bytes, decoder_layer_saved_tensors(config),

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/decoder_layer_activations.hpp"
+#include "planner/host_memory.hpp"
 #include "planner/policy_verdicts.hpp"
 #include "planner/training_plan.hpp"
 
@@ -16,6 +17,11 @@ namespace dflash {
 
 nlohmann::json plan_json(const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdicts);
 void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdicts);
+
+// The host plan of a CUDA rank (host_memory.hpp): every term and phase in bytes, and the peaks of
+// a rank, of the rank that writes checkpoints and of a node.
+nlohmann::json host_memory_json(const HostMemoryPlan& host);
+void print_host_memory(std::ostream& out, const HostMemoryPlan& host);
 
 // The generic decoder stack (`dflash plan --decoder`).
 struct DecoderPlan {

@@ -24,10 +24,12 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/run/device_step_backend.hpp"
+#include "distributed/run/plan_gate.hpp"
 #include "distributed/run/trainer.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "harness/cuda/host_training_backend.hpp"
 #include "io/file_write.hpp"
+#include "planner/plan_report.hpp"
 #include "reference/drafter_config.hpp"
 #include "reference/drafter_parameters.hpp"
 #include "reference/storage_pool.hpp"
@@ -110,10 +112,24 @@ int run(int argc, char** argv) {
       "peak resident since the last step (its checkpoint) %.3f GB; in double, the frozen weights (2 V H) are %.3f GB and the "
       "P = %lld parameters %.3f GB\n",
       gb(peak), gb(frozen), static_cast<long long>(P), gb(P * std::int64_t(sizeof(double))));
+  // The host plan of this run (planner/host_memory.hpp), to read the peaks by: each peak above is the
+  // process's base (the host's bytes after a step, less the staging it keeps) plus the backend's bytes
+  // at that moment plus the plan's phase.
+  const HostMemoryPlan plan =
+      *plan_host_memory(training_plan_request(config, load_training_config(config_path), 1, TrainingBackend::cuda), 1);
+  std::printf(
+      "host plan: fresh start %.3f GB, resumed start %.3f GB, steps %.3f GB (staging %.3f GB), checkpoint write "
+      "%.3f GB\n",
+      gb(plan.fresh_start()), gb(plan.resumed_start()), gb(plan.steps()), gb(plan.upload_staging),
+      gb(plan.checkpoint_write()));
   if (!json_path.empty()) {
-    const nlohmann::json j = {
-        {"config", config_path},         {"resume", resume}, {"peak_rss_bytes_after_last_step", peak},
-        {"frozen_double_bytes", frozen}, {"parameters", P},  {"steps", steps}};
+    const nlohmann::json j = {{"config", config_path},
+                              {"resume", resume},
+                              {"peak_rss_bytes_after_last_step", peak},
+                              {"frozen_double_bytes", frozen},
+                              {"parameters", P},
+                              {"steps", steps},
+                              {"host_plan", host_memory_json(plan)}};
     write_file_atomically(json_path, j.dump(1) + "\n");
   }
   return code;

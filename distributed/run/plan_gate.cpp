@@ -6,6 +6,7 @@
 
 #include "distributed/global_batch.hpp"
 #include "io/errors.hpp"
+#include "planner/memory_size.hpp"
 #include "planner/plan_report.hpp"
 
 namespace dflash {
@@ -24,11 +25,14 @@ safetensors::Dtype master_dtype_of(TrainingBackend backend) {
   return backend == TrainingBackend::cuda ? safetensors::Dtype::F32 : safetensors::Dtype::F64;
 }
 
+std::int64_t ranks_on_this_node() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return local != nullptr ? std::max(1L, std::atol(local)) : 1;
+}
+
 std::int64_t host_memory_bytes_per_rank() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  std::int64_t ranks_here = 1;
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) ranks_here = std::max(1L, std::atol(local));
-  return std::int64_t(pages) * std::int64_t(page) / ranks_here;
+  return std::int64_t(pages) * std::int64_t(page) / ranks_on_this_node();
 }
 
 PlanRequest training_plan_request(const DrafterConfig& config, const TrainingConfig& training, int world_size,
@@ -54,9 +58,14 @@ PlanRequest training_plan_request(const DrafterConfig& config, const TrainingCon
 }
 
 PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                         TrainingBackend backend) {
+                         TrainingBackend backend, std::int64_t host_bytes_per_rank) {
   const PlanRequest r = training_plan_request(config, training, world_size, backend);
-  return PlanVerdict{plan_training_memory(r), policy_verdicts(r)};
+  PlanVerdict v{plan_training_memory(r), policy_verdicts(r), std::nullopt, std::nullopt};
+  if (backend == TrainingBackend::cuda) {
+    v.host = plan_host_memory(r, ranks_on_this_node());
+    v.host_fit = device_fit(v.host->lead_peak(), host_bytes_per_rank);
+  }
+  return v;
 }
 
 void print_plan_verdict(std::ostream& out, const PlanVerdict& v, const std::string& config_path, int world_size,
@@ -64,6 +73,14 @@ void print_plan_verdict(std::ostream& out, const PlanVerdict& v, const std::stri
   out << "dflash train: plan for " << config_path << " on " << world_size << " rank(s), backend "
       << training_backend_name(backend) << ": " << (v.fits() ? "fits" : "DOES NOT FIT") << "\n";
   print_plan(out, v.plan, v.verdicts);
+  if (!v.host) return;
+  print_host_memory(out, *v.host);
+  const DeviceFit& f = *v.host_fit;
+  out << "host share per rank " << gib_string(f.device_bytes) << " GiB, headroom " << gib_string(f.headroom_bytes)
+      << " GiB, usable " << gib_string(f.usable_bytes) << " GiB: the writing rank's peak "
+      << (f.fits ? "fits, " + gib_string(f.free_bytes()) + " GiB to spare"
+                 : "DOES NOT FIT, " + gib_string(-f.free_bytes()) + " GiB over")
+      << "\n";
 }
 
 }  // namespace dflash

@@ -7,16 +7,19 @@
 // config's ZeRO stage and policies. Device memory: for `cuda` the 95 GB device of SPEC §1; for
 // `cpu` the host's physical memory shared by the ranks on this node (OMPI_COMM_WORLD_LOCAL_SIZE).
 // Element sizes: production mixed precision for `cuda`, all double (with master copy and moments)
-// for `cpu`.
+// for `cpu`. With `cuda` the host is planned too (planner/host_memory.hpp) and the run refused when
+// a rank's host would not hold it.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "distributed/training_config.hpp"
 #include "io/safetensors_dtype.hpp"
+#include "planner/host_memory.hpp"
 #include "planner/policy_verdicts.hpp"
 #include "planner/training_plan.hpp"
 
@@ -30,18 +33,28 @@ std::string_view training_backend_name(TrainingBackend backend);
 // disk gate.
 safetensors::Dtype master_dtype_of(TrainingBackend backend);
 
+// With backend cuda, also the host's plan (planner/host_memory.hpp): the peak of the rank that
+// writes checkpoints, the largest, held against each rank's share of the host's memory (under the
+// device rule's headroom, device_fit.hpp), so that every rank gives the same verdict.
 struct PlanVerdict {
   MemoryPlan plan;
   std::vector<PolicyVerdict> verdicts;
-  bool fits() const { return plan.fit.fits; }
+  std::optional<HostMemoryPlan> host;
+  std::optional<DeviceFit> host_fit;
+  bool device_fits() const { return plan.fit.fits; }
+  bool host_fits() const { return !host_fit || host_fit->fits; }
+  bool fits() const { return device_fits() && host_fits(); }
 };
 
+// The ranks of this job on this node (OMPI_COMM_WORLD_LOCAL_SIZE; 1 outside mpirun), and the host's
+// physical memory shared among them.
+std::int64_t ranks_on_this_node();
 std::int64_t host_memory_bytes_per_rank();
 
 PlanRequest training_plan_request(const DrafterConfig& config, const TrainingConfig& training, int world_size,
                                   TrainingBackend backend);
 PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                         TrainingBackend backend);
+                         TrainingBackend backend, std::int64_t host_bytes_per_rank = host_memory_bytes_per_rank());
 
 // Prints the verdict and the table (as `dflash plan` does).
 void print_plan_verdict(std::ostream& out, const PlanVerdict& verdict, const std::string& config_path, int world_size,

@@ -170,10 +170,10 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const PlanVerdict verdict = plan_verdict(config, training, R, o.backend);
   if (lead) print_plan_verdict(log, verdict, o.config.string(), R, o.backend);
   if (!verdict.fits() && !o.force) {
-    throw_input_error(
-        "plan", str("the training step does not fit on ", R, " rank(s) with backend ", training_backend_name(o.backend),
-                    " (table above); change the config or the ranks, "
-                    "or pass --force to try anyway"));
+    throw_input_error("plan", str(verdict.device_fits() ? "the host memory of a rank" : "the training step",
+                                  " does not fit on ", R, " rank(s) with backend ", training_backend_name(o.backend),
+                                  " (table above); change the config or the ranks, "
+                                  "or pass --force to try anyway"));
   }
   // (A test's own step backend needs no GPU.)
   if (o.backend == TrainingBackend::cuda && !o.make_step_backend) require_cuda_training_available(comm);

@@ -12,6 +12,7 @@
 
 #include "distributed/checkpoint/save_restore.hpp"
 
+#include "planner/host_memory.hpp"
 #include "planner/plan_report.hpp"
 #include "planner/policy_verdicts.hpp"
 #include "tests/support/cli_run.hpp"
@@ -113,7 +114,7 @@ TEST(PlanCli, JsonIsTheLibrarysPlan) {
   const std::string args =
       "--config configs/qwen3.6-27b.json --tokens 16384 --context 2048 --loss-chunk-rows 1000 "
       "--loss-policy chunk_grad_in_forward --trunk-policy every_k --checkpoint-every 2 --gpus 4 "
-      "--zero 0 --gpu-memory 80GiB";
+      "--zero 0 --gpu-memory 80GiB --sequences 2 --micro-steps 3 --gpus-per-node 2";
   json cli = plan_json_of(args);
   PlanRequest r = PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json"));
   r.tokens = 16384;
@@ -125,9 +126,12 @@ TEST(PlanCli, JsonIsTheLibrarysPlan) {
   r.layout.gpus = 4;
   r.layout.zero_stage = 0;
   r.device_bytes = std::int64_t(80) << 30;
+  r.sequences = 2;
+  r.micro_steps = 3;
   const std::vector<PolicyVerdict> verdicts = policy_verdicts(r);
   json library = plan_json(plan_training_memory(r), verdicts);
   library["checkpoint_bytes"] = checkpoint_bytes(r.config, safetensors::Dtype::F32);
+  library["host"] = host_memory_json(*plan_host_memory(r, /*gpus_per_node=*/2));
   cli.erase("config");
   EXPECT_EQ(cli, library);
   // And each verdict row holds its combination's numbers (the equality above would not see a field
@@ -179,8 +183,9 @@ TEST(PlanCli, TableShowsCategoriesVerdictAndEveryCombination) {
   for (LossPolicy p : kAllLossPolicies) EXPECT_NE(r.out.find(loss_policy_name(p)), std::string::npos);
   const json j = plan_json_of("--config configs/qwen3.6-27b.json");
   EXPECT_NE(r.out.find(j.at("fits").get<bool>() ? "verdict: FITS" : "verdict: DOES NOT FIT"), std::string::npos);
-  for (const char* part : {"reduce_scatter gradients", "the last sequence's trunk backward", "NVLink", "inter-node",
-                           "exposed", "then the all-gather"}) {
+  for (const char* part :
+       {"reduce_scatter gradients", "the last sequence's trunk backward", "NVLink", "inter-node", "exposed",
+        "then the all-gather", "host memory per rank", "resumed start", "checkpoint write", "node: 8 rank(s)"}) {
     EXPECT_NE(r.out.find(part), std::string::npos) << part << " not in:\n" << r.out;
   }
 }
@@ -214,6 +219,9 @@ TEST(PlanCli, ZeroCheckpointInterval) {
   expect_flag_error(kConfig + "--checkpoint-every 0", "--checkpoint-every", "at least 1");
 }
 TEST(PlanCli, ZeroGpus) { expect_flag_error(kConfig + "--gpus 0", "--gpus", "at least 1"); }
+TEST(PlanCli, ZeroSequences) { expect_flag_error(kConfig + "--sequences 0", "--sequences", "at least 1"); }
+TEST(PlanCli, ZeroMicroSteps) { expect_flag_error(kConfig + "--micro-steps 0", "--micro-steps", "at least 1"); }
+TEST(PlanCli, ZeroGpusPerNode) { expect_flag_error(kConfig + "--gpus-per-node 0", "--gpus-per-node", "at least 1"); }
 TEST(PlanCli, ZeroStageTwo) { expect_flag_error(kConfig + "--zero 2", "--zero", "not 0 or 1"); }
 TEST(PlanCli, MemoryWithUnknownUnit) {
   expect_flag_error(kConfig + "--gpu-memory 95XB", "--gpu-memory", "'95XB' is not a size");

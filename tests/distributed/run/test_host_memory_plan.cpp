@@ -1,0 +1,106 @@
+// The host plan (planner/host_memory.hpp) against the code it plans, term by term: each term is the
+// bytes of the allocation `dflash train --backend cuda` makes, counted by a MemoryTracker where the
+// code counts it, and from the vectors' own sizes where it does not. configs/tiny-train.json on the
+// synthetic set, 3 ranks and 1 under ZeRO-1 (shards with padding) and 1 under ZeRO-0. (checkpoint_gather,
+// the two moments the writing rank holds at once, is shown by test_save_restore's
+// WrittenFromValuesAsksEachPartOnceInOrderAndWritesTheSameBytes: master is written before them.)
+#include <gtest/gtest.h>
+
+#include "cuda/drafter/step_loop.hpp"
+#include "distributed/data/feature_dataset.hpp"
+#include "distributed/device_training_layout.hpp"
+#include "distributed/flat_parameters.hpp"
+#include "distributed/optimizer_state.hpp"
+#include "distributed/run/plan_gate.hpp"
+#include "distributed/weights/drafter_init.hpp"
+#include "planner/host_memory.hpp"
+#include "tests/distributed/run_test_support.hpp"
+
+namespace dflash::train_testing {
+namespace {
+
+HostMemoryPlan host_plan(const DrafterConfig& config, const TrainingConfig& training, int ranks) {
+  return *plan_host_memory(training_plan_request(config, training, ranks, TrainingBackend::cuda));
+}
+
+std::int64_t bytes_of(const auto& v) { return std::int64_t(v.size() * sizeof(v[0])); }
+
+// The start: every rank's part in double as make_optimizer_state makes it, and rank 0's fp32 copy.
+TEST(HostMemoryPlan, TheStartsTermsAreTheOptimizerPartsBytes) {
+  const DrafterConfig config = tiny_config();
+  TrainingConfig training = load_training_config(tiny_train_config_path());
+  // One rank under ZeRO-1: its shard is the whole padded vector, held in double, uploaded to P.
+  for (const auto& [ranks, zero] : {std::pair{3, 1}, std::pair{1, 1}, std::pair{1, 0}}) {
+    training.zero_stage = zero;
+    const HostMemoryPlan h = host_plan(config, training, ranks);
+    const FlatLayout layout(config, ranks, zero);
+    if (zero == 1) {
+      ASSERT_GT(layout.padded(), layout.count()) << "the shards must hold padding here";
+    }
+    for (int rank = 0; rank < ranks; ++rank) {
+      MemoryTracker tracker;
+      const OptimizerState state = make_optimizer_state(tracker, layout, rank, [&](std::int64_t first, auto out) {
+        seeded_flat_values(config, config.seed, first, out);
+      });
+      EXPECT_EQ(std::int64_t(tracker.current_total()), h.optimizer_part) << "rank " << rank << " of " << ranks;
+      const DeviceOptimizerPart part = device_optimizer_part(layout, rank, state);
+      const std::int64_t upload = bytes_of(part.master) + bytes_of(part.exp_avg) + bytes_of(part.exp_avg_sq);
+      // Rank 0's part is the largest (the last one's may end in the padding): the plan's.
+      if (rank == 0) {
+        EXPECT_EQ(upload, h.part_upload);
+      }
+      EXPECT_LE(upload, h.part_upload);
+      const FlatRange owned = owned_range(layout, rank);
+      EXPECT_LE(3 * owned.size() * std::int64_t(sizeof(double)), h.checkpoint_slice);
+    }
+    EXPECT_EQ(h.frozen_piece, config.vocab_size * config.hidden_size * (8 + 2));  // V H < 2^20: one piece
+  }
+}
+
+// The steps: a sequence of max_context rows as the run reads it (counted by the tracker, as the
+// trainer's is), every sequence of the rank's step at once; the staging of its uploads (counted by
+// the step's host tracker); and the tables prepared for it, from their vectors' sizes.
+TEST(HostMemoryPlan, TheStepsTermsAreTheSequencesBytes) {
+  const DrafterConfig config = tiny_config();
+  const TrainingConfig training = load_training_config(tiny_train_config_path());
+  const int ranks = 3;
+  const HostMemoryPlan h = host_plan(config, training, ranks);
+  const std::int64_t rank_sequences = training.global_batch_sequences / ranks;  // U = 1
+  const FeatureDataset dataset =
+      FeatureDataset::open(synthetic_run_data() / "features", FeatureSetShape::of(config), ShardValueCheck{});
+
+  std::int64_t longest = -1;  // a sequence the run truncates to max_context: the plan's S
+  for (std::int64_t i = 0; i < dataset.num_sequences() && longest < 0; ++i) {
+    MemoryTracker probe;
+    if (dataset.sequence_batch(probe, i, training.max_context).truncated) longest = i;
+  }
+  ASSERT_GE(longest, 0) << "the synthetic set must hold a sequence longer than max_context";
+  MemoryTracker tracker;
+  const FeatureDataset::Batch q = dataset.sequence_batch(tracker, longest, training.max_context);
+  EXPECT_EQ(q.batch.context_length(), training.max_context);
+  EXPECT_EQ(std::int64_t(tracker.current_total()) * rank_sequences, h.step_batch);
+
+  const DrafterStepOptions options = drafter_step_options(config, 0, 0);
+  const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, q.batch, options);
+  ASSERT_EQ(seqs.size(), 1u);
+  const PreparedSequence<double>& s = seqs[0];
+  const SequenceBlocks<double>& b = s.blocks;
+  const std::int64_t tables = bytes_of(s.slots.anchors) + bytes_of(s.slots.keep) + bytes_of(b.input_tokens) +
+                              bytes_of(b.positions) + bytes_of(b.labels) + bytes_of(b.weights) + bytes_of(b.valid) +
+                              bytes_of(b.teacher_rows);
+  const std::int64_t hits =
+      bytes_of(s.slots.keep) + bytes_of(b.valid) + std::int64_t(b.valid.size());  // keep, valid, a hit a row
+  EXPECT_EQ(tables + rank_sequences * hits, h.sequence_tables);
+
+  MemoryTracker host;
+  {
+    UploadStaging staging(host);
+    const std::int64_t SKH = q.batch.context_length() * config.feature_width();
+    staging.features(q.batch.target_features.data(), SKH);
+    staging.teacher_rows(q.batch, 0, b);
+    EXPECT_EQ(std::int64_t(host.current(MemoryCategory::inputs)), h.upload_staging);
+  }
+}
+
+}  // namespace
+}  // namespace dflash::train_testing
