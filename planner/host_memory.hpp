@@ -24,7 +24,8 @@
 //   fresh_start      optimizer_part + part_upload + frozen_piece
 //   resumed_start    max(checkpoint_slice + optimizer_part, fresh_start)
 //   steps            step_batch + upload_staging + sequence_tables
-//   checkpoint_write upload_staging + checkpoint_gather (the lead rank)
+//   checkpoint_write upload_staging + checkpoint_gather (the lead rank, which first lets go of the
+//                    step's batches the storage pool keeps between steps: trainer.cpp's save)
 // What it does not count: the program, its libraries, the CUDA context and the pages of the shards it
 // maps (measured as the process's base in bench/results/host_memory.md), and vectors the size of
 // the tensor list.

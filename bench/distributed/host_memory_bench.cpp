@@ -5,13 +5,16 @@
 //   held by the host = resident set (VmRSS) - the backend's bytes (its tracker's current total)
 // after each step. A GPU rank's host would hold the same, with the backend's bytes on the GPU.
 // Also reported: the peak resident set (VmHWM) from the start to the first step's end, between steps
-// and after the last (its checkpoint), the storage pool's live and cached bytes, and the sizes
-// of the frozen weights and the parameters in double (2 V H values; P), to read the peaks by.
+// and from the last checkpoint's first gather (with the resident set there), the storage pool's live
+// and cached bytes, the pages mapped from files, the sizes of the frozen weights and the parameters
+// in double (2 V H values; P), and the host plan (planner/host_memory.hpp), to read the peaks by.
 //
 //   build/app/dflash data synth --config bench/distributed/host_memory.json --out /tmp/hm/set --sequences 4 --shards 1
 //   build/bench/distributed/bench_host_memory --config bench/distributed/host_memory.json --set /tmp/hm/set
 //       --out /tmp/hm/run [--stop-after T] [--resume] [--json FILE]      (one command line each)
 // The config trains 3 steps: --stop-after 0, then --resume, measures a resumed rank too.
+// bench/distributed/host_memory_steps.json measures the steps: 8 sequences of 4096 rows a step, K = 8
+// (its set: `data synth ... --sequences 8 --shards 1 --min-length 4096 --max-length 4096`).
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -56,6 +59,27 @@ void restart_peak() {
 
 double gb(std::int64_t bytes) { return double(bytes) / 1e9; }
 
+// The backend with a reading where a save starts to gather (its master weights): the resident set
+// then (after what the run let go of before its save) and the peak restarted from it, so that the
+// last peak the benchmark reads is the save's own.
+class SaveProbe final : public DeviceStepBackend<HostTrainingBackend> {
+ public:
+  SaveProbe(std::int64_t& resident_at_gather, HostTrainingBackend backend, CudaCommunicators comms,
+            const DrafterConfig& config, const TrainingConfig& training, const FrozenWeightSource& frozen,
+            const OptimizerState& state)
+      : DeviceStepBackend(backend, comms, config, training, frozen, state), resident_at_gather_(resident_at_gather) {}
+  FlatValues gather_optimizer(OptimizerPart part, bool to_this_rank) override {
+    if (part == OptimizerPart::master) {
+      resident_at_gather_ = proc_status_bytes("VmRSS");
+      restart_peak();
+    }
+    return DeviceStepBackend::gather_optimizer(part, to_this_rank);
+  }
+
+ private:
+  std::int64_t& resident_at_gather_;
+};
+
 int run(int argc, char** argv) {
   CLI::App app{"Host memory of a CUDA training rank (bench/distributed/host_memory_bench.cpp)"};
   std::string config_path, set, out, json_path;
@@ -78,40 +102,45 @@ int run(int argc, char** argv) {
   o.out = out;
   o.resume = resume;
   o.backend = TrainingBackend::cuda;
-  o.make_step_backend = [&device](Communicator& comm, const DrafterConfig& c, const TrainingConfig& training,
-                                  const FrozenWeightSource& frozen, TrainingState state) {
-    return std::make_unique<DeviceStepBackend<HostTrainingBackend>>(
-        HostTrainingBackend{device}, CudaCommunicators{comm, comm}, c, training, frozen, state.optimizer);
+  std::int64_t resident_at_gather = -1;
+  o.make_step_backend = [&](Communicator& comm, const DrafterConfig& c, const TrainingConfig& training,
+                            const FrozenWeightSource& frozen, TrainingState state) {
+    return std::make_unique<SaveProbe>(resident_at_gather, HostTrainingBackend{device}, CudaCommunicators{comm, comm},
+                                       c, training, frozen, state.optimizer);
   };
   nlohmann::json steps = nlohmann::json::array();
   o.after_step = [&](std::int64_t t) {
     const std::int64_t rss = proc_status_bytes("VmRSS"), backend = std::int64_t(device.current_total());
     const std::int64_t peak = proc_status_bytes("VmHWM");  // since the last reading
+    // Of the resident set, the pages that belong to files (the program, its libraries, the shards
+    // and the target it maps: the kernel may drop them and read them again) and the rest.
+    const std::int64_t file = proc_status_bytes("RssFile") + proc_status_bytes("RssShmem");
     restart_peak();
     const StoragePoolState pool = storage_pool_state();
     steps.push_back({{"step", t},
                      {"rss_bytes", rss},
                      {"backend_bytes", backend},
                      {"host_bytes", rss - backend},
+                     {"file_backed_bytes", file},
                      {"peak_rss_bytes_since_last", peak},
                      {"pool_live_bytes", pool.live_bytes},
                      {"pool_cached_bytes", pool.cached_bytes}});
     std::printf(
         "after step %lld: resident %.3f GB, backend %.3f GB, held by the host %.3f GB (pool: live %.3f, "
-        "cached %.3f GB); peak resident since the last reading %.3f GB\n",
+        "cached %.3f GB; mapped from files %.3f GB); peak resident since the last reading %.3f GB\n",
         static_cast<long long>(t), gb(rss), gb(backend), gb(rss - backend), gb(std::int64_t(pool.live_bytes)),
-        gb(std::int64_t(pool.cached_bytes)), gb(peak));
+        gb(std::int64_t(pool.cached_bytes)), gb(file), gb(peak));
     if (t == stop_after) std::raise(SIGTERM);
   };
   SingleProcessCommunicator comm;
   const int code = run_training(o, comm, std::cout);
-  const std::int64_t peak = proc_status_bytes("VmHWM");  // the last checkpoint's write, after the last step
+  const std::int64_t peak = proc_status_bytes("VmHWM");  // the last checkpoint's write, from its first gather
   const std::int64_t frozen = 2 * config.vocab_size * config.hidden_size * std::int64_t(sizeof(double));
   const std::int64_t P = drafter_parameter_count(config);
   std::printf(
-      "peak resident since the last step (its checkpoint) %.3f GB; in double, the frozen weights (2 V H) are %.3f GB and the "
+      "resident where the last checkpoint starts to gather %.3f GB, peak resident from there %.3f GB; in double, the frozen weights (2 V H) are %.3f GB and the "
       "P = %lld parameters %.3f GB\n",
-      gb(peak), gb(frozen), static_cast<long long>(P), gb(P * std::int64_t(sizeof(double))));
+      gb(resident_at_gather), gb(peak), gb(frozen), static_cast<long long>(P), gb(P * std::int64_t(sizeof(double))));
   // The host plan of this run (planner/host_memory.hpp), to read the peaks by: each peak above is the
   // process's base (the host's bytes after a step, less the staging it keeps) plus the backend's bytes
   // at that moment plus the plan's phase.
@@ -125,6 +154,7 @@ int run(int argc, char** argv) {
   if (!json_path.empty()) {
     const nlohmann::json j = {{"config", config_path},
                               {"resume", resume},
+                              {"rss_bytes_at_last_gather", resident_at_gather},
                               {"peak_rss_bytes_after_last_step", peak},
                               {"frozen_double_bytes", frozen},
                               {"parameters", P},

@@ -6,6 +6,8 @@
 // WrittenFromValuesAsksEachPartOnceInOrderAndWritesTheSameBytes: master is written before them.)
 #include <gtest/gtest.h>
 
+#include <csignal>
+
 #include "cuda/drafter/step_loop.hpp"
 #include "distributed/data/feature_dataset.hpp"
 #include "distributed/device_training_layout.hpp"
@@ -14,7 +16,8 @@
 #include "distributed/run/plan_gate.hpp"
 #include "distributed/weights/drafter_init.hpp"
 #include "planner/host_memory.hpp"
-#include "tests/distributed/run_test_support.hpp"
+#include "reference/storage_pool.hpp"
+#include "tests/distributed/run/cuda_run_support.hpp"
 
 namespace dflash::train_testing {
 namespace {
@@ -99,6 +102,47 @@ TEST(HostMemoryPlan, TheStepsTermsAreTheSequencesBytes) {
     staging.features(q.batch.target_features.data(), SKH);
     staging.teacher_rows(q.batch, 0, b);
     EXPECT_EQ(std::int64_t(host.current(MemoryCategory::inputs)), h.upload_staging);
+  }
+}
+
+// The writing rank's save holds no block the storage pool kept from the step's batches: the plan's
+// checkpoint_write (staging and gather) leaves them out, and the run lets go of them before it
+// gathers. Between steps the pool does keep them (the steps' memory, reused by the next step).
+TEST(HostMemoryPlan, TheWritingRankReleasesTheStepsCachedBatchesBeforeItGathers) {
+  class GatherProbe final : public DeviceStepBackend<HostTrainingBackend> {
+   public:
+    GatherProbe(std::vector<std::size_t>& log, HostTrainingBackend backend, CudaCommunicators comms,
+                const DrafterConfig& config, const TrainingConfig& training, const FrozenWeightSource& frozen,
+                const OptimizerState& state)
+        : DeviceStepBackend(backend, comms, config, training, frozen, state), log_(log) {}
+    FlatValues gather_optimizer(OptimizerPart part, bool to_this_rank) override {
+      if (part == OptimizerPart::master) log_.push_back(storage_pool_state().cached_bytes);
+      return DeviceStepBackend::gather_optimizer(part, to_this_rank);
+    }
+
+   private:
+    std::vector<std::size_t>& log_;
+  };
+  ScratchDirectory dir;
+  MemoryTracker memory;
+  TrainingRunOptions o = cuda_options_for(dir / "run", memory);
+  o.save_every = 1;
+  std::vector<std::size_t> cached_at_gather, cached_after_step;
+  o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                            const FrozenWeightSource& frozen, TrainingState state) {
+    return std::make_unique<GatherProbe>(cached_at_gather, HostTrainingBackend{memory}, CudaCommunicators{comm, comm},
+                                         config, training, frozen, state.optimizer);
+  };
+  o.after_step = [&](std::int64_t t) {
+    cached_after_step.push_back(storage_pool_state().cached_bytes);
+    if (t == 1) std::raise(SIGTERM);
+  };
+  ASSERT_EQ(train(o), 0);
+  ASSERT_EQ(cached_after_step.size(), 2u);
+  ASSERT_EQ(cached_at_gather.size(), 2u);  // a save after each step
+  for (std::size_t t = 0; t < 2; ++t) {
+    EXPECT_GT(cached_after_step[t], 0u) << "step " << t << ": the pool keeps the step's batches";
+    EXPECT_EQ(cached_at_gather[t], 0u) << "the save after step " << t;
   }
 }
 
