@@ -7,14 +7,10 @@
 
 #include "planner/decoder_layer_activations.hpp"
 #include "tests/planner/expect_input_error.hpp"
+#include "tests/planner/source_configs.hpp"
 
 namespace dflash {
 namespace {
-
-std::filesystem::path source_dir() {
-  const char* dir = std::getenv("DFLASH_SOURCE_DIR");
-  return dir ? dir : DFLASH_SOURCE_DIR_DEFAULT;
-}
 
 // SPEC §8: H 5120, q projection 12288 (24 heads of 256, doubled by the output gate), k and v 1024,
 // attention output 6144, FFN 17408, 64 layers.

@@ -13,14 +13,10 @@
 #include "reference/drafter_parameters.hpp"
 #include "reference/drafter_trunk.hpp"
 #include "tests/planner/expect_input_error.hpp"
+#include "tests/planner/source_configs.hpp"
 
 namespace dflash {
 namespace {
-
-std::filesystem::path source_dir() {
-  const char* dir = std::getenv("DFLASH_SOURCE_DIR");
-  return dir ? dir : DFLASH_SOURCE_DIR_DEFAULT;
-}
 
 double exposed(std::vector<double> ready, std::vector<double> duration, double window_end) {
   return exposed_seconds(ready, duration, window_end);
@@ -66,7 +62,7 @@ TEST(TrunkFlops, TinyConfigByHand) {
 }
 
 PlanRequest full_scale(int zero) {
-  PlanRequest r = PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json"));
+  PlanRequest r = full_scale_request();
   r.layout.zero_stage = zero;
   return r;
 }

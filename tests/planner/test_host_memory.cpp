@@ -10,23 +10,15 @@
 
 #include "planner/host_memory.hpp"
 #include "tests/planner/expect_input_error.hpp"
+#include "tests/planner/source_configs.hpp"
 
 namespace dflash {
 namespace {
 
-std::filesystem::path source_dir() {
-  const char* dir = std::getenv("DFLASH_SOURCE_DIR");
-  return dir ? dir : DFLASH_SOURCE_DIR_DEFAULT;
-}
-
-PlanRequest full_scale() {
-  return PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json"));
-}
-
 constexpr std::int64_t kP = 1'730'213'120;  // the full-scale drafter's trainable parameters
 
 TEST(HostMemoryPlan, FullScaleTermsByHand) {
-  const HostMemoryPlan h = *plan_host_memory(full_scale());  // 8 GPUs, ZeRO-1, S 4096, one sequence
+  const HostMemoryPlan h = *plan_host_memory(full_scale_request());  // 8 GPUs, ZeRO-1, S 4096, one sequence
   // P rounded up to 8 x 128 = 1024: 1,689,662 x 1024 = 1,730,213,888; the shard is an eighth.
   const std::int64_t shard = 216'276'736;
   EXPECT_EQ(h.optimizer_part, 3 * shard * 8);
@@ -52,7 +44,7 @@ TEST(HostMemoryPlan, FullScaleTermsByHand) {
 // ZeRO-0 keeps the whole vectors on every rank; the shard's padding is counted where the host state
 // holds it (the part in double) and not where only the part below P is (the slice, the upload).
 TEST(HostMemoryPlan, ZeroStageDecidesThePart) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.layout.zero_stage = 0;
   const HostMemoryPlan z0 = *plan_host_memory(r);
   EXPECT_EQ(z0.optimizer_part, 3 * kP * 8);
@@ -71,7 +63,7 @@ TEST(HostMemoryPlan, ZeroStageDecidesThePart) {
 // Every sequence of a rank's step is held at once, in double: b sequences per micro-step, U
 // micro-steps, S rows each. The staging and the start do not grow with them.
 TEST(HostMemoryPlan, TheStepHoldsEverySequenceOfTheRank) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   const HostMemoryPlan one = *plan_host_memory(r);
   r.sequences = 2;
   r.micro_steps = 3;
@@ -86,7 +78,7 @@ TEST(HostMemoryPlan, TheStepHoldsEverySequenceOfTheRank) {
 }
 
 TEST(HostMemoryPlan, NodeCountsItsRanksOnce) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.layout.gpus = 16;
   const HostMemoryPlan two_nodes = *plan_host_memory(r, 8);
   EXPECT_EQ(two_nodes.ranks_per_node, 8);
@@ -100,7 +92,7 @@ TEST(HostMemoryPlan, NodeCountsItsRanksOnce) {
 
 // The reference step computes on the host: its device plan is the host's, and there is no other.
 TEST(HostMemoryPlan, NoneAtReferencePrecision) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.precision = TrainingPrecision::reference_training();
   EXPECT_FALSE(plan_host_memory(r).has_value());
 }

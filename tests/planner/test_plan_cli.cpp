@@ -15,17 +15,13 @@
 #include "planner/host_memory.hpp"
 #include "planner/plan_report.hpp"
 #include "planner/policy_verdicts.hpp"
+#include "tests/planner/source_configs.hpp"
 #include "tests/support/cli_run.hpp"
 
 namespace dflash {
 namespace {
 
 using nlohmann::json;
-
-std::filesystem::path source_dir() {
-  const char* dir = std::getenv("DFLASH_SOURCE_DIR");
-  return dir ? dir : DFLASH_SOURCE_DIR_DEFAULT;
-}
 
 using testing_support::CliRun;
 
@@ -116,7 +112,7 @@ TEST(PlanCli, JsonIsTheLibrarysPlan) {
       "--loss-policy chunk_grad_in_forward --trunk-policy every_k --checkpoint-every 2 --gpus 4 "
       "--zero 0 --gpu-memory 80GiB --sequences 2 --micro-steps 3 --gpus-per-node 2";
   json cli = plan_json_of(args);
-  PlanRequest r = PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json"));
+  PlanRequest r = full_scale_request();
   r.tokens = 16384;
   r.context = 2048;
   r.loss_chunk_rows = 1000;

@@ -11,21 +11,13 @@
 #include "planner/training_plan.hpp"
 #include "reference/drafter_parameters.hpp"
 #include "tests/planner/expect_input_error.hpp"
+#include "tests/planner/source_configs.hpp"
 
 namespace dflash {
 namespace {
 
-std::filesystem::path source_dir() {
-  const char* dir = std::getenv("DFLASH_SOURCE_DIR");
-  return dir ? dir : DFLASH_SOURCE_DIR_DEFAULT;
-}
-
-PlanRequest full_scale() {
-  return PlanRequest::from_config(load_drafter_config(source_dir() / "configs/qwen3.6-27b.json"));
-}
-
 TEST(TrainingPlan, DefaultsAreTheSpecTrainingStep) {
-  const PlanRequest r = full_scale();
+  const PlanRequest r = full_scale_request();
   EXPECT_EQ(r.tokens, 32768);  // SPEC §1: B 32 x max_anchors 1024
   EXPECT_EQ(r.context, kDefaultContextLength);
   EXPECT_EQ(r.layout.gpus, 8);
@@ -35,7 +27,7 @@ TEST(TrainingPlan, DefaultsAreTheSpecTrainingStep) {
 }
 
 TEST(TrainingPlan, LossHeadOfTheFullScaleConfigIsSpecExampleOne) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.loss_chunk_rows = 2048;
   const MemoryPlan plan = plan_training_memory(r);
   EXPECT_EQ(plan.loss_head.full_logits_bytes, 16'273'899'520);
@@ -46,7 +38,7 @@ TEST(TrainingPlan, LossHeadOfTheFullScaleConfigIsSpecExampleOne) {
 }
 
 TEST(TrainingPlan, ParameterCategoriesFollowThePrecisionRecipe) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.layout = {.gpus = 1, .zero_stage = 0};
   const MemoryPlan plan = plan_training_memory(r);
   const std::int64_t P = drafter_parameter_count(r.config);
@@ -64,7 +56,7 @@ TEST(TrainingPlan, ParameterCategoriesFollowThePrecisionRecipe) {
 }
 
 TEST(TrainingPlan, ZeroOneShardsMasterWeightsAndMomentsOnly) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.layout = {.gpus = 8, .zero_stage = 0};
   const MemoryPlan zero0 = plan_training_memory(r);
   r.layout.zero_stage = 1;
@@ -83,7 +75,7 @@ TEST(TrainingPlan, ZeroOneShardsMasterWeightsAndMomentsOnly) {
 // The CUDA step's layout (distributed/cuda/training_state.hpp): the flat gradient padded, master
 // and moments of the shard clipped to P, no bucket buffers.
 TEST(TrainingPlan, InPlaceFlatLayoutPadsTheGradientClipsTheShardAndHasNoBuckets) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.layout = {.gpus = 8, .zero_stage = 1, .in_place_flat = true};
   const MemoryPlan eight = plan_training_memory(r);
   const std::int64_t P = eight.parameters.trainable, padded = (P + 1023) / 1024 * 1024;
@@ -101,7 +93,7 @@ TEST(TrainingPlan, InPlaceFlatLayoutPadsTheGradientClipsTheShardAndHasNoBuckets)
 }
 
 TEST(TrainingPlan, TotalIsTheSumOfCategoriesAndDecidesTheVerdict) {
-  const MemoryPlan plan = plan_training_memory(full_scale());
+  const MemoryPlan plan = plan_training_memory(full_scale_request());
   std::int64_t sum = 0;
   for (PlanCategory c : kAllPlanCategories) sum += plan.categories[c];
   EXPECT_EQ(plan.fit.total_bytes, sum);
@@ -119,7 +111,7 @@ TEST(DeviceFit, HeadroomIsFivePercentOrTwoGiB) {
 }
 
 TEST(TrainingPlan, TrunkPoliciesOrderAsTheyShould) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.trunk_policy = TrunkPolicy::none;
   const MemoryPlan none = plan_training_memory(r);
   r.trunk_policy = TrunkPolicy::per_layer;
@@ -143,7 +135,7 @@ TEST(TrainingPlan, TrunkPoliciesOrderAsTheyShould) {
 // device in tests/cuda/drafter/test_drafter_step_gpu.cpp; the trunk's closed form against its code on the
 // CPU backend in tests/cuda/trunk/test_trunk_memory_cpu.cpp); the reference precision the reference's.
 TEST(TrainingPlan, ProductionPlansTheCudaStep) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.layout = {.gpus = 1, .zero_stage = 0};
   const MemoryPlan plan = plan_training_memory(r);
   const DrafterDims m = DrafterDims::of(r.config, r.context, r.tokens / r.config.block_size);
@@ -166,7 +158,7 @@ TEST(TrainingPlan, ProductionPlansTheCudaStep) {
 // The activation summary of the CUDA trunk under every_k keeps one fp32 layer input per segment:
 // ceil(L / k) of them (L = 5: k = 2 keeps 3, k = 5 keeps 1), beside C and X_L.
 TEST(TrainingPlan, CudaEveryKKeepsOneBoundaryPerSegment) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.layout = {.gpus = 1, .zero_stage = 0};
   r.trunk_policy = TrunkPolicy::every_k;
   const DrafterDims m = DrafterDims::of(r.config, r.context, r.tokens / r.config.block_size);
@@ -184,7 +176,7 @@ TEST(TrainingPlan, CudaEveryKKeepsOneBoundaryPerSegment) {
 // gradient in training (TRAINING §14), so the CUDA training step never allocates it; the
 // verification steps hand one back per sequence, and the reference's batch-wide copy is per sequence.
 TEST(TrainingPlan, FeatureGradientOnlyWhereTheStepMakesIt) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.layout = {.gpus = 1, .zero_stage = 0};
   const DrafterDims m = DrafterDims::of(r.config, r.context, r.tokens / r.config.block_size);
   const std::int64_t P = drafter_parameter_counts(r.config).trainable;
@@ -208,7 +200,7 @@ TEST(TrainingPlan, FeatureGradientOnlyWhereTheStepMakesIt) {
 
 // The reference trunk's statistics follow statistic_bytes (the CUDA trunk's are fp32 by type).
 TEST(TrainingPlan, WiderStatisticsOnlyAddTheirDifference) {
-  PlanRequest r = full_scale();
+  PlanRequest r = full_scale_request();
   r.precision.trunk = TrunkMemoryModel::reference;
   r.precision.statistic_bytes = r.precision.activation_bytes;
   const MemoryPlan narrow = plan_training_memory(r);
@@ -221,7 +213,7 @@ TEST(TrainingPlan, WiderStatisticsOnlyAddTheirDifference) {
 }
 
 TEST(PolicyVerdicts, EveryCombinationInOrderAndMonotone) {
-  const std::vector<PolicyVerdict> v = policy_verdicts(full_scale());
+  const std::vector<PolicyVerdict> v = policy_verdicts(full_scale_request());
   // Production plans the CUDA step, which does not offer chunk_retain.
   ASSERT_EQ(v.size(), (kAllLossPolicies.size() - 1) * kAllTrunkPolicies.size() * 2);
   for (const PolicyVerdict& p : v) EXPECT_NE(p.loss_policy, LossPolicy::chunk_retain);
@@ -269,7 +261,7 @@ TEST(TrainingPlan, BadRequestsNameTheField) {
       {"plan sizes", [](PlanRequest& r) { r.context = std::int64_t(1) << 50; }},  // overflows 64-bit bytes
   };
   for (const BadField& c : cases) {
-    PlanRequest r = full_scale();
+    PlanRequest r = full_scale_request();
     c.spoil(r);
     expect_input_error([&] { plan_training_memory(r); }, {c.field});
   }
@@ -284,7 +276,7 @@ namespace {
 // TRAINING §13's collectives per GPU and step at full scale, and their time at the stated bus
 // bandwidths (planner/communication_time.hpp): bytes exact, times = bus bytes / bandwidth.
 TEST(CommunicationTime, FullScaleCollectivesPerStep) {
-  const std::int64_t P = drafter_parameter_count(full_scale().config);
+  const std::int64_t P = drafter_parameter_count(full_scale_request().config);
   const std::int64_t padded = (P + 1023) / 1024 * 1024;  // to a multiple of 8 x 128
   const TrainingPrecision p = TrainingPrecision::production();
   const std::vector<CollectiveTime> zero1 = step_communication(P, p, {.gpus = 8, .zero_stage = 1});
