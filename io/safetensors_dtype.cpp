@@ -108,11 +108,14 @@ float float_rounded_to_odd(double value) {
   if (std::isnan(value)) {
     return std::copysign(std::numeric_limits<float>::quiet_NaN(), std::signbit(value) ? -1.0f : 1.0f);
   }
-  float nearest = static_cast<float>(value);
+  const float nearest = static_cast<float>(value);
   if (static_cast<double>(nearest) == value) return nearest;  // exact (also +-inf and +-0)
-  // Truncate toward zero: if rounding went away from zero, step back one float.
-  if (std::fabs(static_cast<double>(nearest)) > std::fabs(value)) nearest = std::nextafter(nearest, 0.0f);
+  // Truncate toward zero: if rounding went away from zero, step back one float. A float's bits are
+  // its sign and its magnitude's, which are ordered as the magnitudes are: one less is the next
+  // float toward zero (nextafter(nearest, 0)), for subnormals and from infinity (to the largest
+  // float) too. nearest is not 0 here: rounding never goes away from zero to 0.
   std::uint32_t bits = std::bit_cast<std::uint32_t>(nearest);
+  if (std::fabs(static_cast<double>(nearest)) > std::fabs(value)) bits -= 1u;
   bits |= 1u;  // sticky bit: "something was lost"
   return std::bit_cast<float>(bits);
 }

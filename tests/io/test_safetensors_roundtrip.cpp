@@ -104,6 +104,40 @@ void expect_every_value_and_midpoint_rounds_correctly(std::uint16_t infinity_bit
   }
 }
 
+// float_rounded_to_odd by its definition: the float nearest toward zero (nextafter toward 0 where
+// the conversion rounded away), its last bit set when the value was not exact. Over every exponent a
+// float can round from (from below the smallest subnormal to past the largest float), both signs,
+// values a hair either side of floats and random ones; the encoder's bit arithmetic must agree.
+TEST(SafetensorsRoundTrip, FloatRoundedToOddIsTruncationWithAStickyBit) {
+  const auto by_definition = [](double v) {
+    float toward_zero = static_cast<float>(v);
+    if (static_cast<double>(toward_zero) == v) return toward_zero;
+    if (std::fabs(static_cast<double>(toward_zero)) > std::fabs(v)) toward_zero = std::nextafter(toward_zero, 0.0f);
+    return std::bit_cast<float>(std::bit_cast<std::uint32_t>(toward_zero) | 1u);
+  };
+  std::vector<double> values = {0x1p-160, 0x1p-149 / 3,           0x1p-150,       0x1.8p-149,   3.4028235677973366e38,
+                                0x1p128,  0x1.fffffffffffffp1023, 0x1.ffffffp127, 1.0 + 0x1p-30};
+  std::uint64_t state = 0x9E3779B97F4A7C15u;
+  for (int e = -160; e <= 130; ++e) {
+    for (int k = 0; k < 16; ++k) {
+      state = state * 6364136223846793005u + 1442695040888963407u;
+      values.push_back(std::ldexp(1.0 + double(state >> 11) * 0x1p-53, e));
+    }
+    const float f = std::ldexp(1.0f, std::max(e, -149));
+    if (std::isfinite(f)) {
+      values.push_back(std::nextafter(static_cast<double>(f), kInf));
+      values.push_back(std::nextafter(static_cast<double>(f), 0.0));
+    }
+  }
+  for (const double v : values) {
+    for (const double signed_v : {v, -v}) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(float_rounded_to_odd(signed_v)),
+                std::bit_cast<std::uint32_t>(by_definition(signed_v)))
+          << std::hexfloat << signed_v;
+    }
+  }
+}
+
 TEST(SafetensorsRoundTrip, BF16AllValuesAndMidpointsRoundCorrectly) {
   expect_every_value_and_midpoint_rounds_correctly(
       0x7F80u, [](std::uint16_t bits) { return static_cast<double>(float_from_bf16_bits(bits)); },
