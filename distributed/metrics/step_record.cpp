@@ -1,15 +1,44 @@
 #include "distributed/metrics/step_record.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string_view>
 
 #include "io/errors.hpp"
+#include "reference/memory_tracker.hpp"
 
 namespace dflash {
 
 using nlohmann::json;
+
+namespace {
+
+// The longest text nlohmann::json writes for a double (17 significant digits, a sign and a
+// three-digit exponent) and for an int64.
+constexpr double kLongestDouble = -2.2250738585072014e-308;
+constexpr std::int64_t kLongestInteger = std::numeric_limits<std::int64_t>::min();
+
+}  // namespace
+
+RecordStatistics longest_record_statistics(std::int64_t block_size) {
+  RecordStatistics r;
+  r.step = r.tokens = r.truncated_sequences = kLongestInteger;
+  r.loss = r.ce = r.kl = r.accuracy = r.weight_sum = r.acceptance_length = kLongestDouble;
+  r.accuracy_by_position.assign(std::size_t(std::max<std::int64_t>(block_size, 0)), kLongestDouble);
+  return r;
+}
+
+std::uint64_t step_record_line_bytes_at_most(std::int64_t block_size) {
+  StepRecord r;
+  static_cast<RecordStatistics&>(r) = longest_record_statistics(block_size);
+  r.lr = r.grad_norm = r.tokens_per_s = r.step_s = kLongestDouble;
+  r.clipped = false;  // "false" is longer than "true"
+  for (int c = 0; c < kMemoryCategoryCount; ++c)
+    r.peak_bytes[std::string(category_name(static_cast<MemoryCategory>(c)))] = kLongestInteger;
+  return step_record_json(r).dump().size() + 1;
+}
 
 void write_record_statistics(json& into, const RecordStatistics& r) {
   into["step"] = r.step;

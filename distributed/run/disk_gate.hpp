@@ -3,9 +3,10 @@
 // filesystem has fewer available. A run that would fill its disk at its tenth hour's checkpoint is
 // told at its first second, as the plan gate tells it of device memory (plan_gate.hpp).
 //
-// What is counted: the checkpoints alone (checkpoint_bytes: 20.8 GB each at full scale in fp32).
-// metrics.jsonl and eval.jsonl grow by a few hundred bytes a step, and the free space may change
-// under the run: the gate is the arithmetic of the run's own writes, not a reservation.
+// What is counted: the checkpoints (checkpoint_bytes: 20.8 GB each at full scale in fp32) and the
+// lines metrics.jsonl and eval.jsonl gain, each at its longest (step_record.hpp: about 1 KB a step).
+// The free space may change under the run: the gate is the arithmetic of the run's own writes, not
+// a reservation.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +29,17 @@ bool saves_after_step(std::int64_t t, std::int64_t total_steps, std::int64_t sav
 std::int64_t checkpoints_added_at_most(std::int64_t first_step, std::int64_t total_steps, std::int64_t save_every,
                                        std::int64_t keep, std::int64_t existing);
 
+// The bytes the lines of metrics.jsonl (one a step) and eval.jsonl (one every eval_every-th step;
+// 0: none) add from first_step to total_steps, each line at its longest.
+std::uint64_t record_lines_added_at_most(std::int64_t first_step, std::int64_t total_steps, std::int64_t eval_every,
+                                         std::uint64_t step_line_bytes, std::uint64_t eval_line_bytes);
+
 struct DiskPlan {
   std::uint64_t checkpoint_bytes = 0;  // one checkpoint, at the most (save_restore.hpp)
   std::int64_t checkpoints = 0;        // added at once, at the most
   std::uint64_t available = 0;         // on --out's filesystem, to this user
-  std::uint64_t needed() const;        // checkpoint_bytes x checkpoints
+  std::uint64_t record_bytes = 0;      // metrics.jsonl and eval.jsonl lines, at the most
+  std::uint64_t needed() const;        // checkpoint_bytes x checkpoints + record_bytes (saturating)
   bool fits() const { return needed() <= available; }
 };
 

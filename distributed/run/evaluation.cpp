@@ -1,5 +1,7 @@
 #include "distributed/run/evaluation.hpp"
 
+#include <limits>
+
 #include "common/dropout_rng.hpp"
 #include "io/errors.hpp"
 
@@ -9,6 +11,13 @@ nlohmann::json eval_record_json(const EvalRecord& r) {
   nlohmann::json j = {{"sequences", r.sequences}};
   write_record_statistics(j, r);
   return j;
+}
+
+std::uint64_t eval_record_line_bytes_at_most(std::int64_t block_size) {
+  EvalRecord r;
+  static_cast<RecordStatistics&>(r) = longest_record_statistics(block_size);
+  r.sequences = std::numeric_limits<std::int64_t>::min();
+  return eval_record_json(r).dump().size() + 1;
 }
 
 void validate_eval_set(const FeatureDataset& eval) {

@@ -28,6 +28,8 @@ struct EvalRecord : RecordStatistics {
 };
 
 nlohmann::json eval_record_json(const EvalRecord& r);
+// The bytes of one eval.jsonl line at the most (step_record.hpp's longest statistics).
+std::uint64_t eval_record_line_bytes_at_most(std::int64_t block_size);
 
 // Refuses (InputError naming --eval-data) a set of more than 2^20 sequences: seq indexes the RNG
 // streams (SPEC §6).

@@ -185,10 +185,14 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
 
   // 3b. Disk gate: the checkpoints the run will add against the space on --out's filesystem, asked
   // by the rank that writes them and given to every rank, so that all refuse or none.
+  const std::int64_t first_step = resume_from ? checkpoint_step(*resume_from) : 0;
   DiskPlan disk{checkpoint_bytes(config, master_dtype_of(o.backend)),
-                checkpoints_added_at_most(resume_from ? checkpoint_step(*resume_from) : 0, training.total_steps,
-                                          o.save_every, o.keep, std::int64_t(run_checkpoints(o.out).size())),
-                0};
+                checkpoints_added_at_most(first_step, training.total_steps, o.save_every, o.keep,
+                                          std::int64_t(run_checkpoints(o.out).size())),
+                0,
+                record_lines_added_at_most(first_step, training.total_steps, o.eval_every,
+                                           step_record_line_bytes_at_most(config.block_size),
+                                           eval_record_line_bytes_at_most(config.block_size))};
   std::int64_t available = 0;
   if (lead) {
     const std::uint64_t bytes = o.available_disk_bytes ? o.available_disk_bytes(o.out) : available_disk_bytes(o.out);

@@ -6,9 +6,13 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fstream>
+#include <limits>
 
 #include "distributed/checkpoint/save_restore.hpp"
+#include "distributed/metrics/step_record.hpp"
 #include "distributed/run/disk_gate.hpp"
+#include "distributed/run/evaluation.hpp"
 #include "distributed/run/plan_gate.hpp"
 #include "distributed/training_config.hpp"
 #include "io/errors.hpp"
@@ -106,13 +110,74 @@ TEST(DiskGate, CheckpointsAddedAtMostIsWhatRealSavesLeaveOnDisk) {
   }
 }
 
-TEST(DiskGate, NeededIsTheCheckpointsTimesTheirBytesAndSaturates) {
-  const DiskPlan plan{1'000, 3, 2'999};
-  EXPECT_EQ(plan.needed(), 3'000u);
+TEST(DiskGate, NeededIsTheCheckpointsTimesTheirBytesAndTheRecordsAndSaturates) {
+  const DiskPlan plan{1'000, 3, 3'049, 50};
+  EXPECT_EQ(plan.needed(), 3'050u);
   EXPECT_FALSE(plan.fits());
-  EXPECT_TRUE((DiskPlan{1'000, 3, 3'000}.fits()));
+  EXPECT_TRUE((DiskPlan{1'000, 3, 3'050, 50}.fits()));
   EXPECT_TRUE((DiskPlan{1'000, 0, 0}.fits()));
   EXPECT_EQ((DiskPlan{std::uint64_t(1) << 62, 8, 0}.needed()), ~std::uint64_t(0));
+  EXPECT_EQ((DiskPlan{std::uint64_t(1) << 62, 3, 0, std::uint64_t(1) << 62}.needed()), ~std::uint64_t(0));
+}
+
+// A line of each file per step, and per evaluation (after steps t with (t + 1) % eval_every == 0),
+// from the run's first step on (a resume's).
+TEST(DiskGate, RecordLinesAreOneAStepAndOneAnEvaluation) {
+  EXPECT_EQ(record_lines_added_at_most(0, 20, 0, 100, 70), 2'000u);
+  EXPECT_EQ(record_lines_added_at_most(0, 20, 5, 100, 70), 2'000u + 4 * 70);   // after 4, 9, 14, 19
+  EXPECT_EQ(record_lines_added_at_most(10, 20, 5, 100, 70), 1'000u + 2 * 70);  // after 14, 19
+  EXPECT_EQ(record_lines_added_at_most(9, 20, 5, 100, 70), 1'100u + 3 * 70);   // after 9, 14, 19
+  EXPECT_EQ(record_lines_added_at_most(0, 7, 3, 100, 70), 700u + 2 * 70);      // after 2, 5
+  EXPECT_EQ(record_lines_added_at_most(20, 20, 5, 100, 70), 0u);               // resumed at the end
+}
+
+// Every number in j at its longest text: doubles as -2.2250738585072014e-308, integers as -2^63.
+void lengthen_numbers(nlohmann::json& j) {
+  if (j.is_number_float()) j = -2.2250738585072014e-308;
+  if (j.is_number_integer()) j = std::numeric_limits<std::int64_t>::min();
+  if (j.is_structured()) {
+    for (auto& child : j) lengthen_numbers(child);
+  }
+}
+
+// A run with evaluation counts both files' lines: one byte short of its checkpoint and every line at
+// its longest, it is refused; with that, it trains, and every line it writes is within the bound. The
+// longest record reads back.
+TEST(DiskGate, RecordLineBoundsHoldEveryLineARunWrites) {
+  const std::int64_t B = tiny_config().block_size;
+  const std::uint64_t step_line = step_record_line_bytes_at_most(B), eval_line = eval_record_line_bytes_at_most(B);
+  ScratchDirectory dir;
+  TrainingRunOptions o = options_for(dir / "run");
+  o.eval_data = synthetic_run_data() / "features";
+  o.eval_every = 5;
+  const std::uint64_t needed = checkpoint_bytes(tiny_config(), safetensors::Dtype::F64) +  // saved at the end
+                               record_lines_added_at_most(0, 20, 5, step_line, eval_line);
+  o.available_disk_bytes = [&](const std::filesystem::path&) { return needed - 1; };
+  EXPECT_THAT(input_error_message([&] { train(o); }), HasSubstr("--out"));
+  o.available_disk_bytes = [&](const std::filesystem::path&) { return needed; };
+  ASSERT_EQ(train(o), 0);
+  const std::pair<const char*, std::uint64_t> files[] = {{"metrics.jsonl", step_line}, {"eval.jsonl", eval_line}};
+  std::uint64_t written = 0;
+  for (const auto& [name, bound] : files) {
+    std::ifstream in(o.out / name);
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      EXPECT_LE(line.size() + 1, bound) << name << ": " << line;
+      // The same record with every number at its longest text: a line the run could write.
+      nlohmann::json longest = nlohmann::json::parse(line);
+      lengthen_numbers(longest);
+      EXPECT_LE(longest.dump().size() + 1, bound) << name << ": " << longest.dump();
+    }
+    EXPECT_GT(lines, 0) << name;
+    written += std::filesystem::file_size(o.out / name);
+  }
+  EXPECT_LE(written, record_lines_added_at_most(0, 20, 5, step_line, eval_line));
+  EXPECT_GT(step_line, 500u);  // a dozen doubles, B accuracies and ten categories at their longest
+
+  StepRecord longest;
+  static_cast<RecordStatistics&>(longest) = longest_record_statistics(B);
+  EXPECT_EQ(step_record_from_json(nlohmann::json::parse(step_record_json(longest).dump())).accuracy_by_position,
+            longest.accuracy_by_position);
 }
 
 TEST(DiskGate, AvailableBytesAreAskedOfTheNearestExistingFolder) {
@@ -125,12 +190,20 @@ TEST(DiskGate, AvailableBytesAreAskedOfTheNearestExistingFolder) {
   EXPECT_FALSE(std::filesystem::exists(dir / "not")) << "asking made the folder";
 }
 
-// The bytes the tiny run's checkpoints need, from the library's own count.
+// The bytes the tiny run's metrics.jsonl lines take at the most from first_step on (no evaluation).
+std::uint64_t tiny_run_records(std::int64_t first_step) {
+  const TrainingConfig training = load_training_config(tiny_train_config_path());
+  return record_lines_added_at_most(first_step, training.total_steps, 0,
+                                    step_record_line_bytes_at_most(tiny_config().block_size), 0);
+}
+
+// The bytes the tiny run's checkpoints and records need, from the library's own count.
 std::uint64_t tiny_run_needs(std::int64_t save_every, std::int64_t keep) {
   const DrafterConfig c = tiny_config();
   const TrainingConfig training = load_training_config(tiny_train_config_path());
   return checkpoint_bytes(c, master_dtype_of(TrainingBackend::cpu)) *
-         std::uint64_t(checkpoints_added_at_most(0, training.total_steps, save_every, keep, 0));
+             std::uint64_t(checkpoints_added_at_most(0, training.total_steps, save_every, keep, 0)) +
+         tiny_run_records(0);
 }
 
 // One byte short, the run is refused naming --out, the bytes and the ways out, and writes nothing;
@@ -141,7 +214,8 @@ TEST(DiskGate, ARunWhoseCheckpointsDoNotFitIsRefusedBeforeAnythingIsWritten) {
   o.save_every = 5;
   o.keep = 0;
   const std::uint64_t needed = tiny_run_needs(5, 0);
-  ASSERT_EQ(needed, checkpoint_bytes(tiny_config(), safetensors::Dtype::F64) * 4) << "saves after 5, 10, 15, 20";
+  ASSERT_EQ(needed, checkpoint_bytes(tiny_config(), safetensors::Dtype::F64) * 4 + tiny_run_records(0))
+      << "saves after 5, 10, 15, 20, and 20 lines of metrics";
   std::filesystem::path asked;
   o.available_disk_bytes = [&](const std::filesystem::path& p) {
     asked = p;
@@ -179,8 +253,8 @@ TEST(DiskGate, KeepAndAResumeCountWhatIsAlreadyThere) {
   o.save_every = 5;
   o.keep = 2;
   const std::uint64_t one = checkpoint_bytes(tiny_config(), safetensors::Dtype::F64);
-  EXPECT_EQ(tiny_run_needs(5, 2), 3 * one);
-  o.available_disk_bytes = [&](const std::filesystem::path&) { return 3 * one; };
+  EXPECT_EQ(tiny_run_needs(5, 2), 3 * one + tiny_run_records(0));
+  o.available_disk_bytes = [&](const std::filesystem::path&) { return 3 * one + tiny_run_records(0); };
   o.after_step = [](std::int64_t t) {
     if (t == 9) std::raise(SIGTERM);
   };
@@ -188,10 +262,11 @@ TEST(DiskGate, KeepAndAResumeCountWhatIsAlreadyThere) {
   ASSERT_EQ(run_checkpoints(o.out).size(), 2u);
   o.after_step = nullptr;
   o.resume = true;
-  o.available_disk_bytes = [&](const std::filesystem::path&) { return one - 1; };
+  const std::uint64_t resumed = one + tiny_run_records(10);  // steps 10..19's lines
+  o.available_disk_bytes = [&](const std::filesystem::path&) { return resumed - 1; };
   const std::string message = input_error_message([&] { train(o); });
   EXPECT_THAT(message, HasSubstr("up to 1 at once"));
-  o.available_disk_bytes = [&](const std::filesystem::path&) { return one; };
+  o.available_disk_bytes = [&](const std::filesystem::path&) { return resumed; };
   EXPECT_EQ(train(o), 0);
 }
 
