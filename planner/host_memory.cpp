@@ -22,7 +22,7 @@ std::int64_t HostMemoryPlan::steps() const {
 
 std::int64_t HostMemoryPlan::checkpoint_write() const { return checked_sum(upload_staging, checkpoint_gather); }
 
-std::int64_t HostMemoryPlan::rank_peak() const { return std::max({fresh_start(), resumed_start(), steps()}); }
+std::int64_t HostMemoryPlan::rank_peak() const { return std::max(resumed_start(), steps()); }  // >= fresh_start
 
 std::int64_t HostMemoryPlan::lead_peak() const { return std::max(rank_peak(), checkpoint_write()); }
 

@@ -105,12 +105,12 @@ void print_communication(std::ostream& out, const MemoryPlan& plan) {
   }
 }
 
+}  // namespace
+
 std::string verdict_text(const DeviceFit& f) {
   return f.fits ? "FITS, " + gib_string(f.free_bytes()) + " GiB to spare"
                 : "DOES NOT FIT, " + gib_string(-f.free_bytes()) + " GiB over";
 }
-
-}  // namespace
 
 json plan_json(const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdicts) {
   const PlanRequest& r = plan.request;

@@ -4,16 +4,21 @@
 
 #include <cstdint>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "planner/decoder_layer_activations.hpp"
+#include "planner/device_fit.hpp"
 #include "planner/host_memory.hpp"
 #include "planner/policy_verdicts.hpp"
 #include "planner/training_plan.hpp"
 
 namespace dflash {
+
+// "FITS, 46.00 GiB to spare" or "DOES NOT FIT, 0.92 GiB over": a device's verdict, or a host's.
+std::string verdict_text(const DeviceFit& fit);
 
 nlohmann::json plan_json(const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdicts);
 void print_plan(std::ostream& out, const MemoryPlan& plan, const std::vector<PolicyVerdict>& verdicts);

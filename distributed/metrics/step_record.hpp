@@ -37,6 +37,7 @@ struct StepRecord : RecordStatistics {
 };
 
 nlohmann::json step_record_json(const StepRecord& r);
+StepRecord step_record_from_json(const nlohmann::json& j);  // throws dflash::InputError naming the key
 
 // The statistics a record's line is longest with at block_size B (every double and integer at its
 // longest text, B accuracies): what a line of metrics.jsonl or eval.jsonl can take at the most.
@@ -44,7 +45,6 @@ RecordStatistics longest_record_statistics(std::int64_t block_size);
 // The bytes of one metrics.jsonl line (the record and its newline) at the most: the disk gate's
 // count of what a step appends (disk_gate.hpp).
 std::uint64_t step_record_line_bytes_at_most(std::int64_t block_size);
-StepRecord step_record_from_json(const nlohmann::json& j);  // throws dflash::InputError naming the key
 
 // "step 12/100  loss 3.1416  acc 0.250  1234 tok/s  eta 0:01:23"
 std::string progress_line(const StepRecord& r, std::int64_t total_steps, double seconds_left);

@@ -4,7 +4,7 @@
 // told at its first second, as the plan gate tells it of device memory (plan_gate.hpp).
 //
 // What is counted: the checkpoints (checkpoint_bytes: 20.8 GB each at full scale in fp32) and the
-// lines metrics.jsonl and eval.jsonl gain, each at its longest (step_record.hpp: about 1 KB a step).
+// lines metrics.jsonl and eval.jsonl gain, each at its longest (step_record.hpp: under 2 KB a step at B = 32).
 // The free space may change under the run: the gate is the arithmetic of the run's own writes, not
 // a reservation.
 #pragma once

@@ -77,10 +77,7 @@ void print_plan_verdict(std::ostream& out, const PlanVerdict& v, const std::stri
   print_host_memory(out, *v.host);
   const DeviceFit& f = *v.host_fit;
   out << "host share per rank " << gib_string(f.device_bytes) << " GiB, headroom " << gib_string(f.headroom_bytes)
-      << " GiB, usable " << gib_string(f.usable_bytes) << " GiB: the writing rank's peak "
-      << (f.fits ? "fits, " + gib_string(f.free_bytes()) + " GiB to spare"
-                 : "DOES NOT FIT, " + gib_string(-f.free_bytes()) + " GiB over")
-      << "\n";
+      << " GiB, usable " << gib_string(f.usable_bytes) << " GiB: the writing rank's peak " << verdict_text(f) << "\n";
 }
 
 }  // namespace dflash
