@@ -6,7 +6,7 @@
 // Sequences run one after another (forward, loss head, backward), accumulating the parameter
 // gradients in sequence order; the loss is normalised by the global weight sum W, which is the
 // whole batch's unless the caller passes the global one (several ranks or micro-steps, SPEC §5).
-// Compiled for double and Mp50 in drafter.cpp / drafter_mp50.cpp.
+// Compiled for double in drafter.cpp; the 50-digit instantiation is declared in drafter_mp50.hpp.
 #pragma once
 
 #include <algorithm>
@@ -22,7 +22,6 @@
 #include "reference/drafter_trunk.hpp"
 #include "reference/dropout.hpp"
 #include "reference/loss_head.hpp"
-#include "reference/scalar.hpp"
 #include "reference/trunk_policy.hpp"
 
 namespace dflash {
@@ -353,6 +352,5 @@ Real drafter_weight_sum(const DrafterConfig& config, const DrafterBatch<Real>& b
   EXTERN template Real drafter_weight_sum(const DrafterConfig&, const DrafterBatch<Real>&, const DrafterStepOptions&);
 
 DFLASH_DRAFTER_INSTANTIATE(extern, double)
-DFLASH_DRAFTER_INSTANTIATE(extern, Mp50)
 
 }  // namespace dflash

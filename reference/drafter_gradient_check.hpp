@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reference/drafter.hpp"
+#include "reference/drafter_mp50.hpp"
 #include "reference/drafter_problem.hpp"
 #include "reference/finite_difference.hpp"
 

@@ -1,5 +1,5 @@
 // The 50-digit instantiation, in its own translation unit so that the two compile in parallel.
-#include "reference/drafter.hpp"
+#include "reference/drafter_mp50.hpp"
 
 namespace dflash {
 

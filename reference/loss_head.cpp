@@ -3,6 +3,5 @@
 namespace dflash {
 
 DFLASH_LOSS_HEAD_INSTANTIATE(, double)
-DFLASH_LOSS_HEAD_INSTANTIATE(, Mp50)
 
 }  // namespace dflash

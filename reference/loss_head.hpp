@@ -24,7 +24,6 @@
 #include "reference/hybrid_loss.hpp"
 #include "reference/linalg.hpp"
 #include "reference/loss_head_types.hpp"
-#include "reference/scalar.hpp"
 #include "reference/threads.hpp"
 
 namespace dflash {
@@ -298,8 +297,7 @@ LossHeadResult<Real> run_loss_head(MemoryTracker& tracker, const LossHeadOptions
   EXTERN template LossHeadResult<Real> run_loss_head(MemoryTracker&, const LossHeadOptions&, const Tensor<Real>&,      \
                                                      const LossHeadTargets<Real>&, const Real&);
 
-// Compiled once, in loss_head.cpp, for the two scalars the project uses.
+// Compiled once, in loss_head.cpp; the 50-digit instantiation is declared in loss_head_mp50.hpp.
 DFLASH_LOSS_HEAD_INSTANTIATE(extern, double)
-DFLASH_LOSS_HEAD_INSTANTIATE(extern, Mp50)
 
 }  // namespace dflash

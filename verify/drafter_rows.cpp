@@ -15,6 +15,7 @@
 #include "reference/drafter.hpp"
 #include "reference/drafter_compare.hpp"
 #include "reference/drafter_gradient_check.hpp"
+#include "reference/drafter_mp50.hpp"
 #include "reference/drafter_problem.hpp"
 #include "reference/trunk_memory.hpp"
 #include "verify/rows.hpp"

@@ -10,6 +10,7 @@
 #include "reference/finite_difference.hpp"
 #include "reference/loss_head.hpp"
 #include "reference/loss_head_compare.hpp"
+#include "reference/loss_head_mp50.hpp"
 #include "reference/loss_head_problem.hpp"
 #include "verify/rows.hpp"
 

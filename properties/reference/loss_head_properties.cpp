@@ -11,6 +11,7 @@
 #include "reference/finite_difference.hpp"
 #include "reference/loss_head.hpp"
 #include "reference/loss_head_compare.hpp"
+#include "reference/loss_head_mp50.hpp"
 #include "reference/loss_head_problem.hpp"
 
 namespace dflash {

@@ -1,0 +1,13 @@
+// The loss head in 50 significant digits (reference/scalar.hpp's Mp50): declared here, compiled
+// once in loss_head_mp50.cpp. Kept out of loss_head.hpp so that only the code that checks double
+// against near-exact maths parses Boost.Multiprecision (about 2.5 s of every translation unit).
+#pragma once
+
+#include "reference/loss_head.hpp"
+#include "reference/scalar.hpp"
+
+namespace dflash {
+
+DFLASH_LOSS_HEAD_INSTANTIATE(extern, Mp50)
+
+}  // namespace dflash
