@@ -54,9 +54,12 @@ __global__ void __launch_bounds__(kNormRowThreads)
   rms_norm_backward_block(exec, x, w, rstd, dy, H, dx, shared, blockIdx.x);
 }
 
-__global__ void rms_norm_weight_grad_kernel(const float* x, const float* rstd, const float* dy, std::int64_t rows,
-                                            std::int64_t n, float* dw) {
-  DFLASH_FOR_EACH(c, n) rms_norm_weight_grad_column(x, rstd, dy, rows, n, c, dw);
+__global__ void __launch_bounds__(kNormWeightGradThreads)
+    rms_norm_weight_grad_kernel(const float* x, const float* rstd, const float* dy, std::int64_t rows, std::int64_t n,
+                                float* dw) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  DeviceBlockExec exec;
+  rms_norm_weight_grad_block(exec, x, rstd, dy, rows, n, dw, shared, blockIdx.x);
 }
 
 template <class Storage>
@@ -144,7 +147,11 @@ void launch_rms_norm_weight_grad(const float* x, const float* rstd, const float*
                                  float* dw, cudaStream_t stream) {
   require(rows >= 0 && n >= 1,
           "RMSNorm weight gradient shape rows " + std::to_string(rows) + ", n " + std::to_string(n));
-  rms_norm_weight_grad_kernel<<<flat_blocks(n), kFlatThreads, 0, stream>>>(x, rstd, dy, rows, n, dw);
+  const std::int64_t blocks = rms_norm_weight_grad_blocks(n);
+  require(blocks <= 0x7fffffff, "RMSNorm weight gradient n " + std::to_string(n) + " needs too many blocks");
+  rms_norm_weight_grad_kernel<<<static_cast<unsigned>(blocks), kNormWeightGradThreads,
+                                rms_norm_weight_grad_shared_bytes(kNormWeightGradThreads), stream>>>(x, rstd, dy, rows,
+                                                                                                     n, dw);
   DFLASH_CUDA_CHECK_LAUNCH("rms_norm_weight_grad_kernel");
 }
 

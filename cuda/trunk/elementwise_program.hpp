@@ -4,7 +4,7 @@
 //   one thread per (row, head) q/k RMSNorm_d + RoPE (d <= kMaxHeadDim values in registers)
 //   one block per row          RMSNorm over H (cuda/exec/block_program.hpp: per-thread partial sums,
 //                              then thread 0 adds them in thread order: a fixed reduction)
-//   one thread per column      a norm weight's gradient, summed over rows in ascending order
+//   one block per 8 columns    a norm weight's gradient: row lanes, then a fixed tree over the lanes
 // Residual stream, statistics and gradients are fp32; `Storage` is the GEMM-facing format (bf16
 // bits on the GPU, float in the CPU tests). The formulas are the reference's own
 // (reference/rms_norm.hpp, reference/mlp.hpp, common/rope_rotation.hpp) instantiated in float.
@@ -114,12 +114,59 @@ DFLASH_HD void rms_norm_backward_block(Exec& exec, const float* x, const float* 
   });
 }
 
-// dw[c] += sum over rows r (ascending) of dy[r, c] (x[r, c] rstd[r]), x and dy [rows, n].
-DFLASH_HD inline void rms_norm_weight_grad_column(const float* x, const float* rstd, const float* dy, std::int64_t rows,
-                                                  std::int64_t n, std::int64_t c, float* dw) {
-  float s = 0.0f;
-  for (std::int64_t r = 0; r < rows; ++r) s += dy[r * n + c] * (x[r * n + c] * rstd[r]);
-  dw[c] += s;
+// ---- a norm weight's gradient over rows (one block per group of columns) ----------------------
+//
+// dw[c] += sum over rows r of dy[r, c] (x[r, c] rstd[r]), x and dy [rows, n]. The rows are many
+// (T nh = 10^6 for q_norm at full scale) and the columns few (d = 128): one thread per column, each
+// summing every row, would run on one SM, latency-bound. So a block takes kNormWeightGradColumns
+// columns (8 floats: one 32-byte sector of a row, so a warp's load is 4 whole sectors) and its
+// kNormWeightGradThreads threads are row lanes x those columns: lane j sums rows j, j + lanes, ...
+// in ascending order, then the lanes' partials are added pairwise, lane j += lane j + s for s =
+// lanes/2, ..., 1 (a fixed tree: the CPU and the GPU add in the same order). Each block writes only
+// its own columns, one writer per dw[c]: no atomics, no scratch beyond shared memory.
+inline constexpr int kNormWeightGradColumns = 8;
+inline constexpr int kNormWeightGradThreads = 1024;  // 128 row lanes (a power of two: the tree halves them)
+
+struct NormWeightGradShared {
+  float* partial;  // [threads]: thread t = lane * kNormWeightGradColumns + column of the group
+  DFLASH_HD NormWeightGradShared(SharedCarver& mem, int threads) : partial(mem.take<float>(threads)) {}
+};
+
+DFLASH_HD inline std::size_t rms_norm_weight_grad_shared_bytes(int threads) {
+  return shared_layout_bytes<NormWeightGradShared>(threads);
+}
+
+// Blocks of the weight gradient's grid: one per kNormWeightGradColumns columns.
+DFLASH_HD inline std::int64_t rms_norm_weight_grad_blocks(std::int64_t n) {
+  return (n + kNormWeightGradColumns - 1) / kNormWeightGradColumns;
+}
+
+// Block `group`: columns group kNormWeightGradColumns + [0, kNormWeightGradColumns) that are < n.
+template <class Exec>
+DFLASH_HD void rms_norm_weight_grad_block(Exec& exec, const float* x, const float* rstd, const float* dy,
+                                          std::int64_t rows, std::int64_t n, float* dw, unsigned char* shared,
+                                          std::int64_t group) {
+  SharedCarver mem(shared);
+  const NormWeightGradShared sm(mem, exec.threads());
+  const int lanes = exec.threads() / kNormWeightGradColumns;
+  exec.phase([&](int t) {
+    const std::int64_t c = group * kNormWeightGradColumns + t % kNormWeightGradColumns;
+    float s = 0.0f;
+    if (c < n) {
+      for (std::int64_t r = t / kNormWeightGradColumns; r < rows; r += lanes)
+        s += dy[r * n + c] * (x[r * n + c] * rstd[r]);
+    }
+    sm.partial[t] = s;
+  });
+  for (int stride = lanes / 2; stride >= 1; stride /= 2) {
+    exec.phase([&](int t) {
+      if (t / kNormWeightGradColumns < stride) sm.partial[t] += sm.partial[t + stride * kNormWeightGradColumns];
+    });
+  }
+  exec.phase([&](int t) {
+    const std::int64_t c = group * kNormWeightGradColumns + t;
+    if (t < kNormWeightGradColumns && c < n) dw[c] += sm.partial[t];
+  });
 }
 
 // ---- q/k RMSNorm_d + RoPE (one thread per (row, head)) ----------------------------------------

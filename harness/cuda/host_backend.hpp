@@ -121,7 +121,11 @@ struct HostBackend : HostMemory {
   }
   void rms_norm_weight_grad(const float* x, const float* rstd, const float* dy, std::int64_t rows, std::int64_t n,
                             float* dw) const {
-    for (std::int64_t c = 0; c < n; ++c) rms_norm_weight_grad_column(x, rstd, dy, rows, n, c, dw);
+    run_grid_on_host(rms_norm_weight_grad_blocks(n), rms_norm_weight_grad_shared_bytes(kNormWeightGradThreads),
+                     kNormWeightGradThreads, false,
+                     [&](HostBlockExec& exec, unsigned char* shared, std::int64_t group) {
+                       rms_norm_weight_grad_block(exec, x, rstd, dy, rows, n, dw, shared, group);
+                     });
   }
   void head_norm_rope_forward(const float* proj, const float* w, std::int64_t rows, std::int64_t heads, std::int64_t d,
                               float eps, const std::int64_t* positions, double theta, Storage* out, float* rstd) const {

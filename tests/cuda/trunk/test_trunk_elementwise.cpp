@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/tolerances.hpp"
@@ -36,6 +38,18 @@ std::vector<Real> as(const std::vector<double>& x) {
 void expect_rule(const char* name, const std::vector<float>& got, const std::vector<float>& plain,
                  const std::vector<double>& exact) {
   expect_within_rule(name, got, plain, exact, kAttentionFp32Floor);
+}
+
+// dw += a norm weight's gradient over x, dy [rows, n], as its kernel's grid computes it (one block
+// per kNormWeightGradColumns columns, the kernel's thread count); threads in reverse order when
+// `reverse` (a phase that read another thread's value of the same phase would change the result).
+void run_weight_grad(const std::vector<float>& x, const std::vector<float>& rstd, const std::vector<float>& dy,
+                     std::int64_t rows, std::int64_t n, std::vector<float>& dw, bool reverse = false) {
+  run_grid_on_host(
+      rms_norm_weight_grad_blocks(n), rms_norm_weight_grad_shared_bytes(kNormWeightGradThreads), kNormWeightGradThreads,
+      reverse, [&](HostBlockExec& exec, unsigned char* shared, std::int64_t group) {
+        rms_norm_weight_grad_block(exec, x.data(), rstd.data(), dy.data(), rows, n, dw.data(), shared, group);
+      });
 }
 
 TEST(TrunkElementwise, EmbeddingGatherCopiesTheTokenRowsBitwise) {
@@ -101,12 +115,45 @@ TEST_P(RowNorm, ForwardAndBackwardWithinFp32Rule) {
                      rms_norm_backward_block(exec, xf.data(), wf.data(), rstd.data(), dyf.data(), H, dx.data(), shared,
                                              row);
                    });
-  for (std::int64_t c = 0; c < H; ++c)
-    rms_norm_weight_grad_column(xf.data(), rstd.data(), dyf.data(), rows, H, c, dw.data());
+  run_weight_grad(xf, rstd, dyf, rows, H, dw);
   expect_rule("y", y, plain.y, exact.y);
   expect_rule("rstd", rstd, plain.rstd, exact.rstd);
   expect_rule("dx", dx, plain.dx, exact.dx);
   expect_rule("dw", dw, plain.dw, exact.dw);
+}
+
+// The weight gradient's grid at shapes the norm tests above do not reach: more rows than the block
+// has row lanes (every lane sums several rows, the tree adds all 128), a row count that is not a
+// multiple of them, and columns that fill one block and end part-way through the next. Each dw[c]
+// is the double sum within the fp32 rule, accumulated onto what dw held; the values past dw's n
+// (the last block's columns beyond n) are never written; the threads run in either order with the
+// same bits.
+TEST(TrunkElementwise, NormWeightGradientCoversEveryRowAndColumn) {
+  for (const auto& [rows, n] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {300, 13}, {1000, 8}, {129, 24}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + ", n " + std::to_string(n));
+    const std::vector<double> x = random_values(rows * n, 11), dy = random_values(rows * n, 12),
+                              rstd = random_values(rows, 13, 0.5, 1.5), dw0 = random_values(n, 14);
+    auto reference = [&]<class Real>(Real) {
+      std::vector<Real> dw = as<Real>(dw0);
+      for (std::int64_t c = 0; c < n; ++c) {
+        Real s = 0;
+        for (std::int64_t r = 0; r < rows; ++r) s += Real(dy[r * n + c]) * (Real(x[r * n + c]) * Real(rstd[r]));
+        dw[c] += s;
+      }
+      return dw;
+    };
+    const std::vector<float> xf = as<float>(x), dyf = as<float>(dy), rstdf = as<float>(rstd);
+    constexpr float kPastN = -0.0f;  // adding a zero partial to it would give +0
+    std::vector<float> dw = as<float>(dw0);
+    dw.resize(static_cast<std::size_t>(n + kNormWeightGradColumns), kPastN);
+    std::vector<float> dw_reversed = dw;
+    run_weight_grad(xf, rstdf, dyf, rows, n, dw);
+    run_weight_grad(xf, rstdf, dyf, rows, n, dw_reversed, /*reverse=*/true);
+    expect_rule("dw", std::vector<float>(dw.begin(), dw.begin() + n), reference(0.0f), reference(0.0));
+    for (std::int64_t c = 0; c < n; ++c) EXPECT_TRUE(same_bits(dw[c], dw_reversed[c])) << "column " << c;
+    for (std::size_t c = static_cast<std::size_t>(n); c < dw.size(); ++c)
+      EXPECT_TRUE(same_bits(dw[c], kPastN)) << "column " << c;
+  }
 }
 
 struct HeadNormCase {
@@ -155,8 +202,7 @@ TEST_P(HeadNormRope, ForwardAndBackwardWithinFp32Rule) {
     head_norm_rope_backward_at(rh, g.data(), pf.data(), wf.data(), rstd.data(), heads, d, positions.data(), theta,
                                d_proj.data());
   }
-  for (std::int64_t c = 0; c < d; ++c)
-    rms_norm_weight_grad_column(pf.data(), rstd.data(), g.data(), rows * heads, d, c, dw.data());
+  run_weight_grad(pf, rstd, g, rows * heads, d, dw);
   expect_rule("out", out, plain.out, exact.out);
   expect_rule("rstd", rstd, plain.rstd, exact.rstd);
   expect_rule("d_proj", d_proj, plain.d_proj, exact.d_proj);
