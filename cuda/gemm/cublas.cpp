@@ -19,7 +19,7 @@ cublasHandle_t create_cublas_handle(cudaStream_t stream, void* workspace, std::s
   try {
     DFLASH_CUBLAS_CHECK(cublasSetStream(handle, stream));
     DFLASH_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, workspace_bytes));
-    DFLASH_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    DFLASH_CUBLAS_CHECK(cublasSetMathMode(handle, kGemmMathMode));
     DFLASH_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
   } catch (...) {
     cublasDestroy(handle);

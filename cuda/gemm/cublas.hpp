@@ -19,7 +19,7 @@
 namespace dflash {
 
 // A cuBLAS handle on `stream` whose only device memory is the caller's (allocator-counted)
-// workspace, default math (no TF32 or reduced-precision shortcuts), host scalars. Every cuBLAS user
+// workspace, kGemmMathMode (cublas_call.hpp: no TF32, no reduction in bf16), host scalars. Every cuBLAS user
 // of the project (the loss head, the trunk's linear layers) takes its handle from here.
 cublasHandle_t create_cublas_handle(cudaStream_t stream, void* workspace, std::size_t workspace_bytes);
 

@@ -39,6 +39,15 @@ struct GemmCall {
   float beta = 0.0f;  // C = op(A) op(B) + beta C (alpha is always 1); with 0 cuBLAS never reads C
 };
 
+// The math mode of every handle (create_cublas_handle): no TF32 (the operands are bf16 already), and
+// no reduction in the output's precision. By default cuBLAS may add a split-K product's partial sums
+// in the output type; for a bf16 output (logits, the trunk's bf16 projections) that rounds each
+// partial to bf16 before they are added, where the project's bf16 twin (SPEC §10's plain
+// computation) accumulates in fp32 and rounds once. Holding cuBLAS to the compute type keeps the
+// GPU within the rule the twin sets.
+inline constexpr cublasMath_t kGemmMathMode =
+    static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+
 // cuBLAS takes int dimensions: throws InputError naming the dimension when one does not fit.
 int cublas_dimension(std::int64_t value, const char* name);
 

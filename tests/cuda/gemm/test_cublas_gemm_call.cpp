@@ -22,6 +22,12 @@ double bf(Bf16Bits x) { return float_from_bf16_bits(x); }
 
 constexpr std::int64_t kRows = 3, kVocab = 7, kHidden = 5;
 
+// Every handle's math mode: reductions in fp32 (the bf16 twin's order of rounding), never TF32.
+TEST(CublasGemmCall, MathModeReducesInTheComputeTypeWithoutTf32) {
+  EXPECT_NE(kGemmMathMode & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, 0);
+  EXPECT_EQ(kGemmMathMode & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, CUBLAS_DEFAULT_MATH);
+}
+
 TEST(CublasGemmCall, LogitsAreXTimesWTransposedRowMajorInBf16) {
   const std::vector<Bf16Bits> x = random_bf16(kRows * kHidden, 1), w = random_bf16(kVocab * kHidden, 2);
   std::vector<Bf16Bits> z(kRows * kVocab, 0xFFFF);
