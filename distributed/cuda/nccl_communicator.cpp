@@ -3,6 +3,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdint>
+#include <optional>
+
+#include "distributed/cuda/rank_device.hpp"
 #include "io/errors.hpp"
 
 namespace dflash {
@@ -56,18 +60,25 @@ struct NcclCommunicator::State {
 
 NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
     : state_(std::make_unique<State>()), bootstrap_(bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
-  device_ = bootstrap.node_local_rank();
+  const int local = bootstrap.node_local_rank();
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  if (device_ >= devices) {
-    throw CommunicationError(str("rank ", rank_, " is node-local rank ", device_, " but this node has ", devices,
+  const std::optional<int> device = rank_device(local, devices);
+  if (!device) {
+    throw CommunicationError(str("rank ", rank_, " is node-local rank ", local, " but sees ", devices,
                                  " GPU(s): launch at most one rank per GPU"));
   }
+  device_ = *device;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   ncclUniqueId id{};
   if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
   static_assert(sizeof(id) % 8 == 0, "the unique id travels as 64-bit words");
   bootstrap.broadcast(&id, sizeof(id) / 8, CommType::i64, 0);  // MPI moves the bytes unchanged
+  // Every rank holds the id before any enters ncclCommInitRank, which blocks without calling MPI:
+  // an MPI that progresses a broadcast only inside later MPI calls (HCOLL) would leave the root's
+  // send unfinished while its peers wait in NCCL for it.
+  std::int64_t all_have_it = 1;
+  bootstrap.all_reduce(&all_have_it, &all_have_it, 1, CommType::i64, CommOp::min);
   check_cuda(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check_nccl(ncclCommInitRank(&state_->comm, size_, id, rank_), "ncclCommInitRank");
 }

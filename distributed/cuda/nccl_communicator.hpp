@@ -26,7 +26,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view backend() const override { return "nccl"; }
-  int device() const { return device_; }  // the CUDA device this rank uses (its node-local rank)
+  int device() const { return device_; }  // the CUDA device this rank uses (rank_device.hpp)
   void all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override;
   void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override;
   void all_gather(const void* send, void* recv, std::size_t count, CommType type) override;

@@ -2,7 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
+
 #include "cuda/runtime/device_probe.hpp"
+#include "distributed/cuda/rank_device.hpp"
 #include "distributed/cuda/train_step.hpp"
 #include "distributed/mpi_communicator.hpp"
 #include "distributed/run/device_step_backend.hpp"
@@ -16,10 +19,12 @@ namespace dflash {
 
 void require_cuda_training_available(Communicator& comm) {
   if (const auto* mpi = dynamic_cast<const MpiCommunicator*>(&comm)) {
-    const int local = mpi->node_local_rank();
     int devices = 0;
-    if (cudaGetDeviceCount(&devices) == cudaSuccess && local < devices)
-      cudaSetDevice(local);  // else the probe says why
+    if (cudaGetDeviceCount(&devices) == cudaSuccess) {
+      if (const std::optional<int> device = rank_device(mpi->node_local_rank(), devices)) {
+        cudaSetDevice(*device);  // else the probe (or NcclCommunicator) says why
+      }
+    }
   }
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
