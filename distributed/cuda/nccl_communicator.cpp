@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "distributed/cuda/rank_device.hpp"
+#include "distributed/cuda/stream_wait.hpp"
 #include "io/errors.hpp"
 
 namespace dflash {
@@ -56,6 +57,33 @@ ncclRedOp_t nccl_op(CommOp op) {
 struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+
+  // Waits for `call`'s collective (stream_wait.hpp): an asynchronous error of the communicator (a
+  // peer or the network failed) aborts it, which ends this rank's pending NCCL work, and throws
+  // CommunicationError naming the call; the job then ends through the rank guard's abort.
+  void wait(std::string_view call) {
+    wait_for_stream(
+        [&] {
+          const cudaError_t code = cudaStreamQuery(stream);
+          if (code == cudaErrorNotReady) return StreamPoll::busy;
+          check_cuda(code, str("cudaStreamQuery after ", call));
+          return StreamPoll::done;
+        },
+        [&]() -> std::optional<std::string> {
+          ncclResult_t state = ncclSuccess;
+          if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return std::string("ncclCommGetAsyncError failed");
+          if (state == ncclSuccess || state == ncclInProgress) return std::nullopt;
+          std::string detail = ncclGetErrorString(state);
+          const char* last = ncclGetLastError(comm);
+          if (last != nullptr && *last != '\0') detail += str(" (", last, ")");
+          return detail;
+        },
+        [&](const std::string& error) {
+          ncclCommAbort(comm);
+          comm = nullptr;  // aborted: the destructor has nothing to destroy
+          throw CommunicationError(str("NCCL ", call, " failed while in flight: ", error));
+        });
+  }
 };
 
 NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
@@ -91,7 +119,7 @@ NcclCommunicator::~NcclCommunicator() {
 void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
   check_nccl(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),
              "ncclAllReduce", state_->comm);
-  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclAllReduce");
+  state_->wait("ncclAllReduce");
 }
 
 void NcclCommunicator::all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op,
@@ -104,13 +132,13 @@ void NcclCommunicator::all_reduce_in_place_on_stream(void* buffer, std::size_t c
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
   check_nccl(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),
              "ncclReduceScatter", state_->comm);
-  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclReduceScatter");
+  state_->wait("ncclReduceScatter");
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, CommType type) {
   check_nccl(ncclAllGather(send, recv, count, nccl_type(type), state_->comm, state_->stream), "ncclAllGather",
              state_->comm);
-  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclAllGather");
+  state_->wait("ncclAllGather");
 }
 
 void NcclCommunicator::broadcast(void* buffer, std::size_t count, CommType type, int root) {
@@ -118,7 +146,7 @@ void NcclCommunicator::broadcast(void* buffer, std::size_t count, CommType type,
     throw CommunicationError(str("ncclBroadcast: root ", root, " is not a rank of ", size_));
   check_nccl(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, state_->comm, state_->stream), "ncclBroadcast",
              state_->comm);
-  check_cuda(cudaStreamSynchronize(state_->stream), "cudaStreamSynchronize after ncclBroadcast");
+  state_->wait("ncclBroadcast");
 }
 
 void NcclCommunicator::end_job(int exit_code) {

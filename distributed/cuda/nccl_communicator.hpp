@@ -2,8 +2,9 @@
 // node-local rank (ranks sharing a node, MPI_COMM_TYPE_SHARED), rank 0 makes the NCCL unique id
 // and broadcasts it over MPI, every rank joins with ncclCommInitRank. Buffers are device memory;
 // every collective runs on the communicator's stream and is waited for before returning (blocking
-// from the caller's view, like the MPI communicator), except all_reduce_in_place_on_stream, which
-// runs on the caller's stream and returns at once. Every NCCL and CUDA call is checked:
+// from the caller's view, like the MPI communicator; a collective NCCL reports failed while in
+// flight aborts the communicator and throws, stream_wait.hpp), except
+// all_reduce_in_place_on_stream, which runs on the caller's stream and returns at once. Every NCCL and CUDA call is checked:
 // CommunicationError names the call and the library's message. Built only when CUDA and NCCL are
 // found (DFLASH_WITH_NCCL).
 #pragma once
