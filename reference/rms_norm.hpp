@@ -11,13 +11,26 @@
 
 namespace dflash {
 
+// rstd of x alone: what a caller that makes y value by value (the q/k norm kernel, which rotates
+// each pair as it goes and so keeps no row of y) computes first.
 template <class Real>
-DFLASH_HD Real rms_norm_forward(const Real* x, const Real* w, std::int64_t n, const Real& eps, Real* y) {
+DFLASH_HD Real rms_norm_rstd(const Real* x, std::int64_t n, const Real& eps) {
   using std::sqrt;
   Real sum_sq(0);
   for (std::int64_t c = 0; c < n; ++c) sum_sq += x[c] * x[c];
-  const Real rstd = Real(1) / Real(sqrt(Real(sum_sq / Real(n) + eps)));
-  for (std::int64_t c = 0; c < n; ++c) y[c] = w[c] * (x[c] * rstd);
+  return Real(1) / Real(sqrt(Real(sum_sq / Real(n) + eps)));
+}
+
+// y[c] of the forward, given rstd.
+template <class Real>
+DFLASH_HD Real rms_norm_value(const Real& x, const Real& w, const Real& rstd) {
+  return w * (x * rstd);
+}
+
+template <class Real>
+DFLASH_HD Real rms_norm_forward(const Real* x, const Real* w, std::int64_t n, const Real& eps, Real* y) {
+  const Real rstd = rms_norm_rstd(x, n, eps);
+  for (std::int64_t c = 0; c < n; ++c) y[c] = rms_norm_value(x[c], w[c], rstd);
   return rstd;
 }
 

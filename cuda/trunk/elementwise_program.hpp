@@ -1,7 +1,7 @@
 // The trunk's elementwise and per-row kernels (SPEC §3, §6) as DFLASH_HD bodies that the CUDA
 // kernels (cuda/trunk/elementwise_kernels.cu) and the CPU tests run alike:
 //   one thread per element     embedding gather, SwiGLU, residual add with hidden dropout
-//   one thread per (row, head) q/k RMSNorm_d + RoPE (d <= kMaxHeadDim values in registers)
+//   one thread per (row, head) q/k RMSNorm_d + RoPE (a RoPE pair at a time)
 //   one block per row          RMSNorm over H (cuda/exec/block_program.hpp: per-thread partial sums,
 //                              then thread 0 adds them in thread order: a fixed reduction)
 //   one block per 8 columns    a norm weight's gradient: row lanes, then a fixed tree over the lanes
@@ -23,8 +23,7 @@
 
 namespace dflash {
 
-inline constexpr int kNormRowThreads = 256;       // threads of a row-RMSNorm block
-inline constexpr std::int64_t kMaxHeadDim = 256;  // q/k norm + RoPE keep one head in registers
+inline constexpr int kNormRowThreads = 256;  // threads of a row-RMSNorm block
 
 // ---- format change: an fp32 gradient becomes a bf16 GEMM operand ------------------------------
 
@@ -180,19 +179,24 @@ DFLASH_HD inline void rope_cos_sin(std::int64_t position, std::int64_t i, std::i
 }
 
 // out[rh] = RoPE(RMSNorm_d(proj[rh]; w), position of row rh / heads); rstd[rh]. proj, out [rows heads, d].
+// rstd first, then each RoPE pair (i, i + d/2) normed, rotated and stored: no row of y is kept, so
+// a thread holds two values, not d (a d-float array would live in local memory on the GPU).
 template <class Storage>
 DFLASH_HD void head_norm_rope_forward_at(std::int64_t rh, const float* proj, const float* w, std::int64_t heads,
                                          std::int64_t d, float eps, const std::int64_t* positions, double theta,
                                          Storage* out, float* rstd) {
-  float y[kMaxHeadDim];
-  rstd[rh] = rms_norm_forward(proj + rh * d, w, d, eps, y);
+  const float* x = proj + rh * d;
+  const float r = rms_norm_rstd(x, d, eps);
+  rstd[rh] = r;
   const std::int64_t half = d / 2, position = positions[rh / heads];
   for (std::int64_t i = 0; i < half; ++i) {
     float c, s;
     rope_cos_sin(position, i, d, theta, c, s);
-    rope_rotate(y[i], y[i + half], c, s);
+    float a = rms_norm_value(x[i], w[i], r), b = rms_norm_value(x[i + half], w[i + half], r);
+    rope_rotate(a, b, c, s);
+    narrow_into(a, out[rh * d + i]);
+    narrow_into(b, out[rh * d + i + half]);
   }
-  for (std::int64_t k = 0; k < d; ++k) narrow_into(y[k], out[rh * d + k]);
 }
 
 // d_out[rh] (dL/d out) is rotated back in place (it becomes dL/d RMSNorm_d, which the weight
