@@ -2,6 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <limits>
 #include <optional>
 
 #include "cuda/runtime/device_probe.hpp"
@@ -17,15 +20,38 @@
 
 namespace dflash {
 
-void require_cuda_training_available(Communicator& comm) {
-  if (const auto* mpi = dynamic_cast<const MpiCommunicator*>(&comm)) {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) == cudaSuccess) {
-      if (const std::optional<int> device = rank_device(mpi->node_local_rank(), devices)) {
-        cudaSetDevice(*device);  // else the probe (or NcclCommunicator) says why
-      }
-    }
+namespace {
+
+// This rank's GPU (rank_device.hpp) made current; false when it has none it can use.
+bool select_rank_device(Communicator& comm) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) return false;
+  int local = 0;
+  if (const auto* mpi = dynamic_cast<const MpiCommunicator*>(&comm)) local = mpi->node_local_rank();
+  const std::optional<int> device = rank_device(local, devices);
+  return device && cudaSetDevice(*device) == cudaSuccess;
+}
+
+}  // namespace
+
+std::optional<std::int64_t> cuda_device_bytes(Communicator& comm) {
+  std::int64_t bytes = std::numeric_limits<std::int64_t>::max(), missing = 0;
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (select_rank_device(comm) && cudaGetDevice(&device) == cudaSuccess &&
+      cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+    bytes = std::int64_t(std::min<std::size_t>(prop.totalGlobalMem, std::size_t(bytes)));
+  } else {
+    missing = 1;
   }
+  comm.all_reduce(&bytes, &bytes, 1, CommType::i64, CommOp::min);
+  comm.all_reduce(&missing, &missing, 1, CommType::i64, CommOp::max);
+  if (missing != 0) return std::nullopt;
+  return bytes;
+}
+
+void require_cuda_training_available(Communicator& comm) {
+  if (dynamic_cast<const MpiCommunicator*>(&comm) != nullptr) select_rank_device(comm);  // else the probe says why
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
     throw_input_error("--backend", str("cuda: no GPU is available to this process (", gpu.reason,

@@ -14,6 +14,8 @@ namespace {
 
 }  // namespace
 
+std::optional<std::int64_t> cuda_device_bytes(Communicator&) { return std::nullopt; }
+
 void require_cuda_training_available(Communicator&) { refuse(); }
 
 std::unique_ptr<StepBackend> make_cuda_step_backend(Communicator&, const DrafterConfig&, const TrainingConfig&,

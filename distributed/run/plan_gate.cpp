@@ -36,7 +36,7 @@ std::int64_t host_memory_bytes_per_rank() {
 }
 
 PlanRequest training_plan_request(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                                  TrainingBackend backend) {
+                                  TrainingBackend backend, std::optional<std::int64_t> gpu_bytes) {
   const GlobalBatchLayout layout =
       GlobalBatchLayout::of(training, world_size);  // refuses a global batch R U does not divide
   PlanRequest r = PlanRequest::from_config(config);
@@ -52,14 +52,15 @@ PlanRequest training_plan_request(const DrafterConfig& config, const TrainingCon
   } else {
     r.precision = TrainingPrecision::production();
     r.layout.in_place_flat = true;  // distributed/cuda/training_state.hpp
-    r.device_bytes = kDefaultDeviceBytes;
+    r.device_bytes = gpu_bytes.value_or(kDefaultDeviceBytes);
   }
   return r;
 }
 
 PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                         TrainingBackend backend, std::int64_t host_bytes_per_rank) {
-  const PlanRequest r = training_plan_request(config, training, world_size, backend);
+                         TrainingBackend backend, std::int64_t host_bytes_per_rank,
+                         std::optional<std::int64_t> gpu_bytes) {
+  const PlanRequest r = training_plan_request(config, training, world_size, backend, gpu_bytes);
   PlanVerdict v{plan_training_memory(r), policy_verdicts(r), std::nullopt, std::nullopt};
   if (backend == TrainingBackend::cuda) {
     v.host = plan_host_memory(r, ranks_on_this_node());

@@ -4,8 +4,10 @@
 //
 // The request: T = block_size x max_anchors block tokens per sequence, S = max_context, b =
 // global_batch_sequences / (R U) sequences per rank per micro-step, U micro-steps, R ranks, the
-// config's ZeRO stage and policies. Device memory: for `cuda` the 95 GB device of SPEC §1; for
-// `cpu` the host's physical memory shared by the ranks on this node (OMPI_COMM_WORLD_LOCAL_SIZE).
+// config's ZeRO stage and policies. Device memory: for `cuda` the smallest GPU of the run's ranks
+// (cuda_device_bytes, cuda_step_backend.hpp), or the 95 GB device of SPEC §1 where no GPU is
+// found; for `cpu` the host's physical memory shared by the ranks on this node
+// (OMPI_COMM_WORLD_LOCAL_SIZE).
 // Element sizes: production mixed precision for `cuda`, all double (with master copy and moments)
 // for `cpu`. With `cuda` the host is planned too (planner/host_memory.hpp) and the run refused when
 // a rank's host would not hold it.
@@ -51,10 +53,13 @@ struct PlanVerdict {
 std::int64_t ranks_on_this_node();
 std::int64_t host_memory_bytes_per_rank();
 
+// `gpu_bytes`: the GPU memory of each rank with backend cuda (nullopt: kDefaultDeviceBytes, SPEC
+// §1's 95 GB); not read with backend cpu.
 PlanRequest training_plan_request(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                                  TrainingBackend backend);
+                                  TrainingBackend backend, std::optional<std::int64_t> gpu_bytes = std::nullopt);
 PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                         TrainingBackend backend, std::int64_t host_bytes_per_rank = host_memory_bytes_per_rank());
+                         TrainingBackend backend, std::int64_t host_bytes_per_rank = host_memory_bytes_per_rank(),
+                         std::optional<std::int64_t> gpu_bytes = std::nullopt);
 
 // Prints the verdict and the table (as `dflash plan` does).
 void print_plan_verdict(std::ostream& out, const PlanVerdict& verdict, const std::string& config_path, int world_size,

@@ -31,6 +31,7 @@
 #include "io/errors.hpp"
 #include "io/file_write.hpp"
 #include "io/json_fields.hpp"
+#include "planner/memory_size.hpp"
 #include "reference/storage_pool.hpp"
 
 namespace dflash {
@@ -166,8 +167,16 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   require_same_config(comm, config, training);
   json config_json = run_config_json(config, training, released ? &*released : nullptr);
 
-  // 2. Plan gate.
-  const PlanVerdict verdict = plan_verdict(config, training, R, o.backend);
+  // 2. Plan gate: with --backend cuda against the ranks' smallest GPU (95 GB where none is found).
+  std::optional<std::int64_t> gpu_bytes;
+  if (o.backend == TrainingBackend::cuda) gpu_bytes = o.device_bytes ? o.device_bytes(comm) : cuda_device_bytes(comm);
+  const PlanVerdict verdict = plan_verdict(config, training, R, o.backend, host_memory_bytes_per_rank(), gpu_bytes);
+  if (lead && o.backend == TrainingBackend::cuda) {
+    log << "dflash train: GPU memory per rank "
+        << (gpu_bytes ? gb_string(std::uint64_t(*gpu_bytes)) + " (the smallest of the ranks' GPUs)"
+                      : std::string("unknown (no GPU found): the plan holds the step to SPEC §1's 95 GB"))
+        << "\n";
+  }
   if (lead) print_plan_verdict(log, verdict, o.config.string(), R, o.backend);
   if (!verdict.fits() && !o.force) {
     throw_input_error("plan", str(verdict.device_fits() ? "the host memory of a rank" : "the training step",

@@ -48,6 +48,9 @@ struct TrainingRunOptions {
   std::function<void()> after_start;
   // Tests: the bytes available on --out's filesystem, in place of available_disk_bytes (disk_gate.hpp).
   std::function<std::uint64_t(const std::filesystem::path&)> available_disk_bytes;
+  // Tests: the GPU memory the plan gate of --backend cuda holds the step to, in place of
+  // cuda_device_bytes (cuda_step_backend.hpp): the ranks' GPUs, which a test has not.
+  std::function<std::optional<std::int64_t>(Communicator&)> device_bytes;
   // Tests: makes the step backend in place of the one `backend` names, from the same inputs (the
   // plan, the checks and the checkpoints stay `backend`'s): the CUDA step's code on the CPU's
   // training backend (harness/cuda/host_training_backend.hpp). With --backend cuda the state has no

@@ -55,6 +55,23 @@ bool all_fp32(const std::vector<double>& values) {
 // The same data, schedule and rows as the reference run, step by step (what precision cannot
 // change: tokens, truncated sequences, lr exactly); the loss falls as the reference's does; the
 // checkpoints hold fp32 values; the peaks are the backend's, with the flat fp32 gradient in them.
+// The plan gate holds the CUDA step to the ranks' GPU (TrainingRunOptions::device_bytes in place of
+// cuda_device_bytes): the tiny step needs a few hundred KB, so a 2 GiB GPU, all headroom, refuses
+// it before --out is made, and a 3 GiB one runs it; the run says which memory it planned against.
+TEST(CudaTrainingRunOnTheCpu, ThePlanGateHoldsTheStepToTheRanksGpu) {
+  ScratchDirectory dir;
+  MemoryTracker memory;
+  TrainingRunOptions o = cuda_options_for(dir / "run", memory);
+  o.device_bytes = [](Communicator&) { return std::optional<std::int64_t>(std::int64_t(2) << 30); };
+  EXPECT_THAT(input_error_message([&] { train(o); }), HasSubstr("the training step does not fit"));
+  EXPECT_FALSE(std::filesystem::exists(o.out));
+  o.device_bytes = [](Communicator&) { return std::optional<std::int64_t>(std::int64_t(3) << 30); };
+  std::string log;
+  ASSERT_EQ(train(o, &log), 0);
+  EXPECT_THAT(log, HasSubstr("GPU memory per rank 3.22 GB (the smallest of the ranks' GPUs)"));
+  EXPECT_THAT(log, HasSubstr("device 3,221,225,472 B"));
+}
+
 TEST(CudaTrainingRunOnTheCpu, FollowsTheReferenceRunsDataAndScheduleAndLearns) {
   const std::vector<StepRecord> cuda = read_metrics_file(cuda_run() / "metrics.jsonl"),
                                 reference = read_metrics_file(reference_run() / "metrics.jsonl");

@@ -48,5 +48,42 @@ TEST(PlanGate, HostVerdictHoldsTheWritingRanksPeakAgainstItsShare) {
   EXPECT_TRUE(cpu.host_fits());
 }
 
+// With backend cuda the device verdict is against the ranks' GPU memory when it is known, and
+// against SPEC §1's 95 GB when it is not; backend cpu never reads it. The step: the full-scale
+// drafter under ZeRO-0 with every trunk activation kept (78.5 GiB), which fits 95 GB (84.05 GiB
+// usable) but not an 80 GB H100 (85,520,809,984 B as its driver reports it, 75.67 GiB usable).
+TEST(PlanGate, DeviceVerdictHoldsTheStepToTheRanksGpu) {
+  DrafterConfig config = load_drafter_config(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs/qwen3.6-27b.json");
+  config.trunk_policy = TrunkPolicy::none;
+  TrainingConfig training;
+  training.total_steps = 10;
+  training.global_batch_sequences = 8;
+  training.max_context = 4096;
+  training.zero_stage = 0;
+  const int R = 8;
+  const std::int64_t host = std::int64_t(1) << 40, h100 = 85'520'809'984;
+  const PlanVerdict unknown = plan_verdict(config, training, R, TrainingBackend::cuda, host);
+  EXPECT_EQ(unknown.plan.fit.device_bytes, kDefaultDeviceBytes);
+  EXPECT_TRUE(unknown.device_fits());
+  const PlanVerdict on_h100 = plan_verdict(config, training, R, TrainingBackend::cuda, host, h100);
+  EXPECT_EQ(on_h100.plan.fit.device_bytes, h100);
+  EXPECT_FALSE(on_h100.device_fits());
+  EXPECT_FALSE(on_h100.fits());
+
+  // The smallest device that holds the step under the headroom rule (bisection over device_fit,
+  // monotone in the device's size): it fits to the byte, a byte less does not.
+  const std::int64_t total = unknown.plan.fit.total_bytes;
+  std::int64_t lo = total, hi = 2 * total + kHeadroomMinimumBytes;  // lo does not fit, hi does
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (device_fit(total, mid).fits ? hi : lo) = mid;
+  }
+  EXPECT_TRUE(plan_verdict(config, training, R, TrainingBackend::cuda, host, hi).device_fits());
+  EXPECT_FALSE(plan_verdict(config, training, R, TrainingBackend::cuda, host, hi - 1).device_fits());
+
+  const PlanVerdict cpu = plan_verdict(config, training, R, TrainingBackend::cpu, host, h100);
+  EXPECT_EQ(cpu.plan.fit.device_bytes, host_memory_bytes_per_rank());
+}
+
 }  // namespace
 }  // namespace dflash::train_testing
