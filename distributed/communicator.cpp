@@ -34,6 +34,8 @@ void Communicator::all_reduce_in_place_on_stream(void*, std::size_t, CommType, C
                            " communicator moves host memory; device buffers on a stream need NCCL (or one rank)");
 }
 
+void Communicator::wait_for_stream(void*) {}
+
 void Communicator::abort(int exit_code) {
   end_job(exit_code);
   std::_Exit(exit_code);

@@ -53,6 +53,11 @@ class Communicator {
   // backward goes on (distributed/cuda/bucket_reduction.hpp). Communicators of host memory do not
   // have it (CommunicationError naming the backend); the single-process one has nothing to do.
   virtual void all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op, void* stream);
+  // Returns once `stream`'s work is done, and throws CommunicationError instead of waiting forever
+  // when a collective on it has failed (NCCL: the communicator's asynchronous error, a peer or the
+  // network lost; distributed/cuda/stream_wait.hpp). Communicators whose collectives are done when
+  // they return have nothing in flight: nothing to do.
+  virtual void wait_for_stream(void* stream);
   // Ends every rank of the job now (MPI_Abort), after the caller has printed why; never returns
   // (if an implementation's end_job ever came back, this process still exits with exit_code).
   [[noreturn]] void abort(int exit_code);

@@ -82,7 +82,7 @@ class BucketReduction {
       throw std::logic_error(str("CUDA bucket reduction: the backward ended with bucket ", next_,
                                  " and the tensors before ", final_tensors_from_, " not announced final"));
     }
-    communication_->compute_waits();
+    communication_->compute_waits(state_.communicators().device);
   }
 
   // Per tensor, the squared norm of this rank's own gradient (before any sum), in the backend's memory.

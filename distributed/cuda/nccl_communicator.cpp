@@ -61,10 +61,11 @@ struct NcclCommunicator::State {
   // Waits for `call`'s collective (stream_wait.hpp): an asynchronous error of the communicator (a
   // peer or the network failed) aborts it, which ends this rank's pending NCCL work, and throws
   // CommunicationError naming the call; the job then ends through the rank guard's abort.
-  void wait(std::string_view call) {
-    wait_for_stream(
+  void wait(std::string_view call) { wait_on(stream, call); }
+  void wait_on(cudaStream_t on, std::string_view call) {
+    dflash::wait_for_stream(
         [&] {
-          const cudaError_t code = cudaStreamQuery(stream);
+          const cudaError_t code = cudaStreamQuery(on);
           if (code == cudaErrorNotReady) return StreamPoll::busy;
           check_cuda(code, str("cudaStreamQuery after ", call));
           return StreamPoll::done;
@@ -127,6 +128,10 @@ void NcclCommunicator::all_reduce_in_place_on_stream(void* buffer, std::size_t c
   check_nccl(ncclAllReduce(buffer, buffer, count, nccl_type(type), nccl_op(op), state_->comm,
                            static_cast<cudaStream_t>(stream)),
              "ncclAllReduce (on the caller's stream)", state_->comm);
+}
+
+void NcclCommunicator::wait_for_stream(void* stream) {
+  state_->wait_on(static_cast<cudaStream_t>(stream), "ncclAllReduce (on the caller's stream)");
 }
 
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {

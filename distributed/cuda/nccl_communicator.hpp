@@ -34,6 +34,8 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* buffer, std::size_t count, CommType type, int root) override;
   // ncclAllReduce in place on the caller's stream, not waited for.
   void all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op, void* stream) override;
+  // Polls `stream` and the communicator's asynchronous error (stream_wait.hpp).
+  void wait_for_stream(void* stream) override;
 
  protected:
   void end_job(int exit_code) override;

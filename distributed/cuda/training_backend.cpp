@@ -71,7 +71,8 @@ void CudaTrainingBackend::CommunicationStream::all_reduce_sum(Communicator& devi
   device.all_reduce_in_place_on_stream(buffer, count, CommType::f32, CommOp::sum, communication_);
 }
 
-void CudaTrainingBackend::CommunicationStream::compute_waits() {
+void CudaTrainingBackend::CommunicationStream::compute_waits(Communicator& device) {
+  device.wait_for_stream(communication_);  // a failed sum throws here instead of hanging a later read
   DFLASH_CUDA_CHECK(cudaEventRecord(sums_ready_, communication_));
   DFLASH_CUDA_CHECK(cudaStreamWaitEvent(compute_, sums_ready_, 0));
 }

@@ -59,8 +59,10 @@ struct CudaTrainingBackend : DeviceMemory {
 
   // A second stream for the sums over ranks: after_compute() orders what is enqueued next after
   // everything the compute stream was given so far; all_reduce_sum enqueues an in-place sum
-  // (Communicator::all_reduce_in_place_on_stream) and returns at once; compute_waits() orders the
-  // compute stream's next work after every sum. Destroyed, it waits for its sums first.
+  // (Communicator::all_reduce_in_place_on_stream) and returns at once; compute_waits(device) waits
+  // on the host for every sum (device.wait_for_stream: a sum that failed in flight throws instead
+  // of hanging the rank) and orders the compute stream's next work after them. Destroyed, it waits
+  // for its sums first.
   class CommunicationStream {
    public:
     explicit CommunicationStream(const CudaTrainingBackend& backend);
@@ -69,7 +71,7 @@ struct CudaTrainingBackend : DeviceMemory {
     CommunicationStream& operator=(const CommunicationStream&) = delete;
     void after_compute();
     void all_reduce_sum(Communicator& device, float* buffer, std::size_t count);
-    void compute_waits();
+    void compute_waits(Communicator& device);
 
    private:
     cudaStream_t compute_;  // the allocator's

@@ -225,8 +225,9 @@ struct HostTrainingBackend {
     void all_reduce_sum(Communicator& device, float* buffer, std::size_t count) {
       streams_->sum_later(device, buffer, count);
     }
-    void compute_waits() {
-      streams_->run_compute();  // what was given to the compute stream before it waits runs first
+    void compute_waits(Communicator& device) {
+      streams_->run_compute();          // what was given to the compute stream before it waits runs first
+      device.wait_for_stream(nullptr);  // as the GPU's: the sums are the stream's
       streams_->land_sums();
     }
 

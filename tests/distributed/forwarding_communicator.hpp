@@ -32,6 +32,7 @@ class ForwardingCommunicator : public Communicator {
   void all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op, void* stream) override {
     inner_.all_reduce_in_place_on_stream(buffer, count, type, op, stream);
   }
+  void wait_for_stream(void* stream) override { inner_.wait_for_stream(stream); }
 
  protected:
   void end_job(int exit_code) override { inner_.abort(exit_code); }

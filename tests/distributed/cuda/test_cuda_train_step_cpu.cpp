@@ -57,6 +57,10 @@ TEST_F(CudaTrainStepCpu, BucketsDuringTheBackwardEqualBucketsAfterIt) {
   expect_buckets_during_the_backward_equal_buckets_after_it(backend(), {comm_, comm_});
 }
 
+TEST_F(CudaTrainStepCpu, ABucketSumFailedInFlightFailsTheStep) {
+  expect_a_bucket_sum_failed_in_flight_fails_the_step(backend(), {comm_, comm_});
+}
+
 // The CPU backend holds a kernel to the extents its contract names (the GPU would overrun the
 // buffer silently): the norm's partials hold kNormMaxBlocks values, the gradient n.
 TEST_F(CudaTrainStepCpu, TheBackendRefusesAKernelExtentBeyondItsBuffer) {

@@ -437,6 +437,45 @@ void expect_buckets_during_the_backward_equal_buckets_after_it(const Backend& be
   }
 }
 
+// A device communicator whose bucket sums fail in flight (NCCL: a peer or the network lost), as
+// NcclCommunicator::wait_for_stream reports it: the wait throws CommunicationError.
+class FailingSumsCommunicator final : public ForwardingCommunicator {
+ public:
+  using ForwardingCommunicator::ForwardingCommunicator;
+  void wait_for_stream(void*) override {
+    ++waits;
+    throw CommunicationError("NCCL ncclAllReduce (on the caller's stream) failed while in flight: remote error");
+  }
+  int waits = 0;
+};
+
+// ZeRO-0's bucket sums run on the communication stream and are waited for through the device
+// communicator before anything reads them: a sum that fails in flight fails the step with the
+// communicator's error (where cudaStreamSynchronize would hang the rank), once, after the
+// backward, and nothing is applied: master, moments, working copy and step as they were.
+template <class Backend>
+void expect_a_bucket_sum_failed_in_flight_fails_the_step(const Backend& be, CudaCommunicators comms) {
+  const int R = comms.host.size(), r = comms.host.rank();
+  CudaTinyProblem p(0);
+  FailingSumsCommunicator failing(comms.device);
+  DeviceTrainingState<Backend> state(be, {comms.host, failing}, p.config, p.training, p.frozen, p.initial_state(R, r));
+  const CudaStateSnapshot before = snapshot(state, p.config);
+  const DrafterBatch<double> mine = p.share(0, R, r);
+  const RankSequences share{CudaTinyProblem::first_of(R, r), &mine};
+  MemoryTracker host;
+  try {
+    train_step_on(host, state, p.config, p.training, {&share, 1}, {.bucket_bytes = 512});
+    ADD_FAILURE() << "the step returned on rank " << r;
+  } catch (const CommunicationError& e) {
+    EXPECT_NE(std::string(e.what()).find("failed while in flight"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(failing.waits, 1);
+  const CudaStateSnapshot after = snapshot(state, p.config);
+  EXPECT_EQ(after.step, before.step);
+  EXPECT_EQ(after.full, before.full);
+  EXPECT_EQ(after.working, before.working);
+}
+
 // §12 on R ranks: the last rank's teacher rows are 3e38 (finite in bf16, so accepted as input),
 // which overflows its fp32 teacher logits W_lm G: its loss and every gradient become NaN. Every
 // rank then throws the same NonFiniteStepError naming that rank and the first tensor in canonical
