@@ -58,11 +58,10 @@ struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
 
-  // Waits for `call`'s collective (stream_wait.hpp): an asynchronous error of the communicator (a
-  // peer or the network failed) aborts it, which ends this rank's pending NCCL work, and throws
+  // Waits for `call`'s collective on stream `on` (stream_wait.hpp): an asynchronous error of the
+  // communicator (a peer or the network failed) aborts it, which ends this rank's pending NCCL work, and throws
   // CommunicationError naming the call; the job then ends through the rank guard's abort.
-  void wait(std::string_view call) { wait_on(stream, call); }
-  void wait_on(cudaStream_t on, std::string_view call) {
+  void wait(cudaStream_t on, std::string_view call) {
     dflash::wait_for_stream(
         [&] {
           const cudaError_t code = cudaStreamQuery(on);
@@ -120,7 +119,7 @@ NcclCommunicator::~NcclCommunicator() {
 void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
   check_nccl(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),
              "ncclAllReduce", state_->comm);
-  state_->wait("ncclAllReduce");
+  state_->wait(state_->stream, "ncclAllReduce");
 }
 
 void NcclCommunicator::all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op,
@@ -131,19 +130,19 @@ void NcclCommunicator::all_reduce_in_place_on_stream(void* buffer, std::size_t c
 }
 
 void NcclCommunicator::wait_for_stream(void* stream) {
-  state_->wait_on(static_cast<cudaStream_t>(stream), "ncclAllReduce (on the caller's stream)");
+  state_->wait(static_cast<cudaStream_t>(stream), "ncclAllReduce (on the caller's stream)");
 }
 
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
   check_nccl(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),
              "ncclReduceScatter", state_->comm);
-  state_->wait("ncclReduceScatter");
+  state_->wait(state_->stream, "ncclReduceScatter");
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t count, CommType type) {
   check_nccl(ncclAllGather(send, recv, count, nccl_type(type), state_->comm, state_->stream), "ncclAllGather",
              state_->comm);
-  state_->wait("ncclAllGather");
+  state_->wait(state_->stream, "ncclAllGather");
 }
 
 void NcclCommunicator::broadcast(void* buffer, std::size_t count, CommType type, int root) {
@@ -151,7 +150,7 @@ void NcclCommunicator::broadcast(void* buffer, std::size_t count, CommType type,
     throw CommunicationError(str("ncclBroadcast: root ", root, " is not a rank of ", size_));
   check_nccl(ncclBroadcast(buffer, buffer, count, nccl_type(type), root, state_->comm, state_->stream), "ncclBroadcast",
              state_->comm);
-  state_->wait("ncclBroadcast");
+  state_->wait(state_->stream, "ncclBroadcast");
 }
 
 void NcclCommunicator::end_job(int exit_code) {

@@ -22,36 +22,34 @@ namespace dflash {
 
 namespace {
 
-// This rank's GPU (rank_device.hpp) made current; false when it has none it can use.
-bool select_rank_device(Communicator& comm) {
+// This rank's GPU (rank_device.hpp), made current; nullopt when it has none it can use.
+std::optional<int> select_rank_device(Communicator& comm) {
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) return false;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) return std::nullopt;
   int local = 0;
   if (const auto* mpi = dynamic_cast<const MpiCommunicator*>(&comm)) local = mpi->node_local_rank();
   const std::optional<int> device = rank_device(local, devices);
-  return device && cudaSetDevice(*device) == cudaSuccess;
+  if (!device || cudaSetDevice(*device) != cudaSuccess) return std::nullopt;
+  return device;
 }
 
 }  // namespace
 
 std::optional<std::int64_t> cuda_device_bytes(Communicator& comm) {
-  std::int64_t bytes = std::numeric_limits<std::int64_t>::max(), missing = 0;
-  int device = 0;
+  // A rank without a usable GPU gives 0, so the minimum over ranks is 0 when any has none.
+  std::int64_t bytes = 0;
   cudaDeviceProp prop{};
-  if (select_rank_device(comm) && cudaGetDevice(&device) == cudaSuccess &&
-      cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
-    bytes = std::int64_t(std::min<std::size_t>(prop.totalGlobalMem, std::size_t(bytes)));
-  } else {
-    missing = 1;
+  if (const std::optional<int> device = select_rank_device(comm);
+      device && cudaGetDeviceProperties(&prop, *device) == cudaSuccess) {
+    bytes = std::int64_t(std::min<std::size_t>(prop.totalGlobalMem, std::numeric_limits<std::int64_t>::max()));
   }
   comm.all_reduce(&bytes, &bytes, 1, CommType::i64, CommOp::min);
-  comm.all_reduce(&missing, &missing, 1, CommType::i64, CommOp::max);
-  if (missing != 0) return std::nullopt;
+  if (bytes == 0) return std::nullopt;
   return bytes;
 }
 
 void require_cuda_training_available(Communicator& comm) {
-  if (dynamic_cast<const MpiCommunicator*>(&comm) != nullptr) select_rank_device(comm);  // else the probe says why
+  select_rank_device(comm);  // else the probe says why
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
     throw_input_error("--backend", str("cuda: no GPU is available to this process (", gpu.reason,

@@ -23,8 +23,8 @@ std::optional<std::int64_t> cuda_device_bytes(Communicator& comm);
 
 // Throws InputError naming --backend when this build or this machine cannot run the CUDA step:
 // built without CUDA, or no usable GPU (the probe's reason). The run calls it after the plan gate.
-// An MPI rank takes the GPU of its node-local rank first, so that the probe's context is made
-// there, not on GPU 0 (a collective over `comm`).
+// A rank takes its GPU first (rank_device.hpp), so that the probe's context is made there, not on
+// GPU 0.
 void require_cuda_training_available(Communicator& comm);
 
 // The CUDA backend from this rank's host state (fresh or restored: its optimizer part is rounded
