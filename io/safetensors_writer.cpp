@@ -220,10 +220,9 @@ std::uint64_t file_size(std::span<const TensorSpec> tensors, const Metadata& met
 
 std::vector<std::byte> Writer::to_bytes() const {
   const std::string header = padded_header();
-  std::vector<std::byte> bytes(kHeaderLengthBytes);
+  std::vector<std::byte> bytes(kHeaderLengthBytes + header.size());
   store_le_u64(header.size(), bytes.data());
-  const auto* header_bytes = reinterpret_cast<const std::byte*>(header.data());
-  bytes.insert(bytes.end(), header_bytes, header_bytes + header.size());
+  std::memcpy(bytes.data() + kHeaderLengthBytes, header.data(), header.size());
   for (const auto& [name, entry] : data_order()) {
     if (entry->view_size() == 0) {
       bytes.insert(bytes.end(), entry->bytes.begin(), entry->bytes.end());

@@ -15,16 +15,16 @@
 namespace dflash {
 namespace {
 
-struct Row {
+struct WeightedRow {
   double w, loss;
   HybridRowResult<double> r;
   bool correct;
 };
 
-std::vector<Row> random_rows(int n, unsigned seed) {
+std::vector<WeightedRow> random_rows(int n, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(-4.0, 4.0);
-  std::vector<Row> rows;
+  std::vector<WeightedRow> rows;
   for (int i = 0; i < n; ++i) {
     rows.push_back({std::abs(u(rng)), u(rng), {u(rng), u(rng), u(rng), u(rng), u(rng)}, rng() % 2 == 0});
   }
@@ -57,11 +57,11 @@ TEST(LossHeadStats, MagnitudeIsTheLargestRowsNotAnAverage) {
 }
 
 TEST(LossHeadStats, MergingFinishedSequencesEqualsFinishingAllRows) {
-  const std::vector<Row> rows = random_rows(300, 7);
+  const std::vector<WeightedRow> rows = random_rows(300, 7);
   double W = 0;
-  for (const Row& r : rows) W += r.w;
+  for (const WeightedRow& r : rows) W += r.w;
   LossHeadStats<double> all, merged;
-  for (const Row& r : rows) all.add_row(r.w, r.loss, r.r, r.correct);
+  for (const WeightedRow& r : rows) all.add_row(r.w, r.loss, r.r, r.correct);
   all.finish(W);
   double size = 0;
   for (std::size_t b = 0; b < rows.size(); b += 100) {  // three sequences
@@ -70,7 +70,7 @@ TEST(LossHeadStats, MergingFinishedSequencesEqualsFinishingAllRows) {
     seq.finish(W);
     merged.merge(seq);
   }
-  for (const Row& r : rows) size += r.w * (std::abs(r.loss) + std::abs(r.r.ce) + std::abs(r.r.kl)) / W;
+  for (const WeightedRow& r : rows) size += r.w * (std::abs(r.loss) + std::abs(r.r.ce) + std::abs(r.r.kl)) / W;
   const double reorder = size * rows.size() * std::numeric_limits<double>::epsilon();
   EXPECT_NEAR(merged.loss, all.loss, reorder);
   EXPECT_NEAR(merged.ce, all.ce, reorder);

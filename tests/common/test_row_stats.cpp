@@ -11,13 +11,13 @@
 namespace dflash {
 namespace {
 
-struct Row {
+struct LogitRow {
   std::vector<double> z, t;
   std::int64_t label;
 };
 
-Row make_row(int n, unsigned seed, double spread) {
-  Row r{std::vector<double>(n), std::vector<double>(n), seed % n};
+LogitRow make_row(int n, unsigned seed, double spread) {
+  LogitRow r{std::vector<double>(n), std::vector<double>(n), seed % n};
   unsigned x = seed * 2654435761u + 1;
   auto next = [&] {
     x = x * 1664525u + 1013904223u;
@@ -30,7 +30,7 @@ Row make_row(int n, unsigned seed, double spread) {
   return r;
 }
 
-HybridRowStats<double> stream(const Row& r, int begin, int end, double tau) {
+HybridRowStats<double> stream(const LogitRow& r, int begin, int end, double tau) {
   HybridRowStats<double> s;
   for (int v = begin; v < end; ++v) s.update(r.z[v], r.t[v], v, r.label, tau);
   return s;
@@ -53,7 +53,7 @@ constexpr double kTol = 1e-13;
 TEST(HybridRowStats, StreamingMatchesTwoPassDefinitions) {
   for (unsigned seed = 1; seed < 40; ++seed) {
     for (double tau : {0.05, 0.7, 1.0, 3.5}) {
-      const Row r = make_row(1 + seed % 64, seed, seed % 3 == 0 ? 200.0 : 6.0);
+      const LogitRow r = make_row(1 + seed % 64, seed, seed % 3 == 0 ? 200.0 : 6.0);
       const HybridRowResult<double> got = finish_row(stream(r, 0, int(r.z.size()), tau), tau);
       const double lse_z = lse(r.z, 1.0), lse_zt = lse(r.z, tau), lse_tt = lse(r.t, tau);
       double kl = 0;
@@ -74,7 +74,7 @@ TEST(HybridRowStats, StreamingMatchesTwoPassDefinitions) {
 TEST(HybridRowStats, AnySplitMergesToTheWholeRow) {
   const double tau = 0.8;
   for (unsigned seed = 1; seed < 12; ++seed) {
-    const Row r = make_row(37, seed, 20.0);
+    const LogitRow r = make_row(37, seed, 20.0);
     const int n = int(r.z.size());
     const HybridRowResult<double> whole = finish_row(stream(r, 0, n, tau), tau);
     const HybridRowStats<double> whole_stats = stream(r, 0, n, tau);
@@ -94,7 +94,7 @@ TEST(HybridRowStats, AnySplitMergesToTheWholeRow) {
 }
 
 TEST(HybridRowStats, ArgmaxTiesResolveToLowestIndexInEveryOrder) {
-  Row r{{1, 5, 2, 5, 0, 5}, {0, 0, 0, 0, 0, 0}, 0};
+  LogitRow r{{1, 5, 2, 5, 0, 5}, {0, 0, 0, 0, 0, 0}, 0};
   EXPECT_EQ(stream(r, 0, 6, 1.0).argmax, 1);
   const auto a = stream(r, 0, 3, 1.0), b = stream(r, 3, 6, 1.0);
   EXPECT_EQ(HybridRowStats<double>::merge(a, b).argmax, 1);
@@ -106,7 +106,7 @@ TEST(HybridRowStats, ArgmaxTiesResolveToLowestIndexInEveryOrder) {
 }
 
 TEST(HybridRowStats, EmptyIsTheIdentityOfMerge) {
-  const Row r = make_row(9, 3, 4.0);
+  const LogitRow r = make_row(9, 3, 4.0);
   const auto s = stream(r, 0, 9, 1.3);
   const HybridRowStats<double> empty;
   const auto left = HybridRowStats<double>::merge(empty, s), right = HybridRowStats<double>::merge(s, empty);
@@ -118,7 +118,7 @@ TEST(HybridRowStats, EmptyIsTheIdentityOfMerge) {
 TEST(HybridRowStats, GradientSumsToZeroAndMatchesDefinition) {
   // sum_v dL/dz_v = scale (h (1 - 1) + s tau (1 - 1)) = 0, and each entry is the SPEC §5 formula.
   const double tau = 0.6, h = 0.85, soft = 0.15, scale = 0.25;
-  const Row r = make_row(23, 5, 8.0);
+  const LogitRow r = make_row(23, 5, 8.0);
   const HybridRowResult<double> row = finish_row(stream(r, 0, 23, tau), tau);
   double total = 0;
   for (int v = 0; v < 23; ++v) {
@@ -134,7 +134,7 @@ TEST(HybridRowStats, GradientSumsToZeroAndMatchesDefinition) {
 
 TEST(HybridRowStats, FloatInstantiationWorksOnTheHost) {
   // The kernels run the float instantiation; check it agrees with double to float accuracy.
-  const Row r = make_row(50, 9, 10.0);
+  const LogitRow r = make_row(50, 9, 10.0);
   HybridRowStats<float> s;
   for (int v = 0; v < 50; ++v) s.update(float(r.z[v]), float(r.t[v]), v, r.label, 0.9f);
   const HybridRowResult<float> f = finish_row(s, 0.9f);

@@ -22,7 +22,7 @@ using golden_testing::ScratchDirectory;
 using ::testing::HasSubstr;
 using testing_support::CliRun;
 
-CliRun dflash(const std::string& args) { return testing_support::run_dflash(args); }
+using testing_support::run_dflash;
 
 const std::filesystem::path kMidConfig = std::filesystem::path(DFLASH_SOURCE_DIR) / "configs/mid.json";
 
@@ -100,7 +100,8 @@ TEST(GoldenRequest, TheEstimateIsWithinTheBudgetForMidAndOverItAtFullScale) {
 // requested shape, the reference recomputes it within 1e-12, and it passes compare against itself.
 TEST(GoldenRequest, AMidShapeGoldenRoundTripsIsDeterministicAndPassesTheReferenceCheck) {
   ScratchDirectory dir;
-  const CliRun gen = dflash("golden generate " + mid_flags() + " --out '" + (dir / "mid.safetensors").string() + "'");
+  const CliRun gen =
+      run_dflash("golden generate " + mid_flags() + " --out '" + (dir / "mid.safetensors").string() + "'");
   ASSERT_EQ(gen.exit_code, 0) << gen.out << gen.err;
   EXPECT_THAT(gen.out, HasSubstr("golden generate: case mid, 2 sequences x S = 48, N x B = 32 x 16, seed 77, step 3: "
                                  "about"));
@@ -139,8 +140,8 @@ TEST(GoldenRequest, TheCliFlagsReachTheGoldenFile) {
   ScratchDirectory dir;
   const auto tiny = std::filesystem::path(DFLASH_SOURCE_DIR) / "configs/tiny.json";
   auto generate = [&](const std::string& flags, const std::string& name) {
-    const CliRun gen = dflash("golden generate --config '" + tiny.string() + "' " + flags +
-                              " --sequences 1 --context 8 --seed 5 --step 2 --out '" + (dir / name).string() + "'");
+    const CliRun gen = run_dflash("golden generate --config '" + tiny.string() + "' " + flags +
+                                  " --sequences 1 --context 8 --seed 5 --step 2 --out '" + (dir / name).string() + "'");
     EXPECT_EQ(gen.exit_code, 0) << gen.out << gen.err;
     return read_golden(dir / name);
   };
@@ -160,9 +161,9 @@ TEST(GoldenRequest, TheCliFlagsReachTheGoldenFile) {
 
 TEST(GoldenRequest, GenerateOverTheBudgetIsRefusedNamingIt) {
   ScratchDirectory dir;
-  const CliRun r = dflash("golden generate --config '" +
-                          (std::filesystem::path(DFLASH_SOURCE_DIR) / "configs/qwen3.6-27b.json").string() +
-                          "' --sequences 1 --out '" + (dir / "big.safetensors").string() + "'");
+  const CliRun r = run_dflash("golden generate --config '" +
+                              (std::filesystem::path(DFLASH_SOURCE_DIR) / "configs/qwen3.6-27b.json").string() +
+                              "' --sequences 1 --out '" + (dir / "big.safetensors").string() + "'");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("is over the budget of 600 s"));
   EXPECT_THAT(r.err, HasSubstr("--force"));
@@ -171,7 +172,7 @@ TEST(GoldenRequest, GenerateOverTheBudgetIsRefusedNamingIt) {
 
 TEST(GoldenRequest, UserShapeFlagsNeedAConfig) {
   ScratchDirectory dir;
-  const CliRun r = dflash("golden generate --sequences 3 --out '" + dir.path().string() + "'");
+  const CliRun r = run_dflash("golden generate --sequences 3 --out '" + dir.path().string() + "'");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err + r.out, HasSubstr("--config"));
 }
@@ -179,8 +180,8 @@ TEST(GoldenRequest, UserShapeFlagsNeedAConfig) {
 TEST(GoldenRequest, ABadConfigFileIsAnErrorNamingIt) {
   ScratchDirectory dir;
   safetensors::testing::write_whole_file(dir / "bad.json", std::string_view("{\"hidden_size\": -1}"));
-  const CliRun r = dflash("golden generate --config '" + (dir / "bad.json").string() + "' --out '" +
-                          (dir / "x.safetensors").string() + "'");
+  const CliRun r = run_dflash("golden generate --config '" + (dir / "bad.json").string() + "' --out '" +
+                              (dir / "x.safetensors").string() + "'");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("bad.json"));
 }
@@ -189,7 +190,7 @@ TEST(GoldenRequest, ABadConfigFileIsAnErrorNamingIt) {
 
 TEST(GoldenCompareCli, TheGoldenAgainstItselfPassesWithExitZero) {
   const std::string file = committed_golden("dropout").string();
-  const CliRun r = dflash("golden compare --golden '" + file + "' --result '" + file + "'");
+  const CliRun r = run_dflash("golden compare --golden '" + file + "' --result '" + file + "'");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::ContainsRegex("grad/fc.weight +F64 +0.000e\\+00 +1.000e-12 +PASS"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("ignored: [0-9]+ input/, frozen/ and param/ tensors"));
@@ -206,11 +207,11 @@ TEST(GoldenCompareCli, ATamperedResultExitsOneNamingTheTensorAndJsonSaysTheSame)
   const std::string result = golden_testing::write_raw(dir, "result.safetensors", raw).string();
   const std::string args =
       "golden compare --golden '" + committed_golden("dropout").string() + "' --result '" + result + "' --rule bf16";
-  const CliRun r = dflash(args);
+  const CliRun r = run_dflash(args);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.out, ::testing::ContainsRegex("grad/norm.weight +F64 +[0-9.e+-]+ +[0-9.e+-]+ +FAIL"));
   EXPECT_THAT(r.out, HasSubstr(" PASS, 1 FAIL"));
-  const CliRun j = dflash(args + " --json");
+  const CliRun j = run_dflash(args + " --json");
   EXPECT_EQ(j.exit_code, 1);
   const nlohmann::json report = nlohmann::json::parse(j.out);
   EXPECT_EQ(report.at("failures"), 1);
@@ -222,15 +223,15 @@ TEST(GoldenCompareCli, ATruncatedResultFileExitsTwoNamingIt) {
   std::vector<std::byte> bytes = safetensors::testing::read_whole_file(committed_golden("dropout"));
   bytes.resize(bytes.size() / 2);
   safetensors::testing::write_whole_file(dir / "cut.safetensors", bytes);
-  const CliRun r = dflash("golden compare --golden '" + committed_golden("dropout").string() + "' --result '" +
-                          (dir / "cut.safetensors").string() + "'");
+  const CliRun r = run_dflash("golden compare --golden '" + committed_golden("dropout").string() + "' --result '" +
+                              (dir / "cut.safetensors").string() + "'");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr((dir / "cut.safetensors").string()));
 }
 
 TEST(GoldenCompareCli, AnUnknownRuleIsRejectedByTheFlag) {
   const std::string file = committed_golden("dropout").string();
-  const CliRun r = dflash("golden compare --golden '" + file + "' --result '" + file + "' --rule fp16");
+  const CliRun r = run_dflash("golden compare --golden '" + file + "' --result '" + file + "' --rule fp16");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err + r.out, HasSubstr("--rule"));
 }

@@ -271,7 +271,7 @@ TEST(GoldenWeights, ADirectoryThatIsNotOneIsRefusedNamingTheFlag) {
 
 // ---- as a user runs it ---------------------------------------------------------------------------
 
-CliRun dflash(const std::string& args) { return testing_support::run_dflash(args); }
+using testing_support::run_dflash;
 
 std::string generate_flags(const Exported& e, const std::filesystem::path& out) {
   return str("golden generate --config '", kTinyConfig.string(), "' --sequences 2 --step 1 --weights '",
@@ -280,21 +280,21 @@ std::string generate_flags(const Exported& e, const std::filesystem::path& out) 
 
 TEST(GoldenWeightsCli, GenerateWritesTheLibrarysBytesAndCompareNamesTheWeights) {
   Exported e;
-  const CliRun gen = dflash(generate_flags(e, e.dir / "g.safetensors"));
+  const CliRun gen = run_dflash(generate_flags(e, e.dir / "g.safetensors"));
   ASSERT_EQ(gen.exit_code, 0) << gen.out << gen.err;
   EXPECT_THAT(gen.out, HasSubstr("parameters from " + e.weights().string()));
   EXPECT_EQ(safetensors::testing::read_whole_file(e.dir / "g.safetensors"),
             golden_bytes(generate_golden(e.at_weights())));
 
   const std::string file = (e.dir / "g.safetensors").string();
-  const CliRun cmp = dflash("golden compare --golden '" + file + "' --result '" + file + "'");
+  const CliRun cmp = run_dflash("golden compare --golden '" + file + "' --result '" + file + "'");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.out << cmp.err;
   const std::string hash = sha256_file_hex(e.weights() / "model.safetensors");
   EXPECT_THAT(cmp.out, HasSubstr("(case tiny (weights model.safetensors sha256 " + hash + "))"));
-  const CliRun js = dflash("golden compare --json --golden '" + file + "' --result '" + file + "'");
+  const CliRun js = run_dflash("golden compare --json --golden '" + file + "' --result '" + file + "'");
   EXPECT_EQ(nlohmann::json::parse(js.out).at("case"), "tiny (weights model.safetensors sha256 " + hash + ")");
   // golden check says which weights each golden it recomputes was made at
-  const CliRun check = dflash("golden check --dir '" + e.dir.path().string() + "'");
+  const CliRun check = run_dflash("golden check --dir '" + e.dir.path().string() + "'");
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
   EXPECT_THAT(check.out, HasSubstr("g.safetensors: case tiny (weights model.safetensors sha256 " + hash + ")"));
 }
@@ -305,7 +305,7 @@ TEST(GoldenWeightsCli, ARefusedDirectoryExitsTwoNamingTheFileAndWritesNothing) {
   j["num_hidden_layers"] = 3;
   j["layer_types"] = {"sliding_attention", "full_attention", "full_attention"};
   safetensors::testing::write_whole_file(e.weights() / "config.json", j.dump());
-  const CliRun r = dflash(generate_flags(e, e.dir / "g.safetensors"));
+  const CliRun r = run_dflash(generate_flags(e, e.dir / "g.safetensors"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("num_hidden_layers"));
   EXPECT_THAT(r.err, HasSubstr((e.weights() / "config.json").string()));
@@ -315,7 +315,7 @@ TEST(GoldenWeightsCli, ARefusedDirectoryExitsTwoNamingTheFileAndWritesNothing) {
 TEST(GoldenWeightsCli, WeightsNeedAConfig) {
   Exported e;
   const CliRun r =
-      dflash("golden generate --weights '" + e.weights().string() + "' --out '" + (e.dir / "g").string() + "'");
+      run_dflash("golden generate --weights '" + e.weights().string() + "' --out '" + (e.dir / "g").string() + "'");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err + r.out, HasSubstr("--config"));
 }

@@ -14,7 +14,7 @@ namespace {
 
 // SPEC §8: H 5120, q projection 12288 (24 heads of 256, doubled by the output gate), k and v 1024,
 // attention output 6144, FFN 17408, 64 layers.
-DecoderConfig spec_example() {
+DecoderConfig decoder_spec_example() {
   return {.hidden_size = 5120,
           .intermediate_size = 17408,
           .num_attention_heads = 24,
@@ -39,20 +39,20 @@ void expect_spec_example_2(const DecoderConfig& config) {
   EXPECT_EQ(m.checkpointed_bytes * 4, 29LL << 30);  // 7.25 GiB
 }
 
-TEST(DecoderActivations, SpecWorkedExampleToTheByte) { expect_spec_example_2(spec_example()); }
+TEST(DecoderActivations, SpecWorkedExampleToTheByte) { expect_spec_example_2(decoder_spec_example()); }
 
 TEST(DecoderActivations, SpecWorkedExampleFromTheConfigFile) {
   expect_spec_example_2(load_decoder_config(source_dir() / "configs/decoder-example-64l.json"));
 }
 
 TEST(DecoderActivations, NineteenPointTwoTimesTheResidual) {
-  const DecoderConfig c = spec_example();
+  const DecoderConfig c = decoder_spec_example();
   const ActivationMemory m = decoder_activation_memory(c, 8192, 4, 2);
   EXPECT_EQ(m.values_per_token_per_layer * 10, c.hidden_size * 192);
 }
 
 TEST(DecoderActivations, TheOutputGateOnlyWidensTheQueryProjection) {
-  DecoderConfig gated = spec_example(), plain = spec_example();
+  DecoderConfig gated = decoder_spec_example(), plain = decoder_spec_example();
   plain.attn_output_gate = false;
   const auto q = plain.num_attention_heads * plain.head_dim;
   EXPECT_EQ(values_per_token(decoder_layer_saved_tensors(gated)) - values_per_token(decoder_layer_saved_tensors(plain)),
@@ -62,7 +62,7 @@ TEST(DecoderActivations, TheOutputGateOnlyWidensTheQueryProjection) {
 }
 
 TEST(DecoderActivations, CheckpointEveryLayerAndUnevenSegments) {
-  DecoderConfig c = spec_example();
+  DecoderConfig c = decoder_spec_example();
   c.num_hidden_layers = 5;
   const std::int64_t T = 100, b = 2, row = T * c.hidden_size * b, layer = T * 98'304 * b;
   const ActivationMemory every1 = decoder_activation_memory(c, T, 1, b);
@@ -158,11 +158,11 @@ TEST(DecoderActivations, UnreadableFileIsNamed) {
 }
 
 TEST(DecoderActivations, ZeroTokensIsNamed) {
-  expect_input_error([] { decoder_activation_memory(spec_example(), 0, 4, 2); }, {"tokens", "0"});
+  expect_input_error([] { decoder_activation_memory(decoder_spec_example(), 0, 4, 2); }, {"tokens", "0"});
 }
 
 TEST(DecoderActivations, ZeroCheckpointIntervalIsNamed) {
-  expect_input_error([] { decoder_activation_memory(spec_example(), 8192, 0, 2); }, {"checkpoint_every", "0"});
+  expect_input_error([] { decoder_activation_memory(decoder_spec_example(), 8192, 0, 2); }, {"checkpoint_every", "0"});
 }
 
 }  // namespace

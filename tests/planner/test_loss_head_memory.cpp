@@ -12,12 +12,12 @@ namespace dflash {
 namespace {
 
 // SPEC §8: bf16, T 32768, H 5120, V 248320, chunk 2048.
-LossHeadShape spec_example() {
+LossHeadShape loss_head_spec_example() {
   return {.rows = 32768, .hidden = 5120, .vocab = 248320, .chunk_rows = 2048, .element_bytes = 2, .statistic_bytes = 4};
 }
 
 TEST(LossHeadMemory, SpecWorkedExampleToTheByte) {
-  const LossHeadHeadline h = loss_head_headline(spec_example());
+  const LossHeadHeadline h = loss_head_headline(loss_head_spec_example());
   EXPECT_EQ(h.full_logits_bytes, 16'273'899'520);
   EXPECT_EQ(h.chunk_logits_bytes, 1'017'118'720);
   EXPECT_EQ(h.saved(LossPolicy::chunk_retain), 32'547'799'040);
@@ -26,7 +26,7 @@ TEST(LossHeadMemory, SpecWorkedExampleToTheByte) {
 }
 
 TEST(LossHeadMemory, HeadlineOrderingOfPolicies) {
-  const LossHeadHeadline h = loss_head_headline(spec_example());
+  const LossHeadHeadline h = loss_head_headline(loss_head_spec_example());
   // materialize keeps what chunk_retain keeps (chunking did not help); dL/dY is as wide as the rows.
   EXPECT_EQ(h.saved(LossPolicy::materialize), h.saved(LossPolicy::chunk_retain));
   EXPECT_EQ(h.saved(LossPolicy::chunk_grad_in_forward), h.saved(LossPolicy::chunk_recompute));
@@ -35,7 +35,7 @@ TEST(LossHeadMemory, HeadlineOrderingOfPolicies) {
 }
 
 TEST(LossHeadMemory, FullBytesAddTheRowStatisticsToTheHeadline) {
-  const LossHeadShape s = spec_example();
+  const LossHeadShape s = loss_head_spec_example();
   const LossHeadHeadline h = loss_head_headline(s);
   const std::int64_t stats = 3 * s.rows * s.statistic_bytes;
   EXPECT_EQ(loss_head_memory(s, LossPolicy::chunk_retain)[PlanCategory::loss_saved],
@@ -48,25 +48,25 @@ TEST(LossHeadMemory, FullBytesAddTheRowStatisticsToTheHeadline) {
 }
 
 TEST(LossHeadMemory, ChunkLargerThanTheRowsIsOneChunk) {
-  LossHeadShape s = spec_example();
+  LossHeadShape s = loss_head_spec_example();
   s.rows = 1000;
   EXPECT_EQ(loss_head_headline(s).chunk_logits_bytes, loss_head_headline(s).full_logits_bytes);
 }
 
 TEST(LossHeadMemory, ZeroChunkRowsIsNamed) {
-  LossHeadShape s = spec_example();
+  LossHeadShape s = loss_head_spec_example();
   s.chunk_rows = 0;
   expect_input_error([&] { loss_head_headline(s); }, {"loss_chunk_rows", "0"});
 }
 
 TEST(LossHeadMemory, NegativeRowsAreNamed) {
-  LossHeadShape s = spec_example();
+  LossHeadShape s = loss_head_spec_example();
   s.rows = -3;
   expect_input_error([&] { loss_head_memory(s, LossPolicy::materialize); }, {"tokens", "-3"});
 }
 
 TEST(LossHeadMemory, OverflowIsRefused) {
-  LossHeadShape s = spec_example();
+  LossHeadShape s = loss_head_spec_example();
   s.rows = std::int64_t(1) << 50;  // T V b needs about 2^68
   expect_input_error([&] { loss_head_headline(s); }, {"overflows 64 bits"});
 }
@@ -74,7 +74,7 @@ TEST(LossHeadMemory, OverflowIsRefused) {
 // The CUDA loss head at SPEC §8's shape, fp32 dL/dY, written out term by term: T 32768, H 5120,
 // V 248320, c 2048.
 TEST(LossHeadMemory, CudaSpecExampleToTheByte) {
-  LossHeadShape s = spec_example();
+  LossHeadShape s = loss_head_spec_example();
   s.gradient_bytes = 4;
   const CategoryBytes gif = cuda_loss_head_memory(s, LossPolicy::chunk_grad_in_forward);
   // dL/dY T H 4 kept from forward
@@ -95,7 +95,7 @@ TEST(LossHeadMemory, CudaSpecExampleToTheByte) {
 }
 
 TEST(LossHeadMemory, CudaRefusesWhatItDoesNotOffer) {
-  LossHeadShape s = spec_example();
+  LossHeadShape s = loss_head_spec_example();
   expect_input_error([&] { cuda_loss_head_memory(s, LossPolicy::chunk_retain); }, {"loss_policy", "chunk_retain"});
   s.lm_head_grad = true;
   expect_input_error([&] { cuda_loss_head_memory(s, LossPolicy::chunk_recompute); }, {"lm_head_grad"});

@@ -15,16 +15,15 @@
 
 #include "reference/drafter.hpp"
 #include "reference/drafter_problem.hpp"
+#include "tests/reference/tiny_config.hpp"
 
 namespace dflash {
 namespace {
 
-const std::filesystem::path kTiny = std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "tiny.json";
-
 // One layer of the given type, no dropout: block row (n,k)'s output Y depends only on the keys
 // that row sees (the other rows reach it through no later layer).
 DrafterConfig one_layer_config(LayerType type, std::int64_t window) {
-  DrafterConfig c = load_drafter_config(kTiny);
+  DrafterConfig c = load_drafter_config(tiny_config_path());
   c.num_hidden_layers = 1;
   c.layer_types = {type};
   c.sliding_window = window;
@@ -134,7 +133,7 @@ TEST(DrafterAttention, SlidingWindowIsNeitherWiderNorNarrower) {
 // the other KV heads' k/v weights must leave Y bitwise unchanged, and zeroing the group's own KV
 // head must not.
 TEST(DrafterAttention, QueryHeadsReadTheirGroupsKvHead) {
-  const DrafterConfig config = load_drafter_config(kTiny);
+  const DrafterConfig config = load_drafter_config(tiny_config_path());
   const std::int64_t nh = config.num_attention_heads, nkv = config.num_key_value_heads, d = config.head_dim;
   const std::int64_t group = nh / nkv;
   ASSERT_GE(nkv, 2);
@@ -171,7 +170,7 @@ TEST(DrafterAttention, QueryHeadsReadTheirGroupsKvHead) {
 // a kept block and every key j that row sees (SPEC §3's mask, written out here), once each per
 // forward, for every layer and sequence.
 TEST(DrafterAttention, AttentionDropoutDrawsExactlyTheVisibleElements) {
-  DrafterConfig config = load_drafter_config(kTiny);
+  DrafterConfig config = load_drafter_config(tiny_config_path());
   config.attention_dropout = 0.3;
   Problem p(
       config,

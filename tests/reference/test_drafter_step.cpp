@@ -12,17 +12,16 @@
 #include "reference/drafter.hpp"
 #include "reference/drafter_compare.hpp"
 #include "reference/drafter_problem.hpp"
+#include "tests/reference/tiny_config.hpp"
 
 namespace dflash {
 namespace {
 
 using ::testing::HasSubstr;
 
-const std::filesystem::path kTiny = std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "tiny.json";
-
 struct TinyProblem {
   MemoryTracker tracker;
-  DrafterConfig config = load_drafter_config(kTiny);
+  DrafterConfig config = load_drafter_config(tiny_config_path());
   DrafterParameters<double> params = init_drafter_parameters<double>(tracker, config, 11, 0.2);
   FrozenWeights<double> frozen = init_frozen_weights<double>(tracker, config, 12);
   DrafterBatch<double> batch;

@@ -20,6 +20,7 @@
 #include "reference/storage_pool.hpp"
 #include "reference/threads.hpp"
 #include "tests/reference/thread_count.hpp"
+#include "tests/reference/tiny_config.hpp"
 
 namespace dflash {
 namespace {
@@ -93,7 +94,7 @@ TEST(ReferenceThreads, LossHeadIsBitwiseTheSameForOneTwoAndThreeThreads) {
 // configs/tiny.json widened so that its products are split, with 6 query heads on 3 kv heads (the
 // attention passes split 2 and 3 ways) and dropout at every site.
 DrafterConfig wide_tiny_config() {
-  DrafterConfig config = load_drafter_config(std::filesystem::path(DFLASH_SOURCE_DIR) / "configs" / "tiny.json");
+  DrafterConfig config = load_drafter_config(tiny_config_path());
   config.hidden_size = 64;
   config.intermediate_size = 192;
   config.num_attention_heads = 6;

@@ -15,6 +15,9 @@
 namespace dflash {
 namespace {
 
+// dflash::CudaLossHead is written qualified: test_loss_head_gpu.cpp, compiled with this file in one
+// unit (CMAKE_UNITY_BUILD), names its fixture CudaLossHead.
+
 class CudaLossHeadInputs : public GpuTest {
  protected:
   void SetUp() override {
@@ -32,7 +35,7 @@ class CudaLossHeadInputs : public GpuTest {
     copy_to_device(allocator(), buffer.data() + index, &value, sizeof(T));
   }
   void forward(double weight_sum, const CudaLossHeadTargets& targets) {
-    CudaLossHead head(allocator(), LossHeadOptions{});
+    dflash::CudaLossHead head(allocator(), LossHeadOptions{});
     head.forward(device_->hidden.data(), device_->shape, targets, weight_sum);
   }
   void forward() { forward(device_->weight_sum, device_->targets()); }
@@ -114,10 +117,10 @@ TEST_F(CudaLossHeadInputs, RejectsAMissingLmHead) {
 TEST_F(CudaLossHeadInputs, RejectsBackwardUnderAnotherPolicy) {
   LossHeadOptions o;
   o.policy = LossPolicy::chunk_grad_in_forward;
-  CudaLossHead forward_head(allocator(), o);
+  dflash::CudaLossHead forward_head(allocator(), o);
   CudaLossHeadForward f =
       forward_head.forward(device_->hidden.data(), device_->shape, device_->targets(), device_->weight_sum);
-  CudaLossHead backward_head(allocator(), LossHeadOptions{});
+  dflash::CudaLossHead backward_head(allocator(), LossHeadOptions{});
   expect_rejected([&] { backward_head.backward(device_->targets(), std::move(f.saved)); }, "loss_policy",
                   "chunk_grad_in_forward");
 }
