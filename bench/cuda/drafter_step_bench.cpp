@@ -4,7 +4,7 @@
 // through the same library, so both run on bit-identical data). For per_layer x chunk_recompute and
 // per_layer x chunk_grad_in_forward: step time (median of --reps after a warm-up), model FLOPs
 // (bench/cuda/drafter_step_metrics.hpp) and MFU against the measured large-GEMM bf16 rate and the
-// H200 datasheet peak, the attention kernels' time (cudaEvents around every attention launch of the
+// Hopper SXM datasheet peak (H100 and H200 alike), the attention kernels' time (cudaEvents around every attention launch of the
 // step) and FLOP rate (per_layer x chunk_recompute once more with the other attention forward
 // kernel than the step's default, cuda/attention/tensor_core_program.hpp: both forward kernels timed), and each category's peak bytes (the DeviceAllocator's tracker) against
 // `dflash plan` for the same config and policies (one GPU).
@@ -350,7 +350,7 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
       << ", \"H\": " << m.H << ", \"I\": " << m.I << ", \"nh\": " << m.nh << ", \"nkv\": " << m.nkv
       << ", \"d\": " << m.d << ", \"K\": " << m.K << ", \"V\": " << m.V << ", \"L\": " << m.L
       << "},\n  \"weight_sum\": " << rows.weight_sum << ", \"card_bf16_tflops\": " << card.tflops()
-      << ", \"card_rate_ms\": " << card.ms << ", \"datasheet_bf16_tflops\": " << kH200DatasheetBf16Tflops
+      << ", \"card_rate_ms\": " << card.ms << ", \"datasheet_bf16_tflops\": " << kHopperSxmDatasheetBf16Tflops
       << ",\n  \"baseline_loss_tolerance\": " << kStepBaselineLossTolerance
       << ", \"targets\": {\"mfu\": " << kStepMfuTarget << ", \"plan_excess\": " << kPlanExcessTarget
       << "},\n  \"visible_pairs\": [";
@@ -370,7 +370,7 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
     for (std::size_t k = 0; k < r.ms.size(); ++k) out << (k ? ", " : "") << r.ms[k];
     out << "], \"executed_flops\": " << f.executed() << ", \"model_tflops\": " << flops.model() / s / 1e12
         << ", \"mfu_of_card\": " << flops.model() / s / 1e12 / card.tflops()
-        << ", \"mfu_of_datasheet\": " << flops.model() / s / 1e12 / kH200DatasheetBf16Tflops
+        << ", \"mfu_of_datasheet\": " << flops.model() / s / 1e12 / kHopperSxmDatasheetBf16Tflops
         << ", \"attention_forward_ms\": " << PolicyRun::median(r.attention_forward_ms)
         << ", \"attention_backward_ms\": " << PolicyRun::median(r.attention_backward_ms)
         << ", \"attention_executed_flops\": " << f.attention_executed() << ", \"attention_forward_kernel\": \""
@@ -498,7 +498,7 @@ int bench_main(int argc, char** argv) {
   }
 
   std::printf("\n%s: %.3f ms, %.1f TFLOP/s (datasheet %.0f)\n", card.what.c_str(), card.ms, card.tflops(),
-              kH200DatasheetBf16Tflops);
+              kHopperSxmDatasheetBf16Tflops);
   std::printf("%-54s %9s %9s %8s %8s %10s %10s %9s %9s %9s %9s %11s\n", "policy", "ms step", "model TF", "MFU card",
               "MFU peak", "attn fwd ms", "attn bwd ms", "fwd TF", "bwd TF", "attn TF", "exec TF", "loss");
   for (const PolicyRun& r : runs) {
@@ -507,7 +507,7 @@ int bench_main(int argc, char** argv) {
     const StepFlops f = drafter_step_flops(dims, pairs, false, TrunkPolicy::per_layer, r.policy);
     std::printf("%-54s %9.1f %9.1f %7.1f%% %7.1f%% %10.1f %10.1f %9.1f %9.1f %9.1f %9.1f %11.6f\n", r.name().c_str(),
                 r.median_ms(), flops.model() / s / 1e12, 100 * flops.model() / s / 1e12 / card.tflops(),
-                100 * flops.model() / s / 1e12 / kH200DatasheetBf16Tflops, af, ab,
+                100 * flops.model() / s / 1e12 / kHopperSxmDatasheetBf16Tflops, af, ab,
                 (f.attention_forward + f.attention_recompute) / (af * 1e-3) / 1e12,
                 f.attention_backward / (ab * 1e-3) / 1e12, f.attention_executed() / ((af + ab) * 1e-3) / 1e12,
                 f.executed() / s / 1e12, r.stats.loss);

@@ -16,9 +16,10 @@
 
 namespace dflash {
 
-// H200 SXM dense bf16 tensor-core peak, 989 TFLOP/s (NVIDIA H200 datasheet, "BF16 Tensor Core
-// 1,979 TFLOPS" with sparsity, i.e. 989.5 dense).
-inline constexpr double kH200DatasheetBf16Tflops = 989.0;
+// The dense bf16 tensor-core peak of the Hopper SXM cards, 989 TFLOP/s: the H100 SXM and H200
+// datasheets both give "BF16 Tensor Core 1,979 TFLOPS" with sparsity, i.e. 989.5 dense (the same
+// tensor cores at the same boost clock; the H200 differs in memory). The GPU machine may be either.
+inline constexpr double kHopperSxmDatasheetBf16Tflops = 989.0;
 
 // The issue's targets (performance: a miss is reported on its own line and exit code 3).
 inline constexpr double kStepMfuTarget = 0.50;     // model-FLOP rate / measured large-GEMM rate
