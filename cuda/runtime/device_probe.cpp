@@ -24,8 +24,15 @@ CudaDeviceStatus probe() {
     s.reason = "cudaGetDeviceCount found 0 devices: no GPU on this machine";
     return s;
   }
+  // The current device: a rank has selected its own (distributed/cuda/rank_device.hpp) before the
+  // run asks, and the kernel image and cuBLAS below are checked on that one.
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+    s.reason = describe("cudaGetDevice", e);
+    return s;
+  }
   cudaDeviceProp prop{};
-  if (const cudaError_t e = cudaGetDeviceProperties(&prop, 0); e != cudaSuccess) {
+  if (const cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess) {
     s.reason = describe("cudaGetDeviceProperties", e);
     return s;
   }
