@@ -4,7 +4,6 @@
 
 #include "cuda/drafter/sequence_step.hpp"
 #include "cuda/drafter/step_loop.hpp"
-#include "cuda/gemm/linear.hpp"
 #include "cuda/loss_head/head.hpp"
 #include "cuda/runtime/device_buffer.hpp"
 #include "cuda/trunk/device_backend.hpp"
@@ -13,16 +12,15 @@ namespace dflash {
 namespace {
 
 // The loop of cuda_drafter_sequences (backward: forward and backward of each sequence) and of
-// cuda_drafter_forward_sequences (forward only) on the device: the trunk's and the loss head's
-// cuBLAS handles for the loop's lifetime.
-LossHeadStats<double> run_sequences(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
-                                    const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
-                                    const DrafterStepOptions& options, const LossHeadOptions& loss_options,
+// cuda_drafter_forward_sequences (forward only) on the device, on the caller's cuBLAS handles.
+LossHeadStats<double> run_sequences(DeviceAllocator& allocator, CudaDrafterGemms& gemms, MemoryTracker& host,
+                                    const DrafterConfig& config, const CudaDrafterWeights& weights,
+                                    const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+                                    const LossHeadOptions& loss_options,
                                     const std::vector<PreparedSequence<double>>& seqs, double weight_sum, bool backward,
                                     Tensor<double>* features_grad, std::vector<std::vector<std::uint8_t>>* hits) {
-  LinearGemm gemm(allocator);
-  const CudaBackend backend{allocator, gemm};
-  CudaLossHead head(allocator, loss_options);
+  const CudaBackend backend{allocator, gemms.trunk};
+  CudaLossHead head(allocator, loss_options, gemms.head);
   return drafter_sequences_on(backend, head, host, config, weights, batch, options, seqs, weight_sum, backward,
                               features_grad, hits);
 }
@@ -33,30 +31,28 @@ DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& a, MemoryCategory c, const d
   return upload_bf16_to(DeviceMemory{a}, c, x, n);
 }
 
-LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host,
+LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, CudaDrafterGemms& gemms, MemoryTracker& host,
                                              const DrafterConfig& config, const CudaDrafterWeights& weights,
                                              const DrafterBatch<double>& batch, const DrafterStepOptions& options,
                                              const LossHeadOptions& loss_options,
                                              const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                              Tensor<double>* features_grad,
                                              std::vector<std::vector<std::uint8_t>>* hits) {
-  return run_sequences(allocator, host, config, weights, batch, options, loss_options, seqs, weight_sum, true,
+  return run_sequences(allocator, gemms, host, config, weights, batch, options, loss_options, seqs, weight_sum, true,
                        features_grad, hits);
 }
 
-LossHeadStats<double> cuda_drafter_forward_sequences(DeviceAllocator& allocator, MemoryTracker& host,
-                                                     const DrafterConfig& config, const CudaDrafterWeights& weights,
-                                                     const DrafterBatch<double>& batch,
-                                                     const DrafterStepOptions& options,
-                                                     const LossHeadOptions& loss_options,
-                                                     const std::vector<PreparedSequence<double>>& seqs,
-                                                     double weight_sum, std::vector<std::vector<std::uint8_t>>* hits) {
+LossHeadStats<double> cuda_drafter_forward_sequences(
+    DeviceAllocator& allocator, CudaDrafterGemms& gemms, MemoryTracker& host, const DrafterConfig& config,
+    const CudaDrafterWeights& weights, const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+    const LossHeadOptions& loss_options, const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+    std::vector<std::vector<std::uint8_t>>* hits) {
   // chunk_recompute's forward computes the statistics alone: chunk_grad_in_forward's would also make
   // dL/dY, materialize's keep every row's logits.
   LossHeadOptions forward_only = loss_options;
   forward_only.policy = LossPolicy::chunk_recompute;
-  return run_sequences(allocator, host, config, weights, batch, options, forward_only, seqs, weight_sum, false, nullptr,
-                       hits);
+  return run_sequences(allocator, gemms, host, config, weights, batch, options, forward_only, seqs, weight_sum, false,
+                       nullptr, hits);
 }
 
 CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,
@@ -64,9 +60,9 @@ CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracke
                                         const DrafterBatch<double>& batch, const DrafterStepOptions& options,
                                         const std::optional<double>& global_weight_sum) {
   const CheckedDrafterStep c = check_drafter_step(config, params, frozen, batch, options, global_weight_sum);
-  LinearGemm gemm(allocator);
-  const CudaBackend backend{allocator, gemm};
-  CudaLossHead head(allocator, c.loss_options);
+  CudaDrafterGemms gemms(allocator);
+  const CudaBackend backend{allocator, gemms.trunk};
+  CudaLossHead head(allocator, c.loss_options, gemms.head);
   return drafter_step_on(backend, head, host, config, params, frozen, batch, options, c.seqs, c.weight_sum);
 }
 

@@ -18,6 +18,7 @@
 #include <optional>
 #include <vector>
 
+#include "cuda/drafter/gemms.hpp"
 #include "cuda/drafter/sequence_step.hpp"
 #include "cuda/drafter/step_loop.hpp"
 #include "cuda/runtime/device_allocator.hpp"
@@ -40,10 +41,11 @@ DeviceBuffer<Bf16Bits> upload_bf16(DeviceAllocator& allocator, MemoryCategory c,
 // `options`, the batch validated by the caller) on device-resident weights: each sequence's inputs
 // uploaded, cuda_drafter_sequence_step over `weight_sum`, every gradient added into weights.grads
 // in sequence order; dL/dF written into *features_grad ([nseq, S, K H], host) when it is given.
-// The training step (distributed/cuda/train_step.hpp) calls it on its resident state. Returns the
+// The training step (distributed/cuda/train_step.hpp) calls it on its resident state and its
+// run's cuBLAS handles (`gemms`, on allocator's stream: cuda/drafter/gemms.hpp). Returns the
 // loss statistics summed over the sequences; `hits`, when given, receives each sequence's per-row
 // flags [T] (1 where w01 = 1 and argmax z = y), one entry per sequence.
-LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryTracker& host,
+LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, CudaDrafterGemms& gemms, MemoryTracker& host,
                                              const DrafterConfig& config, const CudaDrafterWeights& weights,
                                              const DrafterBatch<double>& batch, const DrafterStepOptions& options,
                                              const LossHeadOptions& loss_options,
@@ -60,9 +62,9 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, MemoryT
 // materialize's [T, V]), and the trunk's the same as in training. Returns the statistics and `hits` as
 // cuda_drafter_sequences does.
 LossHeadStats<double> cuda_drafter_forward_sequences(
-    DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config, const CudaDrafterWeights& weights,
-    const DrafterBatch<double>& batch, const DrafterStepOptions& options, const LossHeadOptions& loss_options,
-    const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
+    DeviceAllocator& allocator, CudaDrafterGemms& gemms, MemoryTracker& host, const DrafterConfig& config,
+    const CudaDrafterWeights& weights, const DrafterBatch<double>& batch, const DrafterStepOptions& options,
+    const LossHeadOptions& loss_options, const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
     std::vector<std::vector<std::uint8_t>>* hits = nullptr);
 
 }  // namespace dflash

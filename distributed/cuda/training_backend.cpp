@@ -33,8 +33,8 @@ LossHeadStats<double> CudaTrainingBackend::drafter_sequences(
     const DrafterBatch<double>& batch, const DrafterStepOptions& options, const LossHeadOptions& loss_options,
     const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
     std::vector<std::vector<std::uint8_t>>* hits) const {
-  return cuda_drafter_sequences(allocator, host, config, weights, batch, options, loss_options, seqs, weight_sum,
-                                nullptr, hits);
+  return cuda_drafter_sequences(allocator, *gemms, host, config, weights, batch, options, loss_options, seqs,
+                                weight_sum, nullptr, hits);
 }
 
 LossHeadStats<double> CudaTrainingBackend::drafter_forward_sequences(
@@ -42,7 +42,7 @@ LossHeadStats<double> CudaTrainingBackend::drafter_forward_sequences(
     const DrafterBatch<double>& batch, const DrafterStepOptions& options, const LossHeadOptions& loss_options,
     const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
     std::vector<std::vector<std::uint8_t>>* hits) const {
-  return cuda_drafter_forward_sequences(allocator, host, config, weights, batch, options, loss_options, seqs,
+  return cuda_drafter_forward_sequences(allocator, *gemms, host, config, weights, batch, options, loss_options, seqs,
                                         weight_sum, hits);
 }
 
@@ -55,7 +55,15 @@ CudaTrainingBackend::CommunicationStream::CommunicationStream(const CudaTraining
 
 CudaTrainingBackend::CommunicationStream::~CommunicationStream() {
   // Nothing may still read the gradient when the stream goes (an exception between a sum's issue
-  // and compute_waits).
+  // and compute_waits). The communicator's wait polls for a failed peer, where a bare
+  // cudaStreamSynchronize would block for good; on one it aborts the communicator (its in-flight
+  // sums end) and throws, which a destructor must not pass on: the exception already unwinding
+  // says what went wrong first.
+  if (communication_ != nullptr && device_ != nullptr) {
+    try {
+      device_->wait_for_stream(communication_);
+    } catch (...) {}
+  }
   if (communication_ != nullptr) cudaStreamSynchronize(communication_);
   if (sums_ready_ != nullptr) cudaEventDestroy(sums_ready_);
   if (gradients_ready_ != nullptr) cudaEventDestroy(gradients_ready_);
@@ -68,6 +76,7 @@ void CudaTrainingBackend::CommunicationStream::after_compute() {
 }
 
 void CudaTrainingBackend::CommunicationStream::all_reduce_sum(Communicator& device, float* buffer, std::size_t count) {
+  device_ = &device;
   device.all_reduce_in_place_on_stream(buffer, count, CommType::f32, CommOp::sum, communication_);
 }
 

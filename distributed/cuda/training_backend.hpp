@@ -10,8 +10,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "cuda/drafter/gemms.hpp"
 #include "cuda/drafter/step.hpp"
 #include "cuda/optimizer/adamw_program.hpp"
 #include "cuda/runtime/device_buffer.hpp"
@@ -20,6 +22,10 @@
 namespace dflash {
 
 struct CudaTrainingBackend : DeviceMemory {
+  // The run's cuBLAS handles, made with the backend and shared by its copies (the state holds
+  // one): kept for the run, since destroying one synchronizes the device (cuda/drafter/gemms.hpp).
+  std::shared_ptr<CudaDrafterGemms> gemms = std::make_shared<CudaDrafterGemms>(allocator);
+
   // bytes from the device to the host, after everything the stream was given.
   void read(void* host, const void* device, std::size_t bytes) const;
   // bytes from the host to the device, after everything the stream was given; returns once `host`
@@ -62,7 +68,8 @@ struct CudaTrainingBackend : DeviceMemory {
   // (Communicator::all_reduce_in_place_on_stream) and returns at once; compute_waits(device) waits
   // on the host for every sum (device.wait_for_stream: a sum that failed in flight throws instead
   // of hanging the rank) and orders the compute stream's next work after them. Destroyed, it waits
-  // for its sums first.
+  // for its sums first, as compute_waits does (an exception thrown between a sum's issue and
+  // compute_waits: a peer lost meanwhile aborts the communicator instead of hanging the rank).
   class CommunicationStream {
    public:
     explicit CommunicationStream(const CudaTrainingBackend& backend);
@@ -76,6 +83,7 @@ struct CudaTrainingBackend : DeviceMemory {
    private:
     cudaStream_t compute_;  // the allocator's
     cudaStream_t communication_ = nullptr;
+    Communicator* device_ = nullptr;  // the communicator of the sums issued, for the destructor's wait
     cudaEvent_t gradients_ready_ = nullptr, sums_ready_ = nullptr;
   };
 };

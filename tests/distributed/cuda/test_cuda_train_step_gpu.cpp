@@ -16,7 +16,9 @@
 //     accuracy), on the reference's rows, equal to the reference's on at least kHitAgreement;
 //   - ZeRO-1 bitwise ZeRO-0 on one rank; the host OptimizerState round trip; device memory of
 //     the state per category equal to the plan (the layout `dflash train --backend cuda` plans),
-//     and of the step (gradients without dL/dF, inputs, saved, outputs) equal to it.
+//     and of the step (gradients without dL/dF, inputs, saved, outputs) equal to it;
+//   - the run's cuBLAS handles made once, with the backend, and used by every step: a step makes
+//     and destroys none (cublasDestroy synchronizes the device: cuda/drafter/gemms.hpp).
 // Skipped with the reason without a GPU (failed under DFLASH_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
@@ -66,6 +68,32 @@ TEST_F(CudaTrainStep, FrozenWeightsAreUploadedAPieceAtATime) {
 
 TEST_F(CudaTrainStep, StateMemoryPerCategoryIsThePlansWithZeroOne) {
   expect_state_memory_is_the_plans(backend(), allocator().tracker(), comm_);
+}
+
+// The handles' workspaces are allocated with the backend and stay; within two steps of a ZeRO-0
+// state the transient peak above what the backend and the state hold stays under one workspace
+// (32 MiB; the tiny step's own scratch is a few KiB), so no step made a handle of its own.
+TEST_F(CudaTrainStep, CublasHandlesAreTheRunsNotTheSteps) {
+  const MemoryTracker& memory = allocator().tracker();
+  const std::size_t before = memory.current(MemoryCategory::transient);
+  const CudaTrainingBackend be = backend();
+  ASSERT_EQ(memory.current(MemoryCategory::transient), before + CudaDrafterGemms::workspace_bytes());
+
+  CudaTinyProblem p(0);
+  DeviceTrainingState<CudaTrainingBackend> state(be, {comm_, comm_}, p.config, p.training, p.frozen,
+                                                 p.initial_state(1, 0));
+  EXPECT_EQ(state.backend().gemms.get(), be.gemms.get()) << "the state's copy of the backend has handles of its own";
+  const std::size_t held = memory.current(MemoryCategory::transient);  // and the state's decay table
+  allocator().reset_peaks();
+  MemoryTracker host;
+  for (std::int64_t t = 0; t < 2; ++t) {
+    const DrafterBatch<double> batch = p.global_batch(t);
+    const RankSequences mine{0, &batch};
+    train_step_on(host, state, p.config, p.training, {&mine, 1});
+  }
+  EXPECT_EQ(memory.current(MemoryCategory::transient), held) << "the run's workspaces did not outlive the steps";
+  EXPECT_LT(memory.peak(MemoryCategory::transient) - held, CublasGemm::kDefaultWorkspaceBytes)
+      << "a step made a cuBLAS workspace (and handle) of its own";
 }
 
 }  // namespace
