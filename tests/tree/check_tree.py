@@ -12,6 +12,10 @@
                                  every production header with DFLASH_HD code has a row
   check_tree.py ROOT corpora     every fuzz/<reader>/corpus/ is what its make_corpus.py writes, byte for
                                  byte (a seed added by hand, or a corpus not remade after a change, fails)
+  check_tree.py ROOT device-syncs  production code makes no device-wide synchronizing CUDA call, and
+                                 cuBLAS handles are made and destroyed only where a run's are
+                                 (CONTRIBUTING.md, "Adding a kernel": a step never waits for the whole
+                                 device, which would bypass the communicator's wait for a failed peer)
   check_tree.py ROOT self-test   each check above fails on a planted violation (so none passes vacuously)
 
 Exit 0 when the rule holds, 1 with one line per violation otherwise. The layer table is read from
@@ -401,6 +405,36 @@ def check_corpora(root, files, committed=None):
     return problems
 
 
+# ---- device-wide synchronization -------------------------------------------------------------------
+
+# Calls that wait for (or serialize) the whole device, not one stream: cudaDeviceSynchronize itself,
+# the synchronous allocator and copies (the project's allocator is stream-ordered), and cuBLAS's
+# handle calls (cublasDestroy synchronizes the device, so a handle lives for a run).
+DEVICE_SYNC = re.compile(r"\b(cudaDeviceSynchronize|cudaDeviceReset|cudaMalloc|cudaFree|cudaMemcpy|cudaMemset|"
+                         r"cudaMallocHost|cudaFreeHost|cudaHostAlloc|cublasCreate|cublasDestroy)\s*\(")
+# Where a cuBLAS handle may be made and destroyed: the one function that makes every handle and
+# the two owners' destructors (held for a run by cuda/drafter/gemms.hpp), and the once-per-process
+# device probe.
+CUBLAS_HANDLE_HOMES = ("cuda/gemm/cublas.cpp", "cuda/gemm/linear.cpp", "cuda/runtime/device_probe.cpp")
+CHECKING_HARNESS = ("tests/", "bench/", "properties/", "harness/", "fuzz/")
+
+
+def check_device_syncs(root, files, overrides=None):
+    problems = []
+    for f in files:
+        if not f.endswith(SOURCE_SUFFIXES) or f.startswith(CHECKING_HARNESS):
+            continue
+        text = overrides.get(f) if overrides and f in overrides else read(root, f)
+        for number, line in enumerate(text.split("\n"), 1):
+            code = line.split("//", 1)[0]
+            for call in DEVICE_SYNC.findall(code):
+                if call.startswith("cublas") and f in CUBLAS_HANDLE_HOMES:
+                    continue
+                problems.append(f"{f}:{number}: calls {call}, which synchronizes the whole device: use the "
+                                f"allocator's stream-ordered calls, or a run's cuBLAS handles (cuda/drafter/gemms.hpp)")
+    return problems
+
+
 # ---- self-test ------------------------------------------------------------------------------------
 
 def self_test(root, files, contributing_text):
@@ -451,6 +485,14 @@ def self_test(root, files, contributing_text):
                               committed=lambda reader: planted_corpus)
     if not any("not committed" in p for p in found) or not any("other bytes" in p for p in found):
         failures.append("corpora: a seed left out of the corpus and one changed were not reported")
+    step = "distributed/cuda/train_step.cpp"
+    planted = {step: read(root, step) + "\nvoid planted() { cudaDeviceSynchronize(); }\n",
+               "cuda/drafter/step.cpp": read(root, "cuda/drafter/step.cpp") + "\n  cublasDestroy (h);\n"}
+    found = check_device_syncs(root, files, planted)
+    if not any(p.startswith(step) and "cudaDeviceSynchronize" in p for p in found) or \
+       not any(p.startswith("cuda/drafter/step.cpp") and "cublasDestroy" in p for p in found):
+        failures.append("device-syncs: a cudaDeviceSynchronize in the step and a cublasDestroy outside "
+                        "cuda/gemm/ were not reported")
     return failures
 
 
@@ -469,6 +511,7 @@ def main(argv):
         "doc-words": lambda: check_doc_words(root, files),
         "mutants": lambda: check_mutants(root, files),
         "corpora": lambda: check_corpora(root, files),
+        "device-syncs": lambda: check_device_syncs(root, files),
         "self-test": lambda: self_test(root, files, contributing),
     }
     if what not in checks:
