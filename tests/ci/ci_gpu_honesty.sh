@@ -13,7 +13,7 @@
 # Runs 3 to 6 each on a carry of their own: a check's own time limit, a timeout that needs SIGKILL,
 # skip expressions, failing exits under "0 errors", --stage, the budget's reserve, a library in lib/
 # (3, 4); the benchmark summaries' verdicts and the exit code of a run with nothing failed but
-# checks not available (5, 6). Then `ci/gpu train-cuda` on a dflash stub, and ci/gpu_plan.py's
+# checks not available, and a carry built from this tree or another (5, 6). Then `ci/gpu train-cuda` on a dflash stub, and ci/gpu_plan.py's
 # arithmetic.
 #   ci_gpu_honesty.sh ROOT
 set -uo pipefail
@@ -174,13 +174,18 @@ if grep -q "relaxed_stub" "$work/log1"; then
 fi
 tail -1 "$work/log1" | grep -q "^ci/gpu: FAIL" || { echo "ci_gpu_honesty: run 1: the verdict is not the last line"; failed=1; }
 
-# run 2: a drafter-step benchmark that counts nothing is planned at 240 s, more than a 100 s budget
+# run 2: a drafter-step benchmark that counts nothing is planned at 240 s, more than a 100 s budget.
+# dflash is an ELF that needs a library of the carry's lib/: a PyTorch check, which runs under the
+# machine's own library path, starts it only through ci/gpu's wrapper (the load check asks).
 cp "$work/build/libdflash_gone.so" "$zlib" "$work/build/v2/libdflash_versioned.so" "$u/lib/"
+cc -DLIBRARY_CALL=dflash_gone -o "$u/bin/dflash" "$work/build/stub.c" -L"$work/build" -ldflash_gone ||
+  { echo "ci_gpu_honesty: cannot build the dflash stub"; exit 1; }
 printf '#!/usr/bin/env bash\nexit 0\n' > "$u/bin/bench_cuda_drafter_step"
 chmod +x "$u/bin/bench_cuda_drafter_step"
 gpu_run 2 - "$work/carry" DFLASH_REQUIRE_GPU=1 DFLASH_GPU_BUDGET_S=100 DFLASH_BENCH_SHAPE="--rows 8"
 expect 2 "s of a 100 s budget"
 expect 2 "ci/gpu: [load] library closure: PASS"
+expect 2 "ci/gpu: [load] binaries start: PASS"
 expect 2 "ci/gpu: [bench] bench_cuda_drafter_step: NOT RUN (no time left"
 grep -q "| bench | bench_cuda_drafter_step | NOT RUN |" "$work/out2/results.md" 2> /dev/null ||
   { echo "ci_gpu_honesty: run 2: results.md does not list the check that did not run"; failed=1; }
@@ -305,6 +310,12 @@ cp '$work/json/step_cuda.json' \"\$json\"; cp '$work/json/$2' \"\$(dirname \"\$j
 bench_carry "$work/carry5" step_torch.json both
 bench_carry "$work/carry6" step_torch_far.json cuda
 mkdir -p "$work/out6" && cp "$work/json/lh_torch.json" "$work/out6/bench_torch.json"  # an earlier run's
+# The carries' record of the tree they were built from (TREE.sha256): carry 5's is this tree but
+# for a document, carry 6's differs in a source file too.
+(cd "$root" && sha256sum ci/gpu CMakeLists.txt) > "$work/carry5/TREE.sha256"
+printf '%064d  README.md\n' 0 >> "$work/carry5/TREE.sha256"
+(cd "$root" && sha256sum CMakeLists.txt) > "$work/carry6/TREE.sha256"
+printf '%064d  ci/gpu_plan.py\n%064d  README.md\n' 0 0 >> "$work/carry6/TREE.sha256"
 gpu_run 5 77 "$work/carry5" DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" -- --stage bench
 gpu_run 6 1 "$work/carry6" DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" -- --stage bench
 expect 5 "ci/gpu: [bench] loss_head_torch.py: NOT AVAILABLE (python3 cannot import torch here)"
@@ -314,6 +325,9 @@ expect 5 "ci/gpu: NOT A PASS"
 grep -q "| bench | loss head vs PyTorch | SLOW |" "$work/out5/results.md" 2> /dev/null ||
   { echo "ci_gpu_honesty: run 5: results.md does not list the missed target"; failed=1; }
 expect 6 "FAILED: drafter step vs PyTorch: summarize_step.py exit 1: correctness: FAIL"
+expect 5 "ci/gpu: [load] carry built from this tree: PASS (only documents differ: README.md"
+expect 6 "FAILED: carry built from this tree: built from another tree, 1 files differ (run ci/gpu prepare again): ci/gpu_plan.py"
+expect 1 "ci/gpu: [load] carry built from this tree: NOT AVAILABLE"
 expect 6 "ci/gpu: [bench] loss head vs PyTorch: NOT AVAILABLE (no result from loss_head_torch.py to compare with)"
 
 # ci/gpu train-cuda on a dflash stub whose run is what the check wants (ten falling losses, two
