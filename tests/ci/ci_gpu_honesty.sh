@@ -311,11 +311,11 @@ bench_carry "$work/carry5" step_torch.json both
 bench_carry "$work/carry6" step_torch_far.json cuda
 mkdir -p "$work/out6" && cp "$work/json/lh_torch.json" "$work/out6/bench_torch.json"  # an earlier run's
 # The carries' record of the tree they were built from (TREE.sha256): carry 5's is this tree but
-# for a document, carry 6's differs in a source file too.
+# for a document and a script (read from the tree, not built), carry 6's differs in a header too.
 (cd "$root" && sha256sum ci/gpu CMakeLists.txt) > "$work/carry5/TREE.sha256"
-printf '%064d  README.md\n' 0 >> "$work/carry5/TREE.sha256"
+printf '%064d  README.md\n%064d  ci/gpu_plan.py\n' 0 0 >> "$work/carry5/TREE.sha256"
 (cd "$root" && sha256sum CMakeLists.txt) > "$work/carry6/TREE.sha256"
-printf '%064d  ci/gpu_plan.py\n%064d  README.md\n' 0 0 >> "$work/carry6/TREE.sha256"
+printf '%064d  cuda/drafter/gemms.hpp\n%064d  README.md\n' 0 0 >> "$work/carry6/TREE.sha256"
 gpu_run 5 77 "$work/carry5" DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" -- --stage bench
 gpu_run 6 1 "$work/carry6" DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" -- --stage bench
 expect 5 "ci/gpu: [bench] loss_head_torch.py: NOT AVAILABLE (python3 cannot import torch here)"
@@ -325,8 +325,8 @@ expect 5 "ci/gpu: NOT A PASS"
 grep -q "| bench | loss head vs PyTorch | SLOW |" "$work/out5/results.md" 2> /dev/null ||
   { echo "ci_gpu_honesty: run 5: results.md does not list the missed target"; failed=1; }
 expect 6 "FAILED: drafter step vs PyTorch: summarize_step.py exit 1: correctness: FAIL"
-expect 5 "ci/gpu: [load] carry built from this tree: PASS (only documents differ: README.md"
-expect 6 "FAILED: carry built from this tree: built from another tree, 1 files differ (run ci/gpu prepare again): ci/gpu_plan.py"
+expect 5 "ci/gpu: [load] carry built from this tree: PASS (no build input differs; read from this tree: README.md ci/gpu_plan.py"
+expect 6 "FAILED: carry built from this tree: built from another tree, build inputs differ (run ci/gpu prepare again): cuda/drafter/gemms.hpp"
 expect 1 "ci/gpu: [load] carry built from this tree: NOT AVAILABLE"
 expect 6 "ci/gpu: [bench] loss head vs PyTorch: NOT AVAILABLE (no result from loss_head_torch.py to compare with)"
 
