@@ -310,12 +310,15 @@ cp '$work/json/step_cuda.json' \"\$json\"; cp '$work/json/$2' \"\$(dirname \"\$j
 bench_carry "$work/carry5" step_torch.json both
 bench_carry "$work/carry6" step_torch_far.json cuda
 mkdir -p "$work/out6" && cp "$work/json/lh_torch.json" "$work/out6/bench_torch.json"  # an earlier run's
-# The carries' record of the tree they were built from (TREE.sha256): carry 5's is this tree but
-# for a document and a script (read from the tree, not built), carry 6's differs in a header too.
-(cd "$root" && sha256sum ci/gpu CMakeLists.txt) > "$work/carry5/TREE.sha256"
-printf '%064d  README.md\n%064d  ci/gpu_plan.py\n' 0 0 >> "$work/carry5/TREE.sha256"
-(cd "$root" && sha256sum CMakeLists.txt) > "$work/carry6/TREE.sha256"
-printf '%064d  cuda/drafter/gemms.hpp\n%064d  README.md\n' 0 0 >> "$work/carry6/TREE.sha256"
+# The carries' record of the tree they were built from (TREE.sha256, as prepare writes it): carry 5's
+# is this tree but for a document and a script (read from the tree, not built); carry 6's differs in
+# a header too, and lacks a source file the tree has (a file added since).
+(cd "$root" && git ls-files -co --exclude-standard -z | while IFS= read -r -d '' f; do
+   if [ -f "$f" ]; then printf '%s\0' "$f"; fi; done | xargs -0 sha256sum) > "$work/tree.sha256"
+zero=0000000000000000000000000000000000000000000000000000000000000000
+sed -E "s#^[0-9a-f]{64}  (README\.md|ci/gpu_plan\.py)\$#$zero  \1#" "$work/tree.sha256" > "$work/carry5/TREE.sha256"
+sed -E -e "s#^[0-9a-f]{64}  (README\.md|cuda/drafter/gemms\.hpp)\$#$zero  \1#" -e '\#  cuda/drafter/step\.cpp$#d' \
+  "$work/tree.sha256" > "$work/carry6/TREE.sha256"
 gpu_run 5 77 "$work/carry5" DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" -- --stage bench
 gpu_run 6 1 "$work/carry6" DFLASH_REQUIRE_GPU=0 DFLASH_BENCH_SHAPE="--rows 8" -- --stage bench
 expect 5 "ci/gpu: [bench] loss_head_torch.py: NOT AVAILABLE (python3 cannot import torch here)"
@@ -326,7 +329,7 @@ grep -q "| bench | loss head vs PyTorch | SLOW |" "$work/out5/results.md" 2> /de
   { echo "ci_gpu_honesty: run 5: results.md does not list the missed target"; failed=1; }
 expect 6 "FAILED: drafter step vs PyTorch: summarize_step.py exit 1: correctness: FAIL"
 expect 5 "ci/gpu: [load] carry built from this tree: PASS (no build input differs; read from this tree: README.md ci/gpu_plan.py"
-expect 6 "FAILED: carry built from this tree: built from another tree, build inputs differ (run ci/gpu prepare again): cuda/drafter/gemms.hpp"
+expect 6 "FAILED: carry built from this tree: built from another tree, build inputs differ (run ci/gpu prepare again): cuda/drafter/gemms.hpp cuda/drafter/step.cpp (new)"
 expect 1 "ci/gpu: [load] carry built from this tree: NOT AVAILABLE"
 expect 6 "ci/gpu: [bench] loss head vs PyTorch: NOT AVAILABLE (no result from loss_head_torch.py to compare with)"
 

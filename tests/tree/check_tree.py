@@ -13,9 +13,11 @@
   check_tree.py ROOT corpora     every fuzz/<reader>/corpus/ is what its make_corpus.py writes, byte for
                                  byte (a seed added by hand, or a corpus not remade after a change, fails)
   check_tree.py ROOT device-syncs  production code makes no device-wide synchronizing CUDA call, and
-                                 cuBLAS handles are made and destroyed only where a run's are
-                                 (CONTRIBUTING.md, "Adding a kernel": a step never waits for the whole
-                                 device, which would bypass the communicator's wait for a failed peer)
+                                 calls cublasCreate and cublasDestroy only in cuda/gemm/ and the device
+                                 probe (CONTRIBUTING.md, "Adding a kernel": a step never waits for the
+                                 whole device, which would bypass the communicator's wait for a failed
+                                 peer). That a run makes its handles once is the GPU test's
+                                 (test_cuda_train_step_gpu), not this check's.
   check_tree.py ROOT self-test   each check above fails on a planted violation (so none passes vacuously)
 
 Exit 0 when the rule holds, 1 with one line per violation otherwise. The layer table is read from
