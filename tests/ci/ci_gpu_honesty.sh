@@ -316,8 +316,7 @@ mkdir -p "$work/out6" && cp "$work/json/lh_torch.json" "$work/out6/bench_torch.j
 # The carries' record of the tree they were built from (TREE.sha256, as prepare writes it): carry 5's
 # is this tree but for a document and a script (read from the tree, not built); carry 6's differs in
 # a header too, and lacks a source file the tree has (a file added since).
-(cd "$root" && git ls-files -co --exclude-standard -z | while IFS= read -r -d '' f; do
-   if [ -f "$f" ]; then printf '%s\0' "$f"; fi; done | xargs -0 sha256sum) > "$work/tree.sha256"
+"$root/ci/gpu" tree-hashes > "$work/tree.sha256"
 zero=0000000000000000000000000000000000000000000000000000000000000000
 sed -E "s#^[0-9a-f]{64}  (README\.md|ci/gpu_plan\.py)\$#$zero  \1#" "$work/tree.sha256" > "$work/carry5/TREE.sha256"
 sed -E -e "s#^[0-9a-f]{64}  (README\.md|cuda/drafter/gemms\.hpp)\$#$zero  \1#" -e '\#  cuda/drafter/step\.cpp$#d' \

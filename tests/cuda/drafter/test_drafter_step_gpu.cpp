@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/tolerances.hpp"
+#include "cuda/drafter/gemms.hpp"
 #include "cuda/drafter/step.hpp"
 #include "cuda/gemm/cublas.hpp"
 #include "cuda/gemm/linear.hpp"
@@ -123,8 +124,7 @@ TEST_F(DrafterStepGpu, PeaksPerCategoryAsPlanned) {
     o.loss_policy = LossPolicy::chunk_recompute;
     allocator().reset_peaks();
     cuda_drafter_step(allocator(), p.tracker, p.config, p.params, p.frozen, p.batch, o);
-    const std::int64_t device_only =
-        std::int64_t(LinearGemm::kWorkspaceBytes + CublasGemm::kDefaultWorkspaceBytes) + 3 * 64;
+    const std::int64_t device_only = std::int64_t(CudaDrafterGemms::workspace_bytes()) + 3 * 64;
     expect_peaks_as_planned(allocator().tracker(), step_plan(p.config, p.batch, o), device_only);
     EXPECT_EQ(allocator().tracker().current_total(), 0u) << "the step frees what it allocated";
   }

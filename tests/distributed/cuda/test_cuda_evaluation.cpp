@@ -3,8 +3,7 @@
 // training backend in CI. Skipped with the reason without a GPU (failed under DFLASH_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
-#include "cuda/gemm/cublas.hpp"
-#include "cuda/gemm/linear.hpp"
+#include "cuda/drafter/gemms.hpp"
 #include "distributed/run/cuda_step_backend.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
 #include "tests/distributed/cuda/evaluation_cases.hpp"
@@ -16,7 +15,7 @@ class CudaEvaluation : public GpuTest, public ::testing::WithParamInterface<Eval
 
 TEST_P(CudaEvaluation, MatchesTheReferenceWithinTheBf16Rule) {
   // The trunk's and the loss head's cuBLAS workspaces.
-  const std::int64_t workspaces = std::int64_t(LinearGemm::kWorkspaceBytes + CublasGemm::kDefaultWorkspaceBytes);
+  const std::int64_t workspaces = std::int64_t(CudaDrafterGemms::workspace_bytes());
   expect_evaluation_within_the_bf16_rule(GetParam(), make_cuda_step_backend, workspaces);
 }
 
