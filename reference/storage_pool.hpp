@@ -1,5 +1,5 @@
-// Where the storage of the reference's double tensors comes from: a process-wide cache of freed
-// blocks, each handed to the next tensor of exactly its size.
+// Where the storage of the reference's double tensors (and of bf16 bits) comes from: a process-wide
+// cache of freed blocks, each handed to the next tensor of exactly its size.
 //
 // Why: glibc serves a block of at least its mmap threshold (128 KiB, raised at run time up to
 // 32 MiB) by mapping fresh pages and unmaps it on free, so without a cache every large tensor of
@@ -14,7 +14,9 @@
 // - What a MemoryTracker counts. A tensor still counts numel * sizeof(T) while it lives; a cached
 //   block belongs to no tensor and is counted by no tracker (capacity the process holds, like
 //   malloc's own free lists), so every tracked peak equals the memory plan as before.
-// - The 50-digit judge and other element types: only Tensor<double> draws from here.
+// - The 50-digit judge and other element types: only Tensor<double> and Tensor<std::uint16_t> (bf16
+//   bits: a CUDA step's sequences, distributed/rank_sequences.hpp, 4 GB a rank and step at full
+//   scale) draw from here, each type from a pool of its own under the same rules.
 //
 // Bound: cached + live pooled bytes never exceed the largest live pooled total seen so far, or
 // since the last release_cached_storage() (the high-water mark). Steps of one shape then reuse every
@@ -28,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace dflash {
@@ -39,14 +42,26 @@ namespace dflash {
 // it is free, which a step's medium-sized tensors, freed together, can exceed.
 inline constexpr std::size_t kPooledStorageMinBytes = 4096;
 
-// n doubles, every one +0.0: a cached block of exactly n when there is one, else a new one.
-std::vector<double> zeroed_storage(std::size_t n);
+// The element types that draw from a pool.
+template <class T>
+inline constexpr bool kPooledElement = std::is_same_v<T, double> || std::is_same_v<T, std::uint16_t>;
+
+// n values of T, every one zero: a cached block of exactly n when there is one, else a new one.
+template <class T = double>
+std::vector<T> zeroed_storage(std::size_t n);
 
 // Takes `storage`'s block (leaving `storage` empty): a pooled one is cached for reuse, a smaller
 // one freed.
-void recycle_storage(std::vector<double>& storage);
+template <class T>
+void recycle_storage(std::vector<T>& storage);
 
-// Frees every cached block (its memory goes back to malloc, and so to the OS) and restarts the
+extern template std::vector<double> zeroed_storage<double>(std::size_t);
+extern template std::vector<std::uint16_t> zeroed_storage<std::uint16_t>(std::size_t);
+extern template void recycle_storage<double>(std::vector<double>&);
+extern template void recycle_storage<std::uint16_t>(std::vector<std::uint16_t>&);
+
+// Frees every cached block of every pool (its memory goes back to malloc, and so to the OS; on glibc malloc is
+// also asked to return the free memory it keeps, malloc_trim) and restarts the
 // high-water mark from the live bytes; returns the bytes freed. For a process whose start needed
 // large tensors that its steps never allocate again: `dflash train` on a device backend, whose
 // start holds the frozen weights, parameters and optimizer state in double on the host (39 GB a
@@ -55,6 +70,7 @@ void recycle_storage(std::vector<double>& storage);
 // reuse either way).
 std::size_t release_cached_storage();
 
+// The pools together (each one's counts summed; each keeps its own bound).
 struct StoragePoolState {
   std::size_t live_bytes = 0;        // pooled blocks held by tensors
   std::size_t cached_bytes = 0;      // pooled blocks waiting for reuse

@@ -1,7 +1,7 @@
 // A dense row-major tensor whose storage is counted by a MemoryTracker for as long as it lives.
-// Move-only: a copy is an allocation, so it is spelled out (clone()). A double tensor's storage
-// comes from reference/storage_pool.hpp (reused blocks, zeroed like fresh ones; the tracker counts
-// the tensor's bytes, not the pool's), any other element type's from malloc.
+// Move-only: a copy is an allocation, so it is spelled out (clone()). A double or bf16-bits
+// tensor's storage comes from reference/storage_pool.hpp (reused blocks, zeroed like fresh ones; the
+// tracker counts the tensor's bytes, not the pool's), any other element type's from malloc.
 #pragma once
 
 #include <cstddef>
@@ -123,11 +123,12 @@ class Tensor {
   std::span<const T> span() const { return std::span<const T>(data_.data(), data_.size()); }
 
  private:
-  // Only double: the 50-digit judge keeps the plain path, and integer tensors are small.
-  static constexpr bool kPooled = std::is_same_v<T, double>;
+  // double and bf16 bits (storage_pool.hpp): the 50-digit judge keeps the plain path, and the other
+  // types' tensors are small.
+  static constexpr bool kPooled = kPooledElement<T>;
   static std::vector<T> zeroed(std::size_t n) {
     if constexpr (kPooled) {
-      return zeroed_storage(n);
+      return zeroed_storage<T>(n);
     } else {
       return std::vector<T>(n, T{});  // value-initialised: 0 for numbers, members zeroed for records
     }

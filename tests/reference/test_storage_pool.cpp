@@ -136,5 +136,28 @@ TEST(StoragePool, TrackersCountTensorsNotCachedBlocks) {
   EXPECT_EQ(t.peak_total(), bytes);
 }
 
+// bf16 bits (a CUDA step's sequences) have a pool of their own: a freed block goes to the next
+// bf16 tensor of its size, zeroed, and never to a double one of the same bytes.
+TEST(StoragePool, Bf16BitsAreReusedFromTheirOwnPool) {
+  const std::size_t n = kPooledStorageMinBytes / sizeof(std::uint16_t) * 3 + 4;  // 4 x a double count
+  MemoryTracker t;
+  const std::uint16_t* block = nullptr;
+  {
+    Tensor<std::uint16_t> a(t, MemoryCategory::inputs, {std::int64_t(n)});
+    std::fill(a.data(), a.data() + n, std::uint16_t(0x3F80));
+    block = a.data();
+  }
+  const StoragePoolState before = storage_pool_state();
+  EXPECT_GE(before.cached_bytes, n * sizeof(std::uint16_t));
+  {
+    Tensor<double> d(t, MemoryCategory::inputs, {std::int64_t(n / 4)});  // the same bytes, another type
+    EXPECT_EQ(storage_pool_state().reused, before.reused);
+  }
+  Tensor<std::uint16_t> b(t, MemoryCategory::inputs, {std::int64_t(n)});
+  EXPECT_EQ(b.data(), block);
+  EXPECT_EQ(storage_pool_state().reused, before.reused + 1);
+  EXPECT_TRUE(std::all_of(b.data(), b.data() + n, [](std::uint16_t x) { return x == 0; }));
+}
+
 }  // namespace
 }  // namespace dflash
