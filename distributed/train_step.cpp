@@ -157,7 +157,7 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
 
   // W over the whole global batch, before any backward (§11: w depends only on data and anchors).
   double W = 0;
-  for (const RankSequences& s : sequences) W += drafter_weight_sum(config, *s.batch, step_options(s));
+  for (const RankSequences& s : sequences) W += rank_sequences_weight_sum(config, s, step_options(s));
   all_reduce_sum(comm, std::span<double>(&W, 1));
 
   // Forward and backward of every sequence, gradients summed into one accumulator. The backward of
@@ -172,7 +172,7 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   }
   GradientReduction reduction(comm, layout, buckets, grads, bucket);
   const RankSequences& last = sequences.back();
-  const auto last_g = static_cast<std::uint32_t>(last.first_global_index + last.batch->num_sequences() - 1);
+  const auto last_g = static_cast<std::uint32_t>(last.first_global_index + last.num_sequences() - 1);
   const GradientsFinalObserver reduce_when_final = [&](std::uint32_t g, std::size_t first) {
     if (g == last_g) reduction.gradients_final_from(first);
   };
@@ -182,8 +182,9 @@ StepMetrics train_step(MemoryTracker& tracker, Communicator& comm, const Drafter
   for (const RankSequences& s : sequences) {
     DrafterStepOptions o = step_options(s);
     if (options.reduce_during_backward && &s == &last) o.gradients_final = &reduce_when_final;
-    const DrafterOutputs<double> out =
-        drafter_step_accumulate(tracker, config, state.params, frozen, *s.batch, o, std::optional<double>(W), grads);
+    const SequenceAtTurn turn(tracker, s);
+    const DrafterOutputs<double> out = drafter_step_accumulate(tracker, config, state.params, frozen, turn.batch(), o,
+                                                               std::optional<double>(W), grads);
     sums[0] += out.stats.loss;
     sums[1] += out.stats.ce;
     sums[2] += out.stats.kl;

@@ -20,19 +20,12 @@
 #include "distributed/flat_parameters.hpp"
 #include "distributed/global_batch.hpp"
 #include "distributed/optimizer_state.hpp"
+#include "distributed/rank_sequences.hpp"
 #include "distributed/training_config.hpp"
 #include "planner/parallel_layout.hpp"
 #include "reference/drafter.hpp"
 
 namespace dflash {
-
-// Sequences first_global_index + b (b < batch.num_sequences()) of the step's global batch, in one
-// DrafterBatch (they share S; a sequence of its own S is a batch of one). Anchors are sampled in the
-// step (the batch must not hold explicit ones) and S must not exceed max_context.
-struct RankSequences {
-  std::int64_t first_global_index = 0;
-  const DrafterBatch<double>* batch = nullptr;
-};
 
 // What one rank keeps from step to step.
 struct TrainingState {

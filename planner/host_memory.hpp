@@ -10,11 +10,13 @@
 //   part_upload        3 o x 4   the part rounded to fp32 for the device (device_optimizer_part)
 //   frozen_piece       p x (8 + 2), p = min(2^20, V H): one piece of E or W_lm in double and bf16
 //                                bits on its way to the device (upload_frozen_bf16)
-//   step_batch         n U x S (8 + 1 + (K + 1) H x 8): the rank's sequences of one optimizer step,
-//                                every micro-step's, in double, held until the step ends (n per
-//                                micro-step; FeatureDataset::sequence_batch at S = max_context)
-//   upload_staging     (S K H + S H + T H) x 2: the bf16 staging of a sequence's F, G and gathered
-//                                teacher rows (UploadStaging), kept by the process from the first step on
+//   step_batch         n U x S (8 + 1 + (K + 1) H x 2): the rank's sequences of one optimizer step,
+//                                every micro-step's, held until the step ends (n per micro-step; S =
+//                                max_context): tokens, loss mask, and F and G in bf16, rounded as they
+//                                are read (FeatureDataset::sequence_bf16_batch; distributed/
+//                                rank_sequences.hpp: the CUDA step reads nothing else of them)
+//   upload_staging     (S K H + T H) x 2: the bf16 staging of a sequence's F and gathered teacher
+//                                rows (UploadStaging), kept by the process from the first step on
 //   sequence_tables    N 9 + T 41 for the sequence in flight (anchors and keep; block tokens,
 //                                positions, labels, teacher rows, weights, valid) + (N + 2 T) per
 //                                sequence of the step (keep, valid, hits: the block statistics)

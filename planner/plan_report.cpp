@@ -263,7 +263,7 @@ void print_host_memory(std::ostream& out, const HostMemoryPlan& h) {
   const std::pair<const char*, std::int64_t> phases[] = {
       {"fresh start (optimizer part, fp32 copy)", h.fresh_start()},
       {"resumed start (checkpoint slice, part)", h.resumed_start()},
-      {"steps (the step's sequences in double)", h.steps()},
+      {"steps (its sequences, F and G in bf16)", h.steps()},
       {"checkpoint write (writing rank: m, v fp32)", h.checkpoint_write()},
       {"peak of a rank", h.rank_peak()},
       {"peak of the rank that writes checkpoints", h.lead_peak()},

@@ -120,21 +120,28 @@ const Real* teacher_row(const DrafterBatch<Real>& batch, std::int64_t b, std::in
 }
 
 // Only the teacher rows a label uses must be finite (SPEC §4: nothing may depend on the others).
-template <class Real>
-void validate_teacher_rows(const DrafterBatch<Real>& batch, const std::vector<PreparedSequence<Real>>& seqs) {
-  const std::int64_t H = batch.teacher_hidden.dim(2);
+// G [nseq, S, H] at `g`; value_of turns an element into the number it stands for (G may be held as
+// bf16 bits: distributed/rank_sequences.hpp).
+template <class Real, class Element, class ValueOf>
+void validate_teacher_rows_of(const Element* g, std::int64_t S, std::int64_t H,
+                              const std::vector<PreparedSequence<Real>>& seqs, ValueOf value_of) {
   for (std::size_t b = 0; b < seqs.size(); ++b) {
     const SequenceBlocks<Real>& blocks = seqs[b].blocks;
     for (std::size_t i = 0; i < blocks.valid.size(); ++i) {
       if (blocks.valid[i] == 0) continue;
-      const Real* g = teacher_row(batch, std::int64_t(b), blocks.teacher_rows[i]);
+      const Element* row = g + (std::int64_t(b) * S + blocks.teacher_rows[i]) * H;
       for (std::int64_t c = 0; c < H; ++c) {
-        if (is_finite_value(g[c])) continue;
+        if (is_finite_value(value_of(row[c]))) continue;
         throw_input_error(str("teacher_hidden[", b, "][", blocks.teacher_rows[i], "]"),
-                          str("element ", c, " is ", g[c], "; rows that carry a teacher must be finite"));
+                          str("element ", c, " is ", value_of(row[c]), "; rows that carry a teacher must be finite"));
       }
     }
   }
+}
+template <class Real>
+void validate_teacher_rows(const DrafterBatch<Real>& batch, const std::vector<PreparedSequence<Real>>& seqs) {
+  validate_teacher_rows_of(batch.teacher_hidden.data(), batch.context_length(), batch.teacher_hidden.dim(2), seqs,
+                           [](const Real& v) -> const Real& { return v; });
 }
 
 }  // namespace drafter_detail

@@ -2,12 +2,16 @@
 // `dflash train` does on the CPU before the GPU sees a sequence, in the order it does it.
 //   open     FeatureDataset::open, every value of every shard read and checked (before step 0;
 //            one rank's share of it in a run of R ranks, ShardValueCheck)
-//   read     FeatureDataset::sequence_batch: one sequence from the maps into the step's batch
-//   checks   the step's own checks of its batch (validate_drafter_batch, prepare_sequences with
-//            the sampled anchors, validate_teacher_rows)
+//   read     one sequence from the maps into the step's batch: F and G in bf16
+//            (sequence_bf16_batch: what a CUDA run reads, distributed/rank_sequences.hpp), or in double
+//            (sequence_batch: the reference's, and the CUDA run's before)
+//   checks   the step's own checks of its batch (validate_rank_sequences, prepare_sequences with
+//            the sampled anchors, validate_rank_teacher_rows)
 //   upload   the host part of SequenceUpload (cuda/drafter/step_loop.hpp): anchors and block rows,
-//            F rounded to bf16, the teacher rows of the labelled block rows gathered and rounded to
-//            bf16, into the step's staging (UploadStaging), without the copy to the device
+//            F and the teacher rows of the labelled block rows in bf16 (copied and gathered, or
+//            rounded from the doubles), into the step's staging (UploadStaging), without the copy
+//            to the device
+// Every sequence is taken both ways, the bf16 path first, so that both meet the same page cache.
 // Reported: the median seconds of each phase over the set's sequences (after one sequence that
 // pages in the storage pool and the upload's staging), and open's rate. A GPU would run a
 // full-scale sequence's step in about a second (an estimate: 8.6e14 executed FLOPs,
@@ -24,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +37,7 @@
 
 #include "cuda/drafter/step_loop.hpp"
 #include "distributed/data/feature_dataset.hpp"
+#include "distributed/rank_sequences.hpp"
 #include "io/file_write.hpp"
 #include "reference/drafter.hpp"
 #include "reference/drafter_config.hpp"
@@ -92,41 +98,61 @@ int run(int argc, char** argv) {
   MemoryTracker tracker, host;
   const HostVectorBackend be;
   UploadStaging staging(host);  // one for the run, as the step's loop keeps one for its sequences
-  std::vector<double> read, checks, upload, total;
-  for (std::int64_t i = 0; i < set.num_sequences(); ++i) {
+  struct Phases {
+    std::vector<double> read, checks, upload, total;
+  };
+  Phases in_bf16, in_double;
+  // One sequence one way: read, checks, upload, timed.
+  auto take = [&](std::int64_t i, bool bf16, Phases& into) {
     const auto t0 = std::chrono::steady_clock::now();
-    const FeatureDataset::Batch q = set.sequence_batch(tracker, i, max_context);
+    std::optional<FeatureDataset::Bf16Batch> r;
+    std::optional<FeatureDataset::Batch> d;
+    if (bf16) {
+      r.emplace(set.sequence_bf16_batch(tracker, i, max_context));
+    } else {
+      d.emplace(set.sequence_batch(tracker, i, max_context));
+    }
     const double t_read = seconds_since(t0);
+    const DrafterBatch<double>& batch = bf16 ? r->batch : d->batch;
+    const RankSequences s{i, &batch, bf16 ? &r->features : nullptr};
     const auto t1 = std::chrono::steady_clock::now();
     const DrafterStepOptions options = drafter_step_options(config, 0, std::uint32_t(i));
-    validate_drafter_batch(config, q.batch, options.sequence_offset);
-    const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, q.batch, options);
-    drafter_detail::validate_teacher_rows(q.batch, seqs);
+    validate_rank_sequences(config, s, options);
+    const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
+    validate_rank_teacher_rows(s, seqs);
     const double t_checks = seconds_since(t1);
     const auto t2 = std::chrono::steady_clock::now();
-    const SequenceUpload<HostVectorBackend> up(be, staging, q.batch, 0, seqs[0], false);
+    const SequenceUpload<HostVectorBackend> up(be, staging, batch, 0, seqs[0], false, s.bf16_features);
     const double t_upload = seconds_since(t2);
-    std::printf("sequence %lld (%lld rows, %zu block rows): read %.3f s, checks %.3f s, upload %.3f s\n",
-                static_cast<long long>(i), static_cast<long long>(q.batch.context_length()),
-                seqs[0].blocks.valid.size(), t_read, t_checks, t_upload);
-    if (i == 0 && set.num_sequences() > 1) continue;  // pages the pool in
-    read.push_back(t_read);
-    checks.push_back(t_checks);
-    upload.push_back(t_upload);
-    total.push_back(t_read + t_checks + t_upload);
+    std::printf("sequence %lld (%lld rows, %zu block rows), %s: read %.3f s, checks %.3f s, upload %.3f s\n",
+                static_cast<long long>(i), static_cast<long long>(batch.context_length()), seqs[0].blocks.valid.size(),
+                bf16 ? "bf16  " : "double", t_read, t_checks, t_upload);
+    if (i == 0 && set.num_sequences() > 1) return;  // pages the pool and the staging in
+    into.read.push_back(t_read);
+    into.checks.push_back(t_checks);
+    into.upload.push_back(t_upload);
+    into.total.push_back(t_read + t_checks + t_upload);
+  };
+  for (std::int64_t i = 0; i < set.num_sequences(); ++i) {
+    take(i, true, in_bf16);
+    take(i, false, in_double);
   }
-  std::printf("median per sequence: read %.3f s, checks %.3f s, upload %.3f s, host total %.3f s\n", median(read),
-              median(checks), median(upload), median(total));
+  for (const auto& [name, p] : {std::pair<const char*, const Phases*>{"bf16  ", &in_bf16}, {"double", &in_double}}) {
+    std::printf("median per sequence, %s: read %.3f s, checks %.3f s, upload %.3f s, host total %.3f s\n", name,
+                median(p->read), median(p->checks), median(p->upload), median(p->total));
+  }
   if (!json_path.empty()) {
+    auto phases = [&](const Phases& p) {
+      return nlohmann::json{
+          {"read_s", p.read}, {"checks_s", p.checks}, {"upload_s", p.upload}, {"median_total_s", median(p.total)}};
+    };
     const nlohmann::json j = {{"config", config_path},
                               {"data", data},
                               {"bytes", bytes},
                               {"open_s", open_s},
                               {"sequences", set.num_sequences()},
-                              {"read_s", read},
-                              {"checks_s", checks},
-                              {"upload_s", upload},
-                              {"median_total_s", median(total)}};
+                              {"bf16", phases(in_bf16)},
+                              {"double", phases(in_double)}};
     write_file_atomically(json_path, j.dump(1) + "\n");
   }
   return 0;

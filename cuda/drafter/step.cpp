@@ -18,11 +18,12 @@ LossHeadStats<double> run_sequences(DeviceAllocator& allocator, CudaDrafterGemms
                                     const DrafterBatch<double>& batch, const DrafterStepOptions& options,
                                     const LossHeadOptions& loss_options,
                                     const std::vector<PreparedSequence<double>>& seqs, double weight_sum, bool backward,
-                                    Tensor<double>* features_grad, std::vector<std::vector<std::uint8_t>>* hits) {
+                                    Tensor<double>* features_grad, std::vector<std::vector<std::uint8_t>>* hits,
+                                    const Bf16Features* bf16 = nullptr) {
   const CudaBackend backend{allocator, gemms.trunk};
   CudaLossHead head(allocator, loss_options, gemms.head);
   return drafter_sequences_on(backend, head, host, config, weights, batch, options, seqs, weight_sum, backward,
-                              features_grad, hits);
+                              features_grad, hits, bf16);
 }
 
 }  // namespace
@@ -37,22 +38,22 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, CudaDra
                                              const LossHeadOptions& loss_options,
                                              const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                              Tensor<double>* features_grad,
-                                             std::vector<std::vector<std::uint8_t>>* hits) {
+                                             std::vector<std::vector<std::uint8_t>>* hits, const Bf16Features* bf16) {
   return run_sequences(allocator, gemms, host, config, weights, batch, options, loss_options, seqs, weight_sum, true,
-                       features_grad, hits);
+                       features_grad, hits, bf16);
 }
 
 LossHeadStats<double> cuda_drafter_forward_sequences(
     DeviceAllocator& allocator, CudaDrafterGemms& gemms, MemoryTracker& host, const DrafterConfig& config,
     const CudaDrafterWeights& weights, const DrafterBatch<double>& batch, const DrafterStepOptions& options,
     const LossHeadOptions& loss_options, const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-    std::vector<std::vector<std::uint8_t>>* hits) {
+    std::vector<std::vector<std::uint8_t>>* hits, const Bf16Features* bf16) {
   // chunk_recompute's forward computes the statistics alone: chunk_grad_in_forward's would also make
   // dL/dY, materialize's keep every row's logits.
   LossHeadOptions forward_only = loss_options;
   forward_only.policy = LossPolicy::chunk_recompute;
   return run_sequences(allocator, gemms, host, config, weights, batch, options, forward_only, seqs, weight_sum, false,
-                       nullptr, hits);
+                       nullptr, hits, bf16);
 }
 
 CudaDrafterStepResult cuda_drafter_step(DeviceAllocator& allocator, MemoryTracker& host, const DrafterConfig& config,

@@ -51,7 +51,8 @@ LossHeadStats<double> cuda_drafter_sequences(DeviceAllocator& allocator, CudaDra
                                              const LossHeadOptions& loss_options,
                                              const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                              Tensor<double>* features_grad,
-                                             std::vector<std::vector<std::uint8_t>>* hits = nullptr);
+                                             std::vector<std::vector<std::uint8_t>>* hits = nullptr,
+                                             const Bf16Features* bf16 = nullptr);
 
 // cuda_drafter_sequences' forward alone (evaluation, TRAINING §17): the same uploads, each
 // sequence's trunk forward and loss head forward over `weight_sum`, no backward: no gradient is made
@@ -65,6 +66,6 @@ LossHeadStats<double> cuda_drafter_forward_sequences(
     DeviceAllocator& allocator, CudaDrafterGemms& gemms, MemoryTracker& host, const DrafterConfig& config,
     const CudaDrafterWeights& weights, const DrafterBatch<double>& batch, const DrafterStepOptions& options,
     const LossHeadOptions& loss_options, const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-    std::vector<std::vector<std::uint8_t>>* hits = nullptr);
+    std::vector<std::vector<std::uint8_t>>* hits = nullptr, const Bf16Features* bf16 = nullptr);
 
 }  // namespace dflash

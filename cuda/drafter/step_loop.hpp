@@ -111,18 +111,38 @@ class UploadStaging {
     cache() = std::move(buffers_);
   }
 
+  // A sequence's F [S, K H]: its doubles rounded, or bits rounded before (Bf16Features).
   const std::vector<Bf16Bits>& features(const double* x, std::int64_t n) {
     bf16_bits_into(x, n, buffers_.features);
+    return features_written();
+  }
+  const std::vector<Bf16Bits>& features(const Bf16Bits* bits, std::int64_t n) {
+    buffers_.features.assign(bits, bits + n);
+    return features_written();
+  }
+  // The teacher rows G[a_n + k - 1] of a sequence's blocks, gathered: from its G [S, H] in double,
+  // rounded here, or from bits rounded before.
+  const std::vector<Bf16Bits>& teacher_rows(const DrafterBatch<double>& batch, std::int64_t b,
+                                            const SequenceBlocks<double>& blocks) {
+    const std::int64_t S = batch.context_length(), H = batch.teacher_hidden.dim(2);
+    bf16_bits_into(batch.teacher_hidden.data() + b * S * H, S * H, buffers_.g);
+    in_use_[1] = buffers_.g.size();
+    return gathered_teacher_rows(buffers_.g.data(), H, blocks);
+  }
+  const std::vector<Bf16Bits>& teacher_rows(const Bf16Bits* g, std::int64_t H, const SequenceBlocks<double>& blocks) {
+    in_use_[1] = 0;
+    return gathered_teacher_rows(g, H, blocks);
+  }
+
+ private:
+  const std::vector<Bf16Bits>& features_written() {
     in_use_[0] = buffers_.features.size();
     recount();
     return buffers_.features;
   }
-  const std::vector<Bf16Bits>& teacher_rows(const DrafterBatch<double>& batch, std::int64_t b,
-                                            const SequenceBlocks<double>& blocks) {
-    const std::int64_t S = batch.context_length(), H = batch.teacher_hidden.dim(2);
-    std::vector<Bf16Bits>& g = buffers_.g;
+  const std::vector<Bf16Bits>& gathered_teacher_rows(const Bf16Bits* g, std::int64_t H,
+                                                     const SequenceBlocks<double>& blocks) {
     std::vector<Bf16Bits>& rows = buffers_.rows;
-    bf16_bits_into(batch.teacher_hidden.data() + b * S * H, S * H, g);
     const auto T = static_cast<std::int64_t>(blocks.valid.size());
     rows.resize(static_cast<std::size_t>(T * H));
     run_row_ranges(T, [&](std::int64_t begin, std::int64_t end) {
@@ -132,17 +152,15 @@ class UploadStaging {
           std::fill(to, to + H, Bf16Bits(0));  // bf16 zeros, as a gathered 0 rounds; the buffer is reused
           continue;
         }
-        const auto from = g.begin() + blocks.teacher_rows[static_cast<std::size_t>(i)] * H;
+        const Bf16Bits* from = g + blocks.teacher_rows[static_cast<std::size_t>(i)] * H;
         std::copy(from, from + H, to);
       }
     });
-    in_use_[1] = g.size();
     in_use_[2] = rows.size();
     recount();
     return rows;
   }
 
- private:
   struct Buffers {
     std::vector<Bf16Bits> features, g, rows;  // F, G rounded, the gathered teacher rows
   };
@@ -168,7 +186,8 @@ class UploadStaging {
 
 // One sequence's inputs (SPEC §2, §4) in the backend's memory: anchor slots and block rows as
 // prepare_sequences made them, F rounded to bf16, the teacher rows G[a_n + k - 1] rounded to bf16
-// and gathered (both through `staging`), labels, fp32 weights, w01; dL/dF zeroed when wanted.
+// and gathered (both through `staging`; from `bf16`, F and G rounded before, when given), labels,
+// fp32 weights, w01; dL/dF zeroed when wanted.
 template <class Backend>
 struct SequenceUpload {
   template <class T>
@@ -183,15 +202,22 @@ struct SequenceUpload {
   Buffer<float> features_grad;  // empty when not wanted
 
   SequenceUpload(const Backend& be, UploadStaging& staging, const DrafterBatch<double>& batch, std::int64_t b,
-                 const PreparedSequence<double>& s, bool want_features_grad) {
+                 const PreparedSequence<double>& s, bool want_features_grad, const Bf16Features* bf16) {
     const MemoryCategory in = MemoryCategory::inputs;
-    const std::int64_t SKH = batch.context_length() * batch.target_features.dim(2);
+    const std::int64_t S = batch.context_length();
+    const std::int64_t SKH = S * (bf16 ? bf16->target_features.dim(2) : batch.target_features.dim(2));
     anchors = be.from_host(in, s.slots.anchors);
     keep = be.from_host(in, s.slots.keep);
     positions = be.from_host(in, s.blocks.positions);
     tokens = be.from_host(in, s.blocks.input_tokens);
-    features = be.from_host(in, staging.features(batch.target_features.data() + b * SKH, SKH));
-    teacher_rows = be.from_host(in, staging.teacher_rows(batch, b, s.blocks));
+    if (bf16 != nullptr) {
+      const std::int64_t H = bf16->teacher_hidden.dim(2);
+      features = be.from_host(in, staging.features(bf16->target_features.data() + b * SKH, SKH));
+      teacher_rows = be.from_host(in, staging.teacher_rows(bf16->teacher_hidden.data() + b * S * H, H, s.blocks));
+    } else {
+      features = be.from_host(in, staging.features(batch.target_features.data() + b * SKH, SKH));
+      teacher_rows = be.from_host(in, staging.teacher_rows(batch, b, s.blocks));
+    }
     labels = be.from_host(in, s.blocks.labels);
     weights = be.from_host(in, std::vector<float>(s.blocks.weights.begin(), s.blocks.weights.end()));
     valid = be.from_host(in, s.blocks.valid);
@@ -217,14 +243,16 @@ struct SequenceUpload {
 // The loop over the batch's sequences (prepared with `options`, the batch validated by the caller):
 // each sequence's inputs uploaded, then cuda_drafter_sequence_step over `weight_sum` (backward) or
 // cuda_drafter_sequence_forward (not), in sequence order; dL/dF written into *features_grad
-// ([nseq, S, K H], host) when it is given. Returns the statistics summed over the sequences.
+// ([nseq, S, K H], host) when it is given. F and G are `bf16`'s when given (the batch's own then
+// empty), else the batch's. Returns the statistics summed over the sequences.
 template <class Backend, class Head>
 LossHeadStats<double> drafter_sequences_on(const Backend& be, Head& head, MemoryTracker& host,
                                            const DrafterConfig& config, const CudaDrafterWeights& weights,
                                            const DrafterBatch<double>& batch, const DrafterStepOptions& options,
                                            const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
                                            bool backward, Tensor<double>* features_grad,
-                                           std::vector<std::vector<std::uint8_t>>* hits) {
+                                           std::vector<std::vector<std::uint8_t>>* hits,
+                                           const Bf16Features* bf16 = nullptr) {
   const std::int64_t nseq = batch.num_sequences(), S = batch.context_length();
   const DrafterDims dims = DrafterDims::of(config, S, batch.anchor_slots(config));
   const std::int64_t KH = dims.feature_width();
@@ -235,7 +263,8 @@ LossHeadStats<double> drafter_sequences_on(const Backend& be, Head& head, Memory
   LossHeadStats<double> total;
   UploadStaging staging(host);
   for (std::int64_t b = 0; b < nseq; ++b) {
-    SequenceUpload<Backend> seq(be, staging, batch, b, seqs[static_cast<std::size_t>(b)], features_grad != nullptr);
+    SequenceUpload<Backend> seq(be, staging, batch, b, seqs[static_cast<std::size_t>(b)], features_grad != nullptr,
+                                bf16);
     const CudaSequenceInputs inputs = seq.view(ctx_pos.data());
     const std::uint32_t sequence = options.sequence_offset + static_cast<std::uint32_t>(b);
     std::vector<std::uint8_t>* sequence_hits = hits != nullptr ? &hits->emplace_back() : nullptr;

@@ -136,7 +136,7 @@ StepMetrics train_step_on(MemoryTracker& host, DeviceTrainingState<Backend>& sta
 
   // W over the whole global batch, before any backward (§11).
   double W = 0;
-  for (const RankSequences& s : sequences) W += drafter_weight_sum(config, *s.batch, step_options(s));
+  for (const RankSequences& s : sequences) W += rank_sequences_weight_sum(config, s, step_options(s));
   all_reduce_sum(comm, std::span<double>(&W, 1));
 
   // Forward and backward of every sequence, gradients summed into the flat fp32 gradient. Under
@@ -147,7 +147,7 @@ StepMetrics train_step_on(MemoryTracker& host, DeviceTrainingState<Backend>& sta
   std::optional<BucketReduction<Backend>> buckets;
   if (layout.zero_stage() == 0) buckets.emplace(state, options.bucket_bytes);
   const RankSequences& last = sequences.back();
-  const auto last_g = static_cast<std::uint32_t>(last.first_global_index + last.batch->num_sequences() - 1);
+  const auto last_g = static_cast<std::uint32_t>(last.first_global_index + last.num_sequences() - 1);
   const GradientsFinalObserver reduce_when_final = [&](std::uint32_t g, std::size_t first) {
     if (g == last_g) buckets->gradients_final_from(first);
   };
@@ -159,10 +159,10 @@ StepMetrics train_step_on(MemoryTracker& host, DeviceTrainingState<Backend>& sta
     if (buckets && options.reduce_during_backward && &s == &last) o.gradients_final = &reduce_when_final;
     const LossHeadOptions loss_options = validate_drafter_step_options(config, o);  // the batch: drafter_weight_sum
     const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, *s.batch, o);
-    drafter_detail::validate_teacher_rows(*s.batch, seqs);
+    validate_rank_teacher_rows(s, seqs);
     std::vector<std::vector<std::uint8_t>> seq_hits;
-    const LossHeadStats<double> stats =
-        be.drafter_sequences(host, config, state.weights(), *s.batch, o, loss_options, seqs, W, &seq_hits);
+    const LossHeadStats<double> stats = be.drafter_sequences(host, config, state.weights(), *s.batch, o, loss_options,
+                                                             seqs, W, &seq_hits, s.bf16_features);
     for (std::size_t b = 0; b < seqs.size(); ++b) {
       hits.push_back({seqs[b].slots.keep, seqs[b].blocks.valid, std::move(seq_hits[b])});
     }

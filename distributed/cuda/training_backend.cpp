@@ -31,19 +31,19 @@ void CudaTrainingBackend::bf16_copy(const float* master, std::int64_t n, Bf16Bit
 LossHeadStats<double> CudaTrainingBackend::drafter_sequences(
     MemoryTracker& host, const DrafterConfig& config, const CudaDrafterWeights& weights,
     const DrafterBatch<double>& batch, const DrafterStepOptions& options, const LossHeadOptions& loss_options,
-    const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-    std::vector<std::vector<std::uint8_t>>* hits) const {
+    const std::vector<PreparedSequence<double>>& seqs, double weight_sum, std::vector<std::vector<std::uint8_t>>* hits,
+    const Bf16Features* bf16) const {
   return cuda_drafter_sequences(allocator, *gemms, host, config, weights, batch, options, loss_options, seqs,
-                                weight_sum, nullptr, hits);
+                                weight_sum, nullptr, hits, bf16);
 }
 
 LossHeadStats<double> CudaTrainingBackend::drafter_forward_sequences(
     MemoryTracker& host, const DrafterConfig& config, const CudaDrafterWeights& weights,
     const DrafterBatch<double>& batch, const DrafterStepOptions& options, const LossHeadOptions& loss_options,
-    const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-    std::vector<std::vector<std::uint8_t>>* hits) const {
+    const std::vector<PreparedSequence<double>>& seqs, double weight_sum, std::vector<std::vector<std::uint8_t>>* hits,
+    const Bf16Features* bf16) const {
   return cuda_drafter_forward_sequences(allocator, *gemms, host, config, weights, batch, options, loss_options, seqs,
-                                        weight_sum, hits);
+                                        weight_sum, hits, bf16);
 }
 
 CudaTrainingBackend::CommunicationStream::CommunicationStream(const CudaTrainingBackend& backend)

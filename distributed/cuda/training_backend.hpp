@@ -43,12 +43,13 @@ struct CudaTrainingBackend : DeviceMemory {
   void bf16_copy(const float* master, std::int64_t n, Bf16Bits* working) const;
 
   // Forward and backward of each of the batch's sequences over W, gradients added into
-  // weights.grads (cuda_drafter_sequences, no dL/dF).
+  // weights.grads (cuda_drafter_sequences, no dL/dF); F and G from `bf16` when given.
   LossHeadStats<double> drafter_sequences(MemoryTracker& host, const DrafterConfig& config,
                                           const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
                                           const DrafterStepOptions& options, const LossHeadOptions& loss_options,
                                           const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-                                          std::vector<std::vector<std::uint8_t>>* hits) const;
+                                          std::vector<std::vector<std::uint8_t>>* hits,
+                                          const Bf16Features* bf16 = nullptr) const;
 
   // The forward alone of each sequence over W (cuda_drafter_forward_sequences: evaluation, no
   // gradient made).
@@ -57,7 +58,8 @@ struct CudaTrainingBackend : DeviceMemory {
                                                   const DrafterStepOptions& options,
                                                   const LossHeadOptions& loss_options,
                                                   const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-                                                  std::vector<std::vector<std::uint8_t>>* hits) const;
+                                                  std::vector<std::vector<std::uint8_t>>* hits,
+                                                  const Bf16Features* bf16 = nullptr) const;
 
   // What the device holds, per category, and the start of a new peak.
   const MemoryTracker& counts() const { return allocator.tracker(); }

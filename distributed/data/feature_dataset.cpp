@@ -69,8 +69,9 @@ std::int64_t FeatureDataset::sequence_length(std::int64_t i) const {
   return shard->sequence_length(local);
 }
 
+template <class Value>
 void FeatureDataset::read_rows(std::int64_t i, std::int64_t rows, std::int64_t* tokens, std::uint8_t* loss_mask,
-                               double* target_features, double* teacher_hidden) const {
+                               Value* target_features, Value* teacher_hidden) const {
   const auto [shard, local] = locate(i);
   shard->require_unshrunk();  // a shard cut while the run reads it: a named error, not SIGBUS
   const std::int64_t begin = shard->sequence_begin(local);
@@ -99,6 +100,22 @@ FeatureSequence FeatureDataset::sequence(std::int64_t i, std::int64_t max_contex
   return q;
 }
 
+namespace {
+
+// A one-sequence batch of S rows: its tokens and loss mask, and F and G as given (empty when the
+// sequence's features are held elsewhere).
+DrafterBatch<double> one_sequence_batch(MemoryTracker& tracker, std::int64_t S, Tensor<double> F, Tensor<double> G) {
+  const MemoryCategory in = MemoryCategory::inputs;
+  return {Tensor<std::int64_t>(tracker, in, {1, S}),
+          Tensor<std::uint8_t>(tracker, in, {1, S}),
+          std::move(F),
+          std::move(G),
+          std::nullopt,
+          std::nullopt};
+}
+
+}  // namespace
+
 FeatureDataset::Batch FeatureDataset::sequence_batch(MemoryTracker& tracker, std::int64_t i,
                                                      std::int64_t max_context) const {
   Batch b;
@@ -106,14 +123,37 @@ FeatureDataset::Batch FeatureDataset::sequence_batch(MemoryTracker& tracker, std
   b.truncated = b.original_length > max_context;
   const std::int64_t S = std::min(b.original_length, max_context);
   const MemoryCategory in = MemoryCategory::inputs;
-  b.batch = {Tensor<std::int64_t>(tracker, in, {1, S}),
-             Tensor<std::uint8_t>(tracker, in, {1, S}),
-             Tensor<double>(tracker, in, {1, S, shape_.feature_width()}),
-             Tensor<double>(tracker, in, {1, S, shape_.hidden_size}),
-             std::nullopt,
-             std::nullopt};
+  b.batch = one_sequence_batch(tracker, S, Tensor<double>(tracker, in, {1, S, shape_.feature_width()}),
+                               Tensor<double>(tracker, in, {1, S, shape_.hidden_size}));
   read_rows(i, S, b.batch.tokens.data(), b.batch.loss_mask.data(), b.batch.target_features.data(),
             b.batch.teacher_hidden.data());
+  return b;
+}
+
+FeatureDataset::Bf16Batch FeatureDataset::sequence_bf16_batch(MemoryTracker& tracker, std::int64_t i,
+                                                              std::int64_t max_context) const {
+  Bf16Batch b;
+  b.original_length = sequence_length(i);
+  b.truncated = b.original_length > max_context;
+  const std::int64_t S = std::min(b.original_length, max_context);
+  const MemoryCategory in = MemoryCategory::inputs;
+  b.batch = one_sequence_batch(tracker, S, Tensor<double>(), Tensor<double>());
+  b.features = {Tensor<Bf16Bits>(tracker, in, {1, S, shape_.feature_width()}),
+                Tensor<Bf16Bits>(tracker, in, {1, S, shape_.hidden_size})};
+  read_rows(i, S, b.batch.tokens.data(), b.batch.loss_mask.data(), b.features.target_features.data(),
+            b.features.teacher_hidden.data());
+  for (const auto& [name, x] :
+       {std::pair<const char*, const Tensor<Bf16Bits>*>{"target_features", &b.features.target_features},
+        std::pair<const char*, const Tensor<Bf16Bits>*>{"teacher_hidden", &b.features.teacher_hidden}}) {
+    const std::int64_t e = first_non_finite_bf16(x->data(), x->numel());
+    if (e < 0) continue;
+    const auto [shard, local] = locate(i);
+    const std::int64_t width = x->dim(2);
+    throw_input_error(str(shard->source(), ": ", name, "[", shard->sequence_begin(local) + e / width, "]"),
+                      str("element ", e % width,
+                          " is beyond bf16's range (its rounding is not finite); "
+                          "the CUDA step computes in bf16"));
+  }
   return b;
 }
 

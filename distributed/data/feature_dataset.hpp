@@ -75,6 +75,18 @@ class FeatureDataset {
   };
   Batch sequence_batch(MemoryTracker& tracker, std::int64_t i, std::int64_t max_context) const;
 
+  // The same with F and G rounded to bf16 as they are read (FeatureShard::feature_rows into bf16:
+  // the bits round_features_to_bf16 makes of sequence_batch's doubles), what a CUDA step reads of
+  // them: the batch holds the tokens and mask, and empty F and G. A value beyond bf16's range (an
+  // F32 shard's, past ±3.39e38) is an InputError naming the shard, the row and the element.
+  struct Bf16Batch {
+    DrafterBatch<double> batch;
+    Bf16Features features;
+    std::int64_t original_length = 0;
+    bool truncated = false;
+  };
+  Bf16Batch sequence_bf16_batch(MemoryTracker& tracker, std::int64_t i, std::int64_t max_context) const;
+
  private:
   std::string source_;
   FeatureSetShape shape_;
@@ -82,8 +94,9 @@ class FeatureDataset {
   std::vector<std::int64_t> first_sequence_;  // [shards + 1]: index of each shard's sequence 0
   std::pair<const FeatureShard*, std::int64_t> locate(std::int64_t i) const;
   // The first `rows` rows (at most its length) of sequence i into memory that exists.
+  template <class Value>  // double, or Bf16Bits (rounded)
   void read_rows(std::int64_t i, std::int64_t rows, std::int64_t* tokens, std::uint8_t* loss_mask,
-                 double* target_features, double* teacher_hidden) const;
+                 Value* target_features, Value* teacher_hidden) const;
 };
 
 }  // namespace dflash

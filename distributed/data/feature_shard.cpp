@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -247,10 +248,35 @@ void FeatureShard::load_rows(const View& v, std::int64_t first, std::int64_t cou
   safetensors::load_float_elements(v.dtype, v.data + first * v.width * size, std::size_t(count * v.width), out);
 }
 
+void FeatureShard::load_rows(const View& v, std::int64_t first, std::int64_t count, Bf16Bits* out) {
+  const auto size = std::int64_t(safetensors::dtype_size(v.dtype));
+  const std::byte* in = v.data + first * v.width * size;
+  const std::int64_t n = count * v.width;
+  if (v.dtype == safetensors::Dtype::BF16 && std::endian::native == std::endian::little) {
+    // A BF16 shard's elements are the bits already: widened and rounded back, a finite value gives
+    // them again (and a non-finite one is refused after the read either way).
+    std::memcpy(out, in, std::size_t(n) * sizeof(Bf16Bits));
+    return;
+  }
+  constexpr std::int64_t kChunk = 1024;
+  double chunk[kChunk];
+  for (std::int64_t begin = 0; begin < n; begin += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - begin);
+    safetensors::load_float_elements(v.dtype, in + begin * size, std::size_t(m), chunk);
+    for (std::int64_t e = 0; e < m; ++e) out[begin + e] = bf16_bits_from_float(static_cast<float>(chunk[e]));
+  }
+}
+
 void FeatureShard::feature_rows(std::int64_t first, std::int64_t count, double* out) const {
   load_rows(features_, first, count, out);
 }
 void FeatureShard::teacher_rows(std::int64_t first, std::int64_t count, double* out) const {
+  load_rows(teacher_, first, count, out);
+}
+void FeatureShard::feature_rows(std::int64_t first, std::int64_t count, Bf16Bits* out) const {
+  load_rows(features_, first, count, out);
+}
+void FeatureShard::teacher_rows(std::int64_t first, std::int64_t count, Bf16Bits* out) const {
   load_rows(teacher_, first, count, out);
 }
 

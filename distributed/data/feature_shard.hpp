@@ -24,6 +24,7 @@
 
 #include "io/mapped_file.hpp"
 #include "io/safetensors.hpp"
+#include "reference/bf16_bits.hpp"
 #include "reference/drafter_config.hpp"
 
 namespace dflash {
@@ -81,6 +82,11 @@ class FeatureShard {
   // other in the map: a full-scale sequence is 10^8 values.
   void feature_rows(std::int64_t first, std::int64_t count, double* out) const;
   void teacher_rows(std::int64_t first, std::int64_t count, double* out) const;
+  // The same rows rounded to bf16: each value's bits as bf16_bits_into makes them of the double
+  // above (what the CUDA step's upload does), through a buffer of doubles on the stack: nothing is
+  // allocated, so they may run inside read_guarded.
+  void feature_rows(std::int64_t first, std::int64_t count, Bf16Bits* out) const;
+  void teacher_rows(std::int64_t first, std::int64_t count, Bf16Bits* out) const;
 
  private:
   // A tensor's place in the map.
@@ -90,6 +96,7 @@ class FeatureShard {
     std::int64_t width = 1;  // elements per row
   };
   static void load_rows(const View& v, std::int64_t first, std::int64_t count, double* out);
+  static void load_rows(const View& v, std::int64_t first, std::int64_t count, Bf16Bits* out);
 
   std::string source_;
   std::string target_model_;

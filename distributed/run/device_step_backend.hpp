@@ -35,14 +35,16 @@ class DeviceStepBackend : public StepBackend {
   std::int64_t completed_steps() const override { return state_.step(); }
   // The forward alone on the resident working copy, with the host checks the step runs first.
   SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
-                                        const DrafterStepOptions& options) override {
-    validate_drafter_batch(config, batch, options.sequence_offset);
+                                        const DrafterStepOptions& options,
+                                        const Bf16Features* bf16 = nullptr) override {
+    const RankSequences s{options.sequence_offset, &batch, bf16};
+    validate_rank_sequences(config, s, options);
     const LossHeadOptions loss_options = validate_drafter_step_options(config, options);
     const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, batch, options);
-    drafter_detail::validate_teacher_rows(batch, seqs);
+    validate_rank_teacher_rows(s, seqs);
     std::vector<std::vector<std::uint8_t>> hits;
     SequenceEvaluation e{state_.backend().drafter_forward_sequences(host_tracker_, config, state_.weights(), batch,
-                                                                    options, loss_options, seqs, 1.0, &hits),
+                                                                    options, loss_options, seqs, 1.0, &hits, bf16),
                          0.0, BlockStatistics(config.block_size)};
     for (std::size_t b = 0; b < seqs.size(); ++b) {
       for (const double w : seqs[b].blocks.weights) e.weight_sum += w;
@@ -58,6 +60,7 @@ class DeviceStepBackend : public StepBackend {
     return state_.gather_full_fp32(part, to_this_rank);
   }
   safetensors::Dtype master_dtype() const override { return safetensors::Dtype::F32; }
+  bool reads_features_as_bf16() const override { return true; }
   std::map<std::string, std::int64_t> peak_bytes() const override { return peak_bytes_of(state_.backend().counts()); }
   void reset_peaks() override { state_.backend().reset_peaks(); }
 

@@ -77,9 +77,14 @@ EvalRecord evaluate(Communicator& comm, StepBackend& backend, const DrafterConfi
   EvalSums sums(config.block_size);
   for (const std::int64_t i : eval_sequences_of_rank(eval.num_sequences(), comm.rank(), comm.size())) {
     MemoryTracker scratch;
-    const FeatureDataset::Batch q = eval.sequence_batch(scratch, i, training.max_context);
     const DrafterStepOptions options = drafter_step_options(no_dropout, std::uint32_t(step), std::uint32_t(i));
-    sums.add(backend.forward_statistics(no_dropout, q.batch, options), q.truncated);
+    if (backend.reads_features_as_bf16()) {  // as the steps read them: the host plan's bytes
+      const FeatureDataset::Bf16Batch q = eval.sequence_bf16_batch(scratch, i, training.max_context);
+      sums.add(backend.forward_statistics(no_dropout, q.batch, options, &q.features), q.truncated);
+    } else {
+      const FeatureDataset::Batch q = eval.sequence_batch(scratch, i, training.max_context);
+      sums.add(backend.forward_statistics(no_dropout, q.batch, options), q.truncated);
+    }
   }
   all_reduce_sum(comm, sums.values());
   return sums.record(step);

@@ -36,10 +36,13 @@ class ReferenceStepBackend final : public StepBackend {
 
   std::int64_t completed_steps() const override { return state_.optimizer.step; }
   SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
-                                        const DrafterStepOptions& options) override {
+                                        const DrafterStepOptions& options,
+                                        const Bf16Features* bf16 = nullptr) override {
     MemoryTracker scratch;  // host memory of the evaluation, apart from the step's peaks
+    const RankSequences s{options.sequence_offset, &batch, bf16};
+    const SequenceAtTurn turn(scratch, s);
     const DrafterOutputs<double> out =
-        drafter_forward(scratch, config, state_.params, frozen_, batch, options, std::optional<double>(1.0));
+        drafter_forward(scratch, config, state_.params, frozen_, turn.batch(), options, std::optional<double>(1.0));
     SequenceEvaluation e{out.stats, 0.0, BlockStatistics(config.block_size)};
     for (std::int64_t i = 0; i < out.weights.numel(); ++i) e.weight_sum += out.weights[i];
     add_block_statistics(e.blocks, config.block_size, out);

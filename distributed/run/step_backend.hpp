@@ -34,12 +34,18 @@ class StepBackend {
   virtual std::int64_t completed_steps() const = 0;  // Adam's step count
   // The forward alone of `batch` with the parameters the next step computes with, `config` and
   // `options` as given (evaluation passes dropout off), the loss over W = 1: no gradient is made.
+  // F and G are `bf16`'s when given (the batch's own then empty: RankSequences::bf16_features).
   // Reference: drafter_forward in double. CUDA: cuda_drafter_forward_sequences on the bf16 working
   // copy (device memory within the training step's plan).
   virtual SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
-                                                const DrafterStepOptions& options) = 0;
+                                                const DrafterStepOptions& options,
+                                                const Bf16Features* bf16 = nullptr) = 0;
   // One optimizer step on this rank's share of the global batch (every rank calls it).
   virtual StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) = 0;
+  // Whether the step reads a sequence's F and G only as bf16 (CUDA: its uploads round them), so
+  // that the run may hand them over rounded (RankSequences::bf16_features) and hold a quarter of
+  // their bytes until each one's turn. The reference computes with them in double: false.
+  virtual bool reads_features_as_bf16() const { return false; }
   // One of master weights, exp_avg, exp_avg_sq as a full flat vector of P values in the master
   // precision (a collective: every rank calls it, for the parts in the same order), on the ranks
   // that ask (to_this_rank: the one that writes the checkpoint); the others get an empty vector

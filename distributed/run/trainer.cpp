@@ -19,6 +19,7 @@
 #include "distributed/metrics/step_record.hpp"
 #include "distributed/metrics/svg_report.hpp"
 #include "distributed/optimizer_state.hpp"
+#include "distributed/rank_sequences.hpp"
 #include "distributed/run/cuda_step_backend.hpp"
 #include "distributed/run/disk_gate.hpp"
 #include "distributed/run/evaluation.hpp"
@@ -322,10 +323,11 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
 
   // The optimizer's vectors are gathered one at a time as the lead writes them (kOptimizerParts'
   // order, write_run_checkpoint_from): the lead holds at most two, in the master precision. Before
-  // it gathers them, the lead lets go of the blocks the storage pool keeps from the step's batches
-  // (every sequence of the rank's step in double, reference/storage_pool.hpp): its peak is then the
-  // larger of the steps and the save, not their sum (at b U = 8 sequences of 8192 rows a rank at
-  // full scale, 17 GB and 14 GB, not 31 GB). Its next step maps that memory afresh, once a save.
+  // it gathers them, the lead lets go of what the steps freed but the process keeps: the blocks the
+  // storage pool caches (reference/storage_pool.hpp: the reference step's tensors, a sequence's
+  // doubles) and the free memory malloc keeps (the step's bf16 sequences, when they lie under its
+  // mmap threshold): its peak is then the larger of the steps and the save, not their sum. Its next
+  // step maps that memory afresh, once a save.
   auto save = [&](const DataCursor& at) {
     if (lead) release_cached_storage();
     const RunCheckpoint ck{backend->completed_steps(),
@@ -354,6 +356,8 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   const GlobalBatchLayout layout = GlobalBatchLayout::of(training, R);
   DataOrder order(dataset.num_sequences(), config.seed);
   const std::vector<std::int64_t> mine = layout.sequences_of_rank(rank);
+  // A step that reads F and G only as bf16 gets them so, rounded as they are read (rank_sequences.hpp).
+  const bool bf16_features = backend->reads_features_as_bf16();
   RunSummary summary;
   bool stopped = false;
   for (std::int64_t t = backend->completed_steps(); t < training.total_steps && !stopped; ++t) {
@@ -362,7 +366,9 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     const DataCursor batch_start = cursor;
     const std::vector<std::int64_t> batch = order.batch(cursor, training.global_batch_sequences);
     std::vector<DrafterBatch<double>> batches;
+    std::vector<Bf16Features> rounded;  // F and G, when the step reads them as bf16
     batches.reserve(mine.size());
+    rounded.reserve(mine.size());
     std::vector<RankSequences> sequences;
     std::int64_t flags[2] = {0, 0};  // truncated sequences (sum), stop requested (max)
     BlockStatistics blocks(config.block_size);
@@ -371,10 +377,19 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     std::string data_error;
     try {
       for (const std::int64_t g : mine) {
-        FeatureDataset::Batch q = dataset.sequence_batch(tracker, batch[std::size_t(g)], training.max_context);
-        flags[0] += q.truncated ? 1 : 0;
-        batches.push_back(std::move(q.batch));
-        sequences.push_back({g, &batches.back()});
+        const std::int64_t i = batch[std::size_t(g)];
+        if (bf16_features) {
+          FeatureDataset::Bf16Batch q = dataset.sequence_bf16_batch(tracker, i, training.max_context);
+          flags[0] += q.truncated ? 1 : 0;
+          batches.push_back(std::move(q.batch));
+          rounded.push_back(std::move(q.features));
+          sequences.push_back({g, &batches.back(), &rounded.back()});
+        } else {
+          FeatureDataset::Batch q = dataset.sequence_batch(tracker, i, training.max_context);
+          flags[0] += q.truncated ? 1 : 0;
+          batches.push_back(std::move(q.batch));
+          sequences.push_back({g, &batches.back()});
+        }
       }
     } catch (const InputError& e) {
       data_error = e.what();
@@ -383,6 +398,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     comm.all_reduce(&data_failed, &data_failed, 1, CommType::i64, CommOp::max);
     if (data_failed != 0) {
       batches.clear();
+      rounded.clear();
       cursor = batch_start;
       save(cursor);
       throw_input_error("--data", str(data_error.empty() ? std::string("a shard failed on another rank") : data_error,
@@ -396,6 +412,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     blocks = BlockStatistics::unpacked(packed, config.block_size);
     comm.all_reduce(&flags[0], &flags[0], 1, CommType::i64, CommOp::sum);
     batches.clear();
+    rounded.clear();
     tokens_seen += m.tokens;
 
     StepRecord r;

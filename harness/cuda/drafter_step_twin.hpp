@@ -164,18 +164,16 @@ inline StepValues host_drafter_step(const DrafterConfig& config, const DrafterPa
 // the loss head's chunk loop), buffers counted by `buffers`, over weights already there: forward and
 // backward of each sequence, or (backward false) the forward alone as cuda_drafter_forward_sequences
 // runs it (evaluation: chunk_recompute whatever loss_options says, no gradient made).
-inline LossHeadStats<double> host_drafter_sequences(MemoryTracker& buffers, MemoryTracker& host,
-                                                    const DrafterConfig& config, const CudaDrafterWeights& weights,
-                                                    const DrafterBatch<double>& batch,
-                                                    const DrafterStepOptions& options, LossHeadOptions loss_options,
-                                                    const std::vector<PreparedSequence<double>>& seqs,
-                                                    double weight_sum, bool backward,
-                                                    std::vector<std::vector<std::uint8_t>>* hits) {
+inline LossHeadStats<double> host_drafter_sequences(
+    MemoryTracker& buffers, MemoryTracker& host, const DrafterConfig& config, const CudaDrafterWeights& weights,
+    const DrafterBatch<double>& batch, const DrafterStepOptions& options, LossHeadOptions loss_options,
+    const std::vector<PreparedSequence<double>>& seqs, double weight_sum, bool backward,
+    std::vector<std::vector<std::uint8_t>>* hits, const Bf16Features* bf16 = nullptr) {
   const HostBackend<Bf16Bits> be = device_step_trunk_on_host(buffers);
   if (!backward) loss_options.policy = LossPolicy::chunk_recompute;
   ChunkedLossHead<HostLossHeadBackend> head(HostLossHeadBackend{buffers}, loss_options);
   return drafter_sequences_on(be, head, host, config, weights, batch, options, seqs, weight_sum, backward, nullptr,
-                              hits);
+                              hits, bf16);
 }
 
 // The forward alone of the device step's code on the CPU, as cuda_drafter_forward_sequences runs it

@@ -192,20 +192,22 @@ struct HostTrainingBackend {
                                           const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
                                           const DrafterStepOptions& options, const LossHeadOptions& loss_options,
                                           const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-                                          std::vector<std::vector<std::uint8_t>>* hits) const {
+                                          std::vector<std::vector<std::uint8_t>>* hits,
+                                          const Bf16Features* bf16 = nullptr) const {
     streams->run_compute();
     return host_drafter_sequences(tracker, host, config, weights, batch, options, loss_options, seqs, weight_sum, true,
-                                  hits);
+                                  hits, bf16);
   }
   LossHeadStats<double> drafter_forward_sequences(MemoryTracker& host, const DrafterConfig& config,
                                                   const CudaDrafterWeights& weights, const DrafterBatch<double>& batch,
                                                   const DrafterStepOptions& options,
                                                   const LossHeadOptions& loss_options,
                                                   const std::vector<PreparedSequence<double>>& seqs, double weight_sum,
-                                                  std::vector<std::vector<std::uint8_t>>* hits) const {
+                                                  std::vector<std::vector<std::uint8_t>>* hits,
+                                                  const Bf16Features* bf16 = nullptr) const {
     streams->run_compute();
     return host_drafter_sequences(tracker, host, config, weights, batch, options, loss_options, seqs, weight_sum, false,
-                                  hits);
+                                  hits, bf16);
   }
 
   const MemoryTracker& counts() const { return tracker; }

@@ -139,6 +139,23 @@ inline void expect_evaluation_within_the_bf16_rule(const EvalCase& e, const Make
   EXPECT_LE(std::abs(got.acceptance_length - exact.acceptance_length), (1.0 - kHitAgreement) * b1 * b1)
       << "acceptance length " << got.acceptance_length << " against the reference's " << exact.acceptance_length;
 
+  // evaluate reads F and G in bf16 for this backend (reads_features_as_bf16): the forward on them
+  // is bitwise the forward on the set's doubles, which it rounds to the same bits.
+  ASSERT_TRUE(cuda->reads_features_as_bf16());
+  {
+    const std::int64_t i = eval.num_sequences() - 1;
+    const DrafterStepOptions o = drafter_step_options(no_dropout, std::uint32_t(step), std::uint32_t(i));
+    const FeatureDataset::Bf16Batch r = eval.sequence_bf16_batch(tracker, i, training.max_context);
+    const SequenceEvaluation a =
+        cuda->forward_statistics(no_dropout, eval.sequence_batch(tracker, i, training.max_context).batch, o);
+    const SequenceEvaluation b = cuda->forward_statistics(no_dropout, r.batch, o, &r.features);
+    EXPECT_EQ(a.stats.loss, b.stats.loss);
+    EXPECT_EQ(a.stats.kl, b.stats.kl);
+    EXPECT_EQ(a.stats.correct, b.stats.correct);
+    EXPECT_EQ(a.weight_sum, b.weight_sum);
+    EXPECT_GT(a.weight_sum, 0.0);
+  }
+
   const PlanRequest request = training_plan_request(config, training, 1, TrainingBackend::cuda);
   const std::int64_t flat_gradient =
       parameter_memory(drafter_parameter_counts(config), request.precision, request.layout)[PlanCategory::gradients];

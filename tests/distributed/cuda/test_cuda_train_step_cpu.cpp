@@ -41,6 +41,10 @@ TEST_F(CudaTrainStepCpu, ZeroOneIsZeroZeroBitwiseOnOneRank) {
   expect_zero_one_is_zero_zero_on_one_rank(backend(), comm_);
 }
 
+TEST_F(CudaTrainStepCpu, Bf16FeaturesAreTheDoublesRoundedBitwise) {
+  expect_bf16_features_are_the_doubles_rounded(backend(), comm_);
+}
+
 TEST_F(CudaTrainStepCpu, HostStateRoundTripsAndTheWorkingCopyIsTheRoundedMaster) {
   expect_host_state_round_trip(backend(), comm_);
 }

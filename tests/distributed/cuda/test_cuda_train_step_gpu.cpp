@@ -58,6 +58,10 @@ TEST_F(CudaTrainStep, BlockHitsAreTheLossHeadsAndAgreeWithTheReference) {
 
 TEST_F(CudaTrainStep, ZeroOneIsZeroZeroBitwiseOnOneRank) { expect_zero_one_is_zero_zero_on_one_rank(backend(), comm_); }
 
+TEST_F(CudaTrainStep, Bf16FeaturesAreTheDoublesRoundedBitwise) {
+  expect_bf16_features_are_the_doubles_rounded(backend(), comm_);
+}
+
 TEST_F(CudaTrainStep, HostStateRoundTripsAndTheWorkingCopyIsTheRoundedMaster) {
   expect_host_state_round_trip(backend(), comm_);
 }

@@ -281,6 +281,31 @@ void expect_zero_one_is_zero_zero_on_one_rank(const Backend& be, Communicator& c
   EXPECT_EQ(a.working, b.working);
 }
 
+// One rank: the step handed each sequence's F and G already rounded to bf16 (as `dflash train`
+// hands them: distributed/rank_sequences.hpp) is bitwise the step handed them in double, three
+// steps, metrics and state: its uploads round the doubles to the same bits.
+template <class Backend>
+void expect_bf16_features_are_the_doubles_rounded(const Backend& be, Communicator& comm) {
+  CudaTinyProblem p(1);
+  DeviceTrainingState<Backend> doubles(be, {comm, comm}, p.config, p.training, p.frozen, p.initial_state(1, 0));
+  DeviceTrainingState<Backend> rounded(be, {comm, comm}, p.config, p.training, p.frozen, p.initial_state(1, 0));
+  for (std::int64_t t = 0; t < kCudaSteps; ++t) {
+    const DrafterBatch<double> batch = p.global_batch(t);
+    DrafterBatch<double> shell = convert_batch<double>(p.tracker, batch);
+    const Bf16Features features = round_features_to_bf16(p.tracker, shell);
+    ASSERT_EQ(shell.target_features.numel(), 0);
+    const RankSequences in_double{0, &batch}, in_bf16{0, &shell, &features};
+    MemoryTracker host;
+    const StepMetrics a = train_step_on(host, doubles, p.config, p.training, {&in_double, 1});
+    const StepMetrics b = train_step_on(host, rounded, p.config, p.training, {&in_bf16, 1});
+    EXPECT_EQ(metrics_vector(a), metrics_vector(b)) << "step " << t;
+    EXPECT_GT(a.weight_sum, 0.0);
+  }
+  const CudaStateSnapshot a = snapshot(doubles, p.config), b = snapshot(rounded, p.config);
+  EXPECT_EQ(a.full, b.full);
+  EXPECT_EQ(a.working, b.working);
+}
+
 // The host OptimizerState round trips (rounded to fp32) and the working copy is the master
 // rounded: bf16 matrices, fp32 norm weights.
 template <class Backend>

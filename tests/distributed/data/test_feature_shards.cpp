@@ -81,6 +81,61 @@ TEST(FeatureShards, EverySequenceIsItsOwnRowsOfItsShard) {
   }
 }
 
+// What a CUDA step's run reads (sequence_bf16_batch): for every dtype a shard may hold, every
+// sequence, cut or not, F and G as the bits round_features_to_bf16's rounding (bf16_bits_of) makes
+// of sequence_batch's doubles, the same tokens and mask, and no double F or G.
+TEST(FeatureShards, Bf16ReadIsTheDoublesRoundedForEveryDtype) {
+  const DrafterConfig c = tiny_config();
+  for (const safetensors::Dtype dtype : {safetensors::Dtype::BF16, safetensors::Dtype::F16, safetensors::Dtype::F32}) {
+    SCOPED_TRACE(std::string(safetensors::dtype_name(dtype)));
+    ScratchDirectory dir;
+    write_feature_shard(dir / "a.safetensors", valid_shard(c, 3, 4), dtype);  // lengths 3, 4, 5
+    write_feature_shard(dir / "b.safetensors", valid_shard(c, 2, 9), dtype);
+    const FeatureDataset d = FeatureDataset::open(dir.path(), FeatureSetShape::of(c));
+    for (const std::int64_t max_context : {std::int64_t(100), std::int64_t(4)}) {
+      for (std::int64_t i = 0; i < d.num_sequences(); ++i) {
+        MemoryTracker tracker;
+        const FeatureDataset::Batch want = d.sequence_batch(tracker, i, max_context);
+        const FeatureDataset::Bf16Batch got = d.sequence_bf16_batch(tracker, i, max_context);
+        EXPECT_EQ(got.truncated, want.truncated);
+        EXPECT_EQ(got.original_length, want.original_length);
+        EXPECT_EQ(got.batch.tokens.values(), want.batch.tokens.values()) << i;
+        EXPECT_EQ(got.batch.loss_mask.values(), want.batch.loss_mask.values()) << i;
+        EXPECT_EQ(got.batch.target_features.numel(), 0);
+        EXPECT_EQ(got.batch.teacher_hidden.numel(), 0);
+        const Tensor<double>& F = want.batch.target_features;
+        const Tensor<double>& G = want.batch.teacher_hidden;
+        ASSERT_EQ(got.features.target_features.shape(), F.shape());
+        ASSERT_EQ(got.features.teacher_hidden.shape(), G.shape());
+        EXPECT_EQ(got.features.target_features.values(), bf16_bits_of(F.data(), F.numel())) << i;
+        EXPECT_EQ(got.features.teacher_hidden.values(), bf16_bits_of(G.data(), G.numel())) << i;
+      }
+    }
+  }
+}
+
+// An F32 shard may hold a value past bf16's largest (3.3895e38): a CUDA step would compute with an
+// infinity, so the read names the shard, its row and the element.
+TEST(FeatureShards, Bf16ReadNamesAValueBeyondBf16sRange) {
+  const DrafterConfig c = tiny_config();
+  ScratchDirectory dir;
+  FeatureShardContents a = valid_shard(c, 3, 4);  // lengths 3, 4, 5: sequence 1 is rows 3 to 6
+  a.target_features[std::size_t(5 * c.feature_width() + 2)] = 3.4e38;
+  write_feature_shard(dir / "a.safetensors", a, safetensors::Dtype::F32);
+  const FeatureDataset d = FeatureDataset::open(dir.path(), FeatureSetShape::of(c));
+  MemoryTracker tracker;
+  EXPECT_NO_THROW(d.sequence_bf16_batch(tracker, 0, 100));
+  EXPECT_NO_THROW(d.sequence_batch(tracker, 1, 100));  // finite: the reference reads it
+  try {
+    d.sequence_bf16_batch(tracker, 1, 100);
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a.safetensors: target_features[5]"));
+    EXPECT_THAT(e.what(), HasSubstr("element 2"));
+    EXPECT_THAT(e.what(), HasSubstr("bf16's range"));
+  }
+}
+
 TEST(FeatureShards, LongSequenceKeepsItsFirstMaxContextRowsAndIsCounted) {
   const DrafterConfig c = tiny_config();
   ScratchDirectory dir;

@@ -188,9 +188,11 @@ class GatherRecordingBackend final : public StepBackend {
       : inner_(std::move(inner)), asked_(asked) {}
   std::int64_t completed_steps() const override { return inner_->completed_steps(); }
   SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
-                                        const DrafterStepOptions& options) override {
-    return inner_->forward_statistics(config, batch, options);
+                                        const DrafterStepOptions& options,
+                                        const Bf16Features* bf16 = nullptr) override {
+    return inner_->forward_statistics(config, batch, options, bf16);
   }
+  bool reads_features_as_bf16() const override { return inner_->reads_features_as_bf16(); }
   StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
     return inner_->step(sequences, options);
   }

@@ -135,7 +135,7 @@ class RecordingBackend final : public StepBackend {
 
   std::int64_t completed_steps() const override { return 0; }
   SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
-                                        const DrafterStepOptions& options) override {
+                                        const DrafterStepOptions& options, const Bf16Features* = nullptr) override {
     calls.push_back({options.sequence_offset, options.step, config.attention_dropout, config.hidden_dropout,
                      options.loss_policy, options.trunk_policy, batch.tokens.values()});
     EXPECT_EQ(batch.num_sequences(), 1);

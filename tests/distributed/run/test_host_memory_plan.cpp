@@ -60,9 +60,10 @@ TEST(HostMemoryPlan, TheStartsTermsAreTheOptimizerPartsBytes) {
   }
 }
 
-// The steps: a sequence of max_context rows as the run reads it (counted by the tracker, as the
-// trainer's is), every sequence of the rank's step at once; the staging of its uploads (counted by
-// the step's host tracker); and the tables prepared for it, from their vectors' sizes.
+// The steps: a sequence of max_context rows as the run reads it for a CUDA step (counted by the
+// tracker, as the trainer's is), tokens and mask with F and G in bf16, every sequence of the rank's
+// step at once; the staging of its uploads from those bits (counted by the step's host tracker); and
+// the tables prepared for it, from their vectors' sizes.
 TEST(HostMemoryPlan, TheStepsTermsAreTheSequencesBytes) {
   const DrafterConfig config = tiny_config();
   const TrainingConfig training = load_training_config(tiny_train_config_path());
@@ -75,13 +76,14 @@ TEST(HostMemoryPlan, TheStepsTermsAreTheSequencesBytes) {
   std::int64_t longest = -1;  // a sequence the run truncates to max_context: the plan's S
   for (std::int64_t i = 0; i < dataset.num_sequences() && longest < 0; ++i) {
     MemoryTracker probe;
-    if (dataset.sequence_batch(probe, i, training.max_context).truncated) longest = i;
+    if (dataset.sequence_bf16_batch(probe, i, training.max_context).truncated) longest = i;
   }
   ASSERT_GE(longest, 0) << "the synthetic set must hold a sequence longer than max_context";
   MemoryTracker tracker;
-  const FeatureDataset::Batch q = dataset.sequence_batch(tracker, longest, training.max_context);
+  const FeatureDataset::Bf16Batch q = dataset.sequence_bf16_batch(tracker, longest, training.max_context);
   EXPECT_EQ(q.batch.context_length(), training.max_context);
   EXPECT_EQ(std::int64_t(tracker.current_total()) * rank_sequences, h.step_batch);
+  EXPECT_EQ(tracker.peak_total(), tracker.current_total());  // no double of F or G on the way
 
   const DrafterStepOptions options = drafter_step_options(config, 0, 0);
   const std::vector<PreparedSequence<double>> seqs = prepare_sequences(config, q.batch, options);
@@ -99,8 +101,8 @@ TEST(HostMemoryPlan, TheStepsTermsAreTheSequencesBytes) {
   {
     UploadStaging staging(host);
     const std::int64_t SKH = q.batch.context_length() * config.feature_width();
-    staging.features(q.batch.target_features.data(), SKH);
-    staging.teacher_rows(q.batch, 0, b);
+    staging.features(q.features.target_features.data(), SKH);
+    staging.teacher_rows(q.features.teacher_hidden.data(), config.hidden_size, b);
     EXPECT_EQ(std::int64_t(host.current(MemoryCategory::inputs)), h.upload_staging);
   }
 }
@@ -144,6 +146,55 @@ TEST(HostMemoryPlan, TheWritingRankReleasesTheStepsCachedBatchesBeforeItGathers)
     EXPECT_GT(cached_after_step[t], 0u) << "step " << t << ": the pool keeps the step's batches";
     EXPECT_EQ(cached_at_gather[t], 0u) << "the save after step " << t;
   }
+}
+
+// The plan's step_batch holds a CUDA rank's sequences in bf16: the run hands its step every sequence
+// with F and G in bf16 and the batch's own empty (the backend reads them so), and evaluation too.
+TEST(HostMemoryPlan, ACudaRunHandsItsStepAndItsEvaluationTheSequencesInBf16) {
+  struct Seen {
+    std::int64_t sequences = 0, in_bf16 = 0, evaluated = 0, evaluated_in_bf16 = 0;
+  };
+  class FeatureProbe final : public DeviceStepBackend<HostTrainingBackend> {
+   public:
+    FeatureProbe(Seen& seen, HostTrainingBackend backend, CudaCommunicators comms, const DrafterConfig& config,
+                 const TrainingConfig& training, const FrozenWeightSource& frozen, const OptimizerState& state)
+        : DeviceStepBackend(backend, comms, config, training, frozen, state), seen_(seen) {}
+    StepMetrics step(std::span<const RankSequences> sequences, const TrainStepOptions& options) override {
+      for (const RankSequences& s : sequences) {
+        ++seen_.sequences;
+        if (s.bf16_features != nullptr && s.batch->target_features.numel() == 0) ++seen_.in_bf16;
+      }
+      return DeviceStepBackend::step(sequences, options);
+    }
+    SequenceEvaluation forward_statistics(const DrafterConfig& config, const DrafterBatch<double>& batch,
+                                          const DrafterStepOptions& options, const Bf16Features* bf16) override {
+      ++seen_.evaluated;
+      if (bf16 != nullptr && batch.target_features.numel() == 0) ++seen_.evaluated_in_bf16;
+      return DeviceStepBackend::forward_statistics(config, batch, options, bf16);
+    }
+
+   private:
+    Seen& seen_;
+  };
+  ScratchDirectory dir;
+  MemoryTracker memory;
+  TrainingRunOptions o = cuda_options_for(dir / "run", memory);
+  o.eval_data = synthetic_run_data() / "features";
+  o.eval_every = 1;
+  Seen seen;
+  o.make_step_backend = [&](Communicator& comm, const DrafterConfig& config, const TrainingConfig& training,
+                            const FrozenWeightSource& frozen, TrainingState state) {
+    return std::make_unique<FeatureProbe>(seen, HostTrainingBackend{memory}, CudaCommunicators{comm, comm}, config,
+                                          training, frozen, state.optimizer);
+  };
+  o.after_step = [&](std::int64_t t) {
+    if (t == 0) std::raise(SIGTERM);
+  };
+  ASSERT_EQ(train(o), 0);
+  EXPECT_GT(seen.sequences, 0);
+  EXPECT_EQ(seen.in_bf16, seen.sequences);
+  EXPECT_GT(seen.evaluated, 0);
+  EXPECT_EQ(seen.evaluated_in_bf16, seen.evaluated);
 }
 
 }  // namespace
