@@ -40,8 +40,9 @@ struct DeviceAttention {
   }
 
   // Runs forward (the kernel `forward` selects) then backward on the device; returns what came back.
-  // `round_product_operands`: AttentionProblem::round_product_operands_to_bf16 (the CUDA-core
-  // backward as the plain computation of the tensor-core one).
+  // `round_product_operands`: AttentionProblem::round_product_operands_to_bf16 for the backward alone
+  // (the CUDA-core backward as the plain computation of the tensor-core one, on the same forward: the
+  // flag also rounds the CUDA-core forward's f P, which would change O and so delta = dO . O).
   static AttentionResults<float> run(DeviceAllocator& a, const AttentionCase& c, const AttentionData& data,
                                      AttentionForwardKernel forward = AttentionForwardKernel::cuda_cores,
                                      AttentionBackwardKernel backward = AttentionBackwardKernel::cuda_cores,
@@ -69,13 +70,13 @@ struct DeviceAttention {
     d.dv_blk = floats(data.k_blk.size());
 
     AttentionProblem pb = attention_problem(c);
-    pb.round_product_operands_to_bf16 = round_product_operands;
     pb.mask.anchors = d.anchors.data();
     pb.mask.keep = d.keep.data();
     AttentionOperands<Storage> in{d.q.data(),     d.k_ctx.data(), d.v_ctx.data(), d.k_blk.data(),
                                   d.v_blk.data(), nullptr,        nullptr,        nullptr};
     launch_attention_forward<Storage>(pb, in, AttentionForwardOutputs<Storage>{d.out.data(), d.lse.data()}, a.stream(),
                                       forward);
+    pb.round_product_operands_to_bf16 = round_product_operands;
     in.out = d.out.data();
     in.d_out = d.d_out.data();
     in.lse = d.lse.data();
@@ -192,7 +193,8 @@ void expect_gradients_within_rule(const AttentionResults<float>& got, const Atte
 }
 
 // The device's tensor-core backward (after the CUDA-core forward, so that only the backward
-// differs) against the same programs on the host with the mma emulated, on the host's forward:
+// differs) against the same programs on the host with the mma emulated, on the host's run of that
+// forward (unrounded f P, as the device's):
 // the device sums each 16-term dot product in its own order and precision, the rest is the same
 // code, so the rule with the host run as the plain computation and the fp32 floor. Against the
 // CUDA-core kernels on the device with f P and dS rounded to bf16: the rule of the CPU test.
@@ -203,7 +205,7 @@ TEST_F(AttentionGpu, TensorCoreBackwardWithinRuleOfHostEmulationAndCudaCores) {
     const AttentionData data = bf16_rounded(AttentionData(c));
     const AttentionResults<double> exact = reference_attention<double>(c, data);
     const AttentionResults<float> host = tensor_core_backward(
-        c, data, program_attention<Bf16Bits>(c, data, kAttentionThreads, false, nullptr, true), false);
+        c, data, program_attention<Bf16Bits>(c, data, kAttentionThreads, false, nullptr, false), false);
     const AttentionResults<float> got = DeviceAttention<Bf16Bits>::run(
         allocator(), c, data, cuda_cores, AttentionBackwardKernel::tensor_cores_where_supported);
     const AttentionResults<float> plain =
