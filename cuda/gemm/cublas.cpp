@@ -1,19 +1,32 @@
 #include "cuda/gemm/cublas.hpp"
 
+#include <cstdint>
+#include <stdexcept>
+
 #include "cuda/gemm/cublas_call.hpp"
 #include "cuda/runtime/check.hpp"
+#include "io/errors.hpp"
 
 namespace dflash {
 // alpha 1: the loss head's products have beta 0 (every output element from exactly one product);
-// the trunk's accumulating gradients beta 1.
-void run_gemm_call(cublasHandle_t handle, const GemmCall& g) {
+// the trunk's accumulating gradients beta 1. One cublasGemmEx per slice that keeps every operand
+// under 2^31 elements (gemm_calls_within_span); below that, the call itself.
+void run_gemm_call(cublasHandle_t handle, const GemmCall& call) {
   const float alpha = 1.0f;
-  DFLASH_CUBLAS_CHECK(cublasGemmEx(handle, g.transa, g.transb, g.m, g.n, g.k, &alpha, g.a, g.a_type, g.lda, g.b,
-                                   g.b_type, g.ldb, &g.beta, g.c, g.c_type, g.ldc, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT));
+  for (const GemmCall& g : gemm_calls_within_span(call)) {
+    DFLASH_CUBLAS_CHECK(cublasGemmEx(handle, g.transa, g.transb, g.m, g.n, g.k, &alpha, g.a, g.a_type, g.lda, g.b,
+                                     g.b_type, g.ldb, &g.beta, g.c, g.c_type, g.ldc, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+  }
 }
 
 cublasHandle_t create_cublas_handle(cudaStream_t stream, void* workspace, std::size_t workspace_bytes) {
+  // cublasSetWorkspace requires 256-byte alignment; the allocator's blocks have it (cudaMallocAsync's
+  // practice, not its documented promise), so a workspace without it is refused here by name.
+  if (reinterpret_cast<std::uintptr_t>(workspace) % kCublasWorkspaceAlignment != 0) {
+    throw std::logic_error(
+        str("cuBLAS workspace at ", workspace, " is not ", kCublasWorkspaceAlignment, "-byte aligned"));
+  }
   cublasHandle_t handle = nullptr;
   DFLASH_CUBLAS_CHECK(cublasCreate(&handle));
   try {

@@ -21,10 +21,13 @@ namespace dflash {
 // A cuBLAS handle on `stream` whose only device memory is the caller's (allocator-counted)
 // workspace, kGemmMathMode (cublas_call.hpp: no TF32, no reduction in bf16), host scalars. Every cuBLAS user
 // of the project (the loss head, the trunk's linear layers) takes its handle from here.
+// Throws std::logic_error when the workspace is not kCublasWorkspaceAlignment-aligned.
 cublasHandle_t create_cublas_handle(cudaStream_t stream, void* workspace, std::size_t workspace_bytes);
+inline constexpr std::size_t kCublasWorkspaceAlignment = 256;
 
 struct GemmCall;
-// One cublasGemmEx with the call's arguments (cuda/gemm/cublas_call.hpp), alpha 1, fp32 compute.
+// The call's product (cuda/gemm/cublas_call.hpp) as one cublasGemmEx per gemm_calls_within_span
+// slice (the call itself while every operand spans under 2^31 elements), alpha 1, fp32 compute.
 void run_gemm_call(cublasHandle_t handle, const GemmCall& g);
 
 class CublasGemm {

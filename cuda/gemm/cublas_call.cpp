@@ -1,6 +1,8 @@
 #include "cuda/gemm/cublas_call.hpp"
 
+#include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "io/errors.hpp"
 
@@ -9,6 +11,84 @@ namespace dflash {
 int cublas_dimension(std::int64_t value, const char* name) {
   if (value < 0 || value > INT_MAX) throw_input_error(name, str(value, " does not fit cuBLAS's int dimensions"));
   return static_cast<int>(value);
+}
+
+namespace {
+
+std::int64_t element_bytes(cudaDataType_t type) {
+  switch (type) {
+    case CUDA_R_16BF:
+      return 2;
+    case CUDA_R_32F:
+      return 4;
+    default:
+      throw_input_error("gemm element type", str(int(type), " is not bf16 or fp32"));
+  }
+}
+
+template <class Pointer>
+Pointer advance(Pointer p, cudaDataType_t type, std::int64_t elements) {
+  using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<Pointer>>, const char*, char*>;
+  return elements == 0 ? p : static_cast<Byte>(p) + elements * element_bytes(type);
+}
+
+// The slices of [0, extent): as few as keep each at most `most` long (`what` names the operand
+// that sets it), near-equal, in order.
+struct Slice {
+  std::int64_t first, count;
+};
+std::vector<Slice> near_equal_slices(std::int64_t extent, std::int64_t most, const char* what) {
+  if (most < 1) throw_input_error(what, "one column alone spans more elements than one cuBLAS call may");
+  const std::int64_t parts = (extent + most - 1) / most, size = (extent + parts - 1) / parts;
+  std::vector<Slice> slices;
+  for (std::int64_t first = 0; first < extent; first += size) slices.push_back({first, std::min(size, extent - first)});
+  return slices;
+}
+
+}  // namespace
+
+std::vector<GemmCall> gemm_calls_within_span(const GemmCall& g, std::int64_t max_span) {
+  // The longest slice along each dimension that keeps every operand whose columns run along it
+  // within max_span: C's columns run along n; A's along k (N) or m (T); B's along n (N) or k (T).
+  if (g.m == 0 || g.n == 0 || g.k == 0) return {g};
+  std::int64_t most_m = g.m, most_n = g.n, most_k = g.k;
+  const auto limit = [&](std::int64_t& most, std::int64_t ld) {
+    if (ld < 1) throw_input_error("gemm leading dimension", str(ld, " is not positive"));
+    most = std::min(most, max_span / ld);
+  };
+  limit(most_n, g.ldc);
+  limit(g.transa == CUBLAS_OP_N ? most_k : most_m, g.lda);
+  limit(g.transb == CUBLAS_OP_N ? most_n : most_k, g.ldb);
+  if (most_m == g.m && most_n == g.n && most_k == g.k) return {g};
+  if (most_k < g.k && g.c_type == CUDA_R_16BF) {
+    throw_input_error("gemm k", str(g.k, " would be cut into partial sums each rounded to a bf16 C: ", most_k,
+                                    " columns at most per call"));
+  }
+  const std::vector<Slice> ms = near_equal_slices(g.m, most_m, "gemm A"),
+                           ns = near_equal_slices(g.n, most_n, "gemm B or C"),
+                           ks = near_equal_slices(g.k, most_k, "gemm A or B");
+  std::vector<GemmCall> calls;
+  calls.reserve(ms.size() * ns.size() * ks.size());
+  for (const Slice& n : ns) {
+    for (const Slice& m : ms) {
+      for (const Slice& k : ks) {
+        GemmCall c = g;
+        c.m = static_cast<int>(m.count);
+        c.n = static_cast<int>(n.count);
+        c.k = static_cast<int>(k.count);
+        // A is m x k (N, column l at l lda) or stored k x m (T, column i at i lda).
+        const std::int64_t a_offset = g.transa == CUBLAS_OP_N ? m.first + k.first * g.lda : k.first + m.first * g.lda;
+        // B is k x n (N) or stored n x k (T).
+        const std::int64_t b_offset = g.transb == CUBLAS_OP_N ? k.first + n.first * g.ldb : n.first + k.first * g.ldb;
+        c.a = advance(g.a, g.a_type, a_offset);
+        c.b = advance(g.b, g.b_type, b_offset);
+        c.c = advance(g.c, g.c_type, m.first + n.first * g.ldc);
+        if (k.first > 0) c.beta = 1.0f;
+        calls.push_back(c);
+      }
+    }
+  }
+  return calls;
 }
 
 namespace {

@@ -3,6 +3,9 @@
 // (tests/cuda/gemm/test_cublas_gemm_call.cpp) runs a textbook column-major GEMM on exactly these
 // arguments and checks it against the row-major products they are meant to compute.
 //
+// Every call runs as gemm_calls_within_span's slices (run_gemm_call): no operand of one cuBLAS call
+// spans 2^31 elements or more.
+//
 // Row-major [r, c] is column-major [c, r] with leading dimension c, so a row-major product
 // C = A B is the column-major C^T = B^T A^T: the operands swap places.
 //   logits      Z[r,V] = X[r,H] W[V,H]^T  ->  Z^T (V x r, ld V) = op_T(W as H x V, ld H) X^T (H x r, ld H)
@@ -17,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <cublas_v2.h>
 
@@ -50,6 +54,30 @@ inline constexpr cublasMath_t kGemmMathMode =
 
 // cuBLAS takes int dimensions: throws InputError naming the dimension when one does not fit.
 int cublas_dimension(std::int64_t value, const char* name);
+
+// The most elements one operand of one cuBLAS call may span: 2^31 - 1. cuBLAS takes int sizes and
+// 64-bit offsets, yet some cuBLASLt algorithms index an operand's span (its columns times its
+// leading dimension) in 32 bits and fail with CUBLAS_STATUS_EXECUTION_FAILED from 2^31 elements on
+// (reported for cuBLASLt 13.6, NVIDIA/raft#3097), although the heuristic offers them. Every int fits
+// and the product is still too large: `materialize` at full scale makes logits of 32768 x 248320 =
+// 8.1e9 elements, and its dL/dY product reads them back.
+inline constexpr std::int64_t kGemmMaxOperandSpan = (std::int64_t(1) << 31) - 1;
+
+// The elements a column-major operand of `columns` columns with leading dimension `ld` spans,
+// taken as columns x ld (an upper bound of (columns - 1) ld + rows, and the measure cuBLASLt trips on).
+inline std::int64_t gemm_operand_span(std::int64_t columns, std::int64_t ld) { return columns * ld; }
+
+// `g` as the calls that compute the same C with every operand spanning at most `max_span` elements
+// (gemm_operand_span of A, B and C): {g} when it already does. Otherwise g is cut into near-equal
+// slices along n (C's columns; B's when B is not transposed), m (A's columns when A is transposed)
+// and k (A's columns when A is not transposed, B's when B is): as few slices along each as its
+// operands allow, each slice's pointers moved to its first element. Slices along m and n write
+// disjoint parts of C; the slices along k of one part run in order of k, the first with g's beta and
+// the rest adding to C (beta 1). Run in the returned order on one stream.
+// Throws InputError when a cut along k is needed for a bf16 C (every partial sum would be rounded
+// to bf16: outside SPEC §10's plain computation, which rounds once), or when one column of an
+// operand alone spans more than max_span.
+std::vector<GemmCall> gemm_calls_within_span(const GemmCall& g, std::int64_t max_span = kGemmMaxOperandSpan);
 
 // z[rows, vocab] = x[rows, hidden] w[vocab, hidden]^T (bf16 out)
 GemmCall logits_gemm_call(const Bf16Bits* x, const Bf16Bits* w, Bf16Bits* z, std::int64_t rows, std::int64_t vocab,
