@@ -1,33 +1,6 @@
 #include "distributed/rank_sequences.hpp"
 
-#include "io/errors.hpp"
-
 namespace dflash {
-namespace {
-
-// x [nseq, S, width] rounded; a value whose bf16 is not finite (exponent bits all ones) names itself.
-Tensor<Bf16Bits> rounded(MemoryTracker& tracker, const char* name, const Tensor<double>& x) {
-  Tensor<Bf16Bits> bits(tracker, MemoryCategory::inputs, x.shape());
-  bf16_bits_into(x.data(), x.numel(), bits.data());
-  const std::int64_t width = x.dim(2), S = x.dim(1);
-  const std::int64_t e = first_non_finite_bf16(bits.data(), bits.numel());
-  if (e >= 0) {
-    throw_input_error(str(name, "[", e / (S * width), "][", (e / width) % S, "]"),
-                      str("element ", e % width, " is ", x[e],
-                          ", beyond bf16's range (its rounding is not finite); the CUDA step computes in bf16"));
-  }
-  return bits;
-}
-
-}  // namespace
-
-Bf16Features round_features_to_bf16(MemoryTracker& tracker, DrafterBatch<double>& batch) {
-  Bf16Features f{rounded(tracker, "target_features", batch.target_features),
-                 rounded(tracker, "teacher_hidden", batch.teacher_hidden)};
-  batch.target_features = Tensor<double>();
-  batch.teacher_hidden = Tensor<double>();
-  return f;
-}
 
 void validate_rank_sequences(const DrafterConfig& config, const RankSequences& s, const DrafterStepOptions& options) {
   validate_drafter_config(config);

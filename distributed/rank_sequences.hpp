@@ -26,12 +26,6 @@ struct RankSequences {
   std::int64_t num_sequences() const { return batch->num_sequences(); }
 };
 
-// batch's F and G rounded to bf16, moved out of the batch: it keeps its tokens, mask and anchors,
-// and empty F and G. A value whose rounding is not finite (beyond bf16's range, ±3.39e38: only an
-// F32 shard can hold one) is an InputError naming the tensor, row and element, as
-// validate_drafter_batch names a non-finite one.
-Bf16Features round_features_to_bf16(MemoryTracker& tracker, DrafterBatch<double>& batch);
-
 // s's batch validated as validate_drafter_batch does (its F and G being s.bf16_features when given,
 // whose shapes must be the batch's), with the global index of its sequence 0 from `options`.
 void validate_rank_sequences(const DrafterConfig& config, const RankSequences& s, const DrafterStepOptions& options);

@@ -76,8 +76,8 @@ class FeatureDataset {
   Batch sequence_batch(MemoryTracker& tracker, std::int64_t i, std::int64_t max_context) const;
 
   // The same with F and G rounded to bf16 as they are read (FeatureShard::feature_rows into bf16:
-  // the bits round_features_to_bf16 makes of sequence_batch's doubles), what a CUDA step reads of
-  // them: the batch holds the tokens and mask, and empty F and G. A value beyond bf16's range (an
+  // the bits the upload's rounding, bf16_bits_into, makes of sequence_batch's doubles), what a CUDA
+  // step reads of them: the batch holds the tokens and mask, and empty F and G. A value beyond bf16's range (an
   // F32 shard's, past ±3.39e38) is an InputError naming the shard, the row and the element.
   struct Bf16Batch {
     DrafterBatch<double> batch;

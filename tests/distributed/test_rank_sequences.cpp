@@ -1,6 +1,6 @@
 // A rank's sequences with F and G held in bf16 until their turn (distributed/rank_sequences.hpp):
-// the rounding is the CUDA upload's, bit for bit, and leaves the batch its tokens; a value beyond
-// bf16's range is named; W and its validation see the bf16 values; the turn widens them exactly; and
+// the tests' rounding (tests/distributed/bf16_features.hpp) is the CUDA upload's, bit for bit, and
+// leaves the batch its tokens; W and its validation see the bf16 values; the turn widens them exactly; and
 // a reference step handed them is bitwise the step handed their doubles. (That the CUDA step is
 // bitwise the same either way is train_step_cases.hpp's, on the CPU twin and the GPU.)
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "distributed/rank_sequences.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "distributed/train_step.hpp"
+#include "tests/distributed/bf16_features.hpp"
 #include "tests/distributed/training_problem.hpp"
 #include "tests/planner/expect_input_error.hpp"
 
@@ -53,24 +54,6 @@ TEST(RankSequences, RoundingIsTheUploadsAndLeavesTheBatchItsTokens) {
   // A quarter of the doubles' bytes: F and G went from 8 bytes a value to 2.
   const auto values = std::size_t(F.size() + G.size());
   EXPECT_EQ(before - tracker.current(MemoryCategory::inputs), values * (8 - 2));
-}
-
-TEST(RankSequences, AValueBeyondBf16sRangeIsNamed) {
-  const std::int64_t KH = tiny_drafter_config().feature_width();
-  for (const double huge : {3.4e38, -1e39}) {  // past bf16's largest (3.3895e38); past float's
-    MemoryTracker tracker;
-    DrafterBatch<double> batch = tiny_batch(tracker, 2, 8);
-    batch.target_features[(1 * 12 + 4) * KH + 3] = huge;
-    expect_input_error([&] { round_features_to_bf16(tracker, batch); },
-                       {"target_features[1][4]", "element 3", "bf16's range"});
-  }
-  MemoryTracker tracker;
-  DrafterBatch<double> batch = tiny_batch(tracker, 1, 9);
-  batch.teacher_hidden[2 * tiny_drafter_config().hidden_size + 1] = 3.4e38;
-  expect_input_error([&] { round_features_to_bf16(tracker, batch); }, {"teacher_hidden[0][2]", "element 1"});
-  // The largest bf16 itself is in range.
-  batch.teacher_hidden[2 * tiny_drafter_config().hidden_size + 1] = 3.3895313892515355e38;
-  EXPECT_NO_THROW(round_features_to_bf16(tracker, batch));
 }
 
 TEST(RankSequences, WeightSumIsTheBatchsAndValidatesWhatItHolds) {

@@ -23,6 +23,7 @@
 #include "planner/parameter_memory.hpp"
 #include "planner/training_plan.hpp"
 #include "tests/cuda/optimizer/test_support.hpp"
+#include "tests/distributed/bf16_features.hpp"
 #include "tests/distributed/cuda/train_test_support.hpp"
 #include "tests/distributed/forwarding_communicator.hpp"
 

@@ -82,7 +82,7 @@ TEST(FeatureShards, EverySequenceIsItsOwnRowsOfItsShard) {
 }
 
 // What a CUDA step's run reads (sequence_bf16_batch): for every dtype a shard may hold, every
-// sequence, cut or not, F and G as the bits round_features_to_bf16's rounding (bf16_bits_of) makes
+// sequence, cut or not, F and G as the bits the upload's rounding (bf16_bits_of) makes
 // of sequence_batch's doubles, the same tokens and mask, and no double F or G.
 TEST(FeatureShards, Bf16ReadIsTheDoublesRoundedForEveryDtype) {
   const DrafterConfig c = tiny_config();
