@@ -65,6 +65,11 @@ def loss_head_step(data, chunk, tau, hard, soft):
             correct / valid_rows if valid_rows else 0.0)
 
 
+def out_of_memory_message(message):
+    """Whether a RuntimeError's message is a failed device allocation (cuBLAS's or the runtime's)."""
+    return any(m in message for m in ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED"))
+
+
 def add_run_arguments(p):
     """The options every PyTorch peer of a CUDA benchmark takes: repetitions, data seed, JSON output."""
     p.add_argument("--reps", type=int, default=3)
@@ -187,6 +192,10 @@ def main():
     p.add_argument("--hidden", type=int, default=5120)
     p.add_argument("--vocab", type=int, default=248320)
     p.add_argument("--chunk", type=int, default=2048)
+    # DFLASH_BENCH_SHAPE's flags reach this script and bench_cuda_loss_head alike (ci/gpu): each one
+    # the CUDA benchmark takes is taken here too.
+    p.add_argument("--no-materialize", action="store_true", help="skip the materialized runs (as the CUDA benchmark)")
+    p.add_argument("--chunks", help="the CUDA benchmark's chunk sizes; the baseline runs --chunk alone (its target's)")
     add_run_arguments(p)
     p.add_argument("--tau", type=float, default=1.0)
     p.add_argument("--hard", type=float, default=0.85)
@@ -206,11 +215,14 @@ def main():
     print(f"torch chunked ({args.chunk} rows, checkpoint): {out['chunked']['ms_median']:.1f} ms, "
           f"peak {out['chunked']['peak_bytes_above_inputs'] / 2**30:.2f} GiB above inputs, loss {out['chunked']['loss']:.6f}")
     del data
+    # The chunked result is written before the materialized runs, so that a failure there keeps it.
+    out["materialized"] = []
+    if args.json:
+        write_json(args.json, out)
 
     # Materialized: the full batch first; on out-of-memory halve T until it fits (or T < 1024).
-    out["materialized"] = []
     rows = args.rows
-    while rows >= min(1024, args.rows):
+    while not args.no_materialize and rows >= min(1024, args.rows):
         entry = {"rows": rows}
         out["materialized"].append(entry)
         try:
@@ -219,7 +231,10 @@ def main():
             print(f"torch materialized, T {rows}: {entry['ms_median']:.1f} ms, "
                   f"peak {entry['peak_bytes_above_inputs'] / 2**30:.2f} GiB above inputs")
             break
-        except torch.cuda.OutOfMemoryError as e:
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+            # An allocation that fails inside cuBLAS or a kernel launch comes back as a RuntimeError.
+            if not isinstance(e, torch.cuda.OutOfMemoryError) and not out_of_memory_message(str(e)):
+                raise
             entry["out_of_memory"] = str(e).split("\n")[0]
             print(f"torch materialized, T {rows}: out of memory")
         # Out of the except clause: the exception's frames (holding the failed step's tensors) are gone.

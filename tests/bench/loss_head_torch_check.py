@@ -129,10 +129,29 @@ def check_script(failures):
         failures.append(f"summarize.py on the baseline's JSON: exit {rc}\n{report}{errors}")
 
 
+def check_shape_flags(failures):
+    """ci/gpu hands DFLASH_BENCH_SHAPE to bench_cuda_loss_head and to this baseline alike: every flag
+    the CUDA benchmark takes must be taken here (--no-materialize skips the materialized runs)."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "torch.json")
+        p = subprocess.run([sys.executable, os.path.join(root, "bench", "cuda", "loss_head_torch.py"), "--device", "cpu",
+                            "--rows", str(T), "--hidden", str(H), "--vocab", str(V), "--chunk", str(CHUNK),
+                            "--chunks", f"{CHUNK},{CHUNK // 2}", "--no-materialize", "--reps", "1", "--seed", "7",
+                            "--json", out], capture_output=True, text=True)
+        if p.returncode != 0 or not os.path.exists(out):
+            failures.append(f"loss_head_torch.py with the CUDA benchmark's flags: exit {p.returncode}\n{p.stdout}{p.stderr}")
+            return
+        with open(out) as f:
+            result = json.load(f)
+    if result["materialized"] or not math.isfinite(result["chunked"]["loss"]):
+        failures.append(f"loss_head_torch.py --no-materialize: {json.dumps(result)[:400]}")
+
+
 def main():
     failures = []
     check_step(failures)
     check_script(failures)
+    check_shape_flags(failures)
     for f in failures:
         print(f"loss_head_torch_check.py: {f}")
     print("loss_head_torch_check.py: " + ("the baseline agrees" if not failures else f"{len(failures)} wrong"))
