@@ -66,9 +66,11 @@ struct AttentionTcBackwardRegisters {
 };
 
 struct AttentionTcBackwardShared {
-  Bf16Bits* q;      // [R rounded up to 16, d]; rows >= R zero
-  Bf16Bits* d_out;  // same
-  Bf16Bits* k;      // [keys rounded up to 16, d]; rows past the tile's count zero
+  std::int64_t ld;       // row stride of q, d_out, k and v: tc_shared_row_stride(d)
+  std::int64_t ld_keys;  // row stride of fp and ds: tc_shared_row_stride(keys rounded up to 16)
+  Bf16Bits* q;           // [R rounded up to 16, d]; rows >= R zero
+  Bf16Bits* d_out;       // same
+  Bf16Bits* k;           // [keys rounded up to 16, d]; rows past the tile's count zero
   Bf16Bits* v;
   Bf16Bits* fp;  // f P [R rounded up to 16, keys rounded up to 16], bf16
   Bf16Bits* ds;  // dS, same
@@ -78,12 +80,14 @@ struct AttentionTcBackwardShared {
   float* dv;
 
   DFLASH_HD AttentionTcBackwardShared(SharedCarver& mem, const AttentionTiling& tl, bool accumulators)
-      : q(mem.take<Bf16Bits>(tc_query_rows(tl) * tl.d)),
-        d_out(mem.take<Bf16Bits>(tc_query_rows(tl) * tl.d)),
-        k(mem.take<Bf16Bits>(tc_tile_keys(tl) * tl.d)),
-        v(mem.take<Bf16Bits>(tc_tile_keys(tl) * tl.d)),
-        fp(mem.take<Bf16Bits>(tc_query_rows(tl) * tc_tile_keys(tl))),
-        ds(mem.take<Bf16Bits>(tc_query_rows(tl) * tc_tile_keys(tl))),
+      : ld(tc_shared_row_stride(tl.d)),
+        ld_keys(tc_shared_row_stride(tc_tile_keys(tl))),
+        q(mem.take<Bf16Bits>(tc_query_rows(tl) * ld)),
+        d_out(mem.take<Bf16Bits>(tc_query_rows(tl) * ld)),
+        k(mem.take<Bf16Bits>(tc_tile_keys(tl) * ld)),
+        v(mem.take<Bf16Bits>(tc_tile_keys(tl) * ld)),
+        fp(mem.take<Bf16Bits>(tc_query_rows(tl) * ld_keys)),
+        ds(mem.take<Bf16Bits>(tc_query_rows(tl) * ld_keys)),
         lse(mem.take<float>(tc_query_rows(tl))),
         delta(mem.take<float>(tc_query_rows(tl))),
         dk(mem.take<float>(accumulators ? tc_tile_keys(tl) * tl.d : 0)),
@@ -105,12 +109,10 @@ using Regs = AttentionTcBackwardRegisters;
 // Phase body: the query rows and dO rows of tile (n, g) to shared memory, zero rows padding them.
 inline DFLASH_HD void load_query_tile(const AttentionTiling& tl, const AttentionOperands<Bf16Bits>& in, std::int64_t n,
                                       std::int64_t g, const AttentionTcBackwardShared& sm, int t, int threads) {
-  attention_program_detail::load_query_rows(tl, in.q, n, g, sm.q, tl.d, t, threads);  // fragment maps: stride d
-  attention_program_detail::load_query_rows(tl, in.d_out, n, g, sm.d_out, tl.d, t, threads);
-  for (std::int64_t e = tl.query_rows() * tl.d + t; e < tc_query_rows(tl) * tl.d; e += threads) {
-    sm.q[e] = 0;
-    sm.d_out[e] = 0;
-  }
+  attention_program_detail::load_query_rows(tl, in.q, n, g, sm.q, sm.ld, t, threads);
+  attention_program_detail::load_query_rows(tl, in.d_out, n, g, sm.d_out, sm.ld, t, threads);
+  attention_tc_detail::zero_tile_rows(sm.q, tl.query_rows(), tc_query_rows(tl), tl.d, sm.ld, t, threads);
+  attention_tc_detail::zero_tile_rows(sm.d_out, tl.query_rows(), tc_query_rows(tl), tl.d, sm.ld, t, threads);
   for (std::int64_t r = tl.query_rows() + t; r < tc_query_rows(tl); r += threads) {
     sm.lse[r] = 0.0f;
     sm.delta[r] = 0.0f;
@@ -120,11 +122,9 @@ inline DFLASH_HD void load_query_tile(const AttentionTiling& tl, const Attention
 // Phase body: key tile kt (kv head g) to shared memory, zero keys padding it.
 inline DFLASH_HD void load_key_tile(const AttentionTiling& tl, const AttentionOperands<Bf16Bits>& in, std::int64_t g,
                                     const KeyTile& kt, const AttentionTcBackwardShared& sm, int t, int threads) {
-  attention_program_detail::load_key_tile(tl, in, g, kt, sm.k, sm.v, tl.d, t, threads);  // fragment maps: stride d
-  for (std::int64_t e = kt.count * tl.d + t; e < tc_tile_keys(tl) * tl.d; e += threads) {
-    sm.k[e] = 0;
-    sm.v[e] = 0;
-  }
+  attention_program_detail::load_key_tile(tl, in, g, kt, sm.k, sm.v, sm.ld, t, threads);
+  attention_tc_detail::zero_tile_rows(sm.k, kt.count, tc_tile_keys(tl), tl.d, sm.ld, t, threads);
+  attention_tc_detail::zero_tile_rows(sm.v, kt.count, tc_tile_keys(tl), tl.d, sm.ld, t, threads);
 }
 
 // Warp step: the lse and delta of each lane's two rows.
@@ -145,15 +145,15 @@ template <class Exec, class Warp>
 DFLASH_HD void tile_gradient_weights(Exec& exec, Warp& warp, const TileContext& tc, const AttentionTcBackwardShared& sm,
                                      bool to_shared) {
   const AttentionTiling& tl = tc.pb.tiling;
-  const std::int64_t d = tl.d, stride = tc_tile_keys(tl);
+  const std::int64_t d = tl.d, ld = sm.ld, stride = sm.ld_keys;
   const auto a_fragment = [](Regs& r, int) { return r.a; };
   attention_tc_detail::rows_times_key_rows(
-      warp, tc, sm.k, d,
-      [&](int lane, Regs& r, int kd) { load_a_fragment(sm.q + tc.row0 * d + kd * kMmaK, d, lane, r.a); }, a_fragment,
+      warp, tc, sm.k, ld,
+      [&](int lane, Regs& r, int kd) { load_a_fragment(sm.q + tc.row0 * ld + kd * kMmaK, ld, lane, r.a); }, a_fragment,
       [](Regs& r, int nt) { return r.s[nt]; });
   attention_tc_detail::rows_times_key_rows(
-      warp, tc, sm.v, d,
-      [&](int lane, Regs& r, int kd) { load_a_fragment(sm.d_out + tc.row0 * d + kd * kMmaK, d, lane, r.a); },
+      warp, tc, sm.v, ld,
+      [&](int lane, Regs& r, int kd) { load_a_fragment(sm.d_out + tc.row0 * ld + kd * kMmaK, ld, lane, r.a); },
       a_fragment, [](Regs& r, int nt) { return r.dp[nt]; });
   const float sqrt_d = sqrtf(static_cast<float>(d));
   warp.lanes([&](int lane, Regs& r) {
@@ -185,9 +185,9 @@ DFLASH_HD void tile_gradient_weights(Exec& exec, Warp& warp, const TileContext& 
 
 // Warp step: dQ += dS K, dS's bf16 A fragment straight from its registers, K from shared memory.
 template <class Warp>
-DFLASH_HD void tile_query_gradient(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t d, int head_n8) {
+DFLASH_HD void tile_query_gradient(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t ld, int head_n8) {
   attention_tc_detail::weights_times_key_rows(
-      warp, tc, k, d, head_n8, [](Regs& r, int nt) { return r.dp[nt]; }, [](Regs& r) { return r.a; },
+      warp, tc, k, ld, head_n8, [](Regs& r, int nt) { return r.dp[nt]; }, [](Regs& r) { return r.a; },
       [](Regs& r, int c) { return r.dq[c]; });
 }
 
@@ -199,7 +199,7 @@ template <class Warp, class Start, class Finish>
 DFLASH_HD void key_gradients(Warp& warp, int warps, const TileContext& tc, const AttentionTcBackwardShared& sm,
                              Start&& start, Finish&& finish) {
   const AttentionTiling& tl = tc.pb.tiling;
-  const std::int64_t d = tl.d, stride = tc_tile_keys(tl);
+  const std::int64_t d = tl.d, ld = sm.ld, stride = sm.ld_keys;
   const int head_n8 = static_cast<int>(d / kMmaN), row_chunks = static_cast<int>(tc_query_rows(tl) / kMmaM);
   const int tiles = 2 * tc.key_chunks * head_n8;
   for (int tile = warp.index(); tile < tiles; tile += warps) {
@@ -215,7 +215,7 @@ DFLASH_HD void key_gradients(Warp& warp, int warps, const TileContext& tc, const
     for (int rc = 0; rc < row_chunks; ++rc) {
       warp.lanes([&](int lane, Regs& r) {
         load_a_fragment_transposed(weights + rc * kMmaM * stride + kc * kMmaK, stride, lane, r.a);
-        load_b_fragment_from_rows(rows + rc * kMmaM * d + c * kMmaN, d, lane, r.b);
+        load_b_fragment_from_rows(rows + rc * kMmaM * ld + c * kMmaN, ld, lane, r.b);
       });
       warp.mma([&](Regs& r) { return MmaOperands{r.a, r.b, r.acc}; });
     }
@@ -269,7 +269,7 @@ DFLASH_HD void attention_dq_tc_block(Exec& exec, const AttentionProblem& pb, con
     exec.warp_phase(regs, [&](auto& warp) {
       const TileContext tc{pb, n, g, warp.index() * kMmaM, kt, key_chunks, head_chunks};
       tile_gradient_weights(exec, warp, tc, sm, kt.is_block);
-      tile_query_gradient(warp, tc, sm.k, d, head_n8);
+      tile_query_gradient(warp, tc, sm.k, sm.ld, head_n8);
     });
     if (!kt.is_block) continue;
     exec.warp_phase(regs, [&](auto& warp) {  // this query tile is the only one that sees these keys

@@ -46,6 +46,16 @@ DFLASH_HD inline std::int64_t round_up_to(std::int64_t x, std::int64_t multiple)
 }
 DFLASH_HD inline std::int64_t tc_query_rows(const AttentionTiling& tl) { return round_up_to(tl.query_rows(), kMmaM); }
 DFLASH_HD inline std::int64_t tc_tile_keys(const AttentionTiling& tl) { return round_up_to(tl.max_tile_keys(), kMmaK); }
+// The row stride, in elements, of every bf16 tile the tensor-core programs keep in shared memory
+// ([rows, width], width a multiple of 16: d for Q, dO, K and V, the tile's keys for f P and dS):
+// width + 8, i.e. 4 mod 8 words. Every fragment load (cuda/exec/mma_fragments.hpp) has a warp's
+// 8 lane groups read 8 rows at one column, the 4 lanes of a group 4 neighbouring words (or, for B
+// from rows and A transposed, 4 rows 2 apart at one word). With rows `width` apart (a multiple of
+// 32 words at d 64 and 128) the 8 rows share their banks: 8-way conflicts (4-way for the row
+// pairs). 4 mod 8 words puts the rows in distinct groups of 4 banks: every fragment load and the
+// f P and dS stores are conflict-free (tests/cuda/attention/test_attention_tc_banks.cpp).
+DFLASH_HD inline std::int64_t tc_shared_row_stride(std::int64_t width) { return width + 8; }
+
 DFLASH_HD inline int tc_forward_threads(const AttentionTiling& tl) {
   return static_cast<int>(tc_query_rows(tl) / kMmaM) * kWarpLanes;
 }
@@ -94,14 +104,16 @@ struct AttentionTcForwardRegisters {
 };
 
 struct AttentionTcForwardShared {
-  Bf16Bits* q;  // [R rounded up to 16, d]; rows >= R zero
-  Bf16Bits* k;  // [keys rounded up to 16, d]; rows past the tile's count zero
+  std::int64_t ld;  // row stride of q, k and v: tc_shared_row_stride(d)
+  Bf16Bits* q;      // [R rounded up to 16, d]; rows >= R zero
+  Bf16Bits* k;      // [keys rounded up to 16, d]; rows past the tile's count zero
   Bf16Bits* v;
 
   DFLASH_HD AttentionTcForwardShared(SharedCarver& mem, const AttentionTiling& tl)
-      : q(mem.take<Bf16Bits>(tc_query_rows(tl) * tl.d)),
-        k(mem.take<Bf16Bits>(tc_tile_keys(tl) * tl.d)),
-        v(mem.take<Bf16Bits>(tc_tile_keys(tl) * tl.d)) {}
+      : ld(tc_shared_row_stride(tl.d)),
+        q(mem.take<Bf16Bits>(tc_query_rows(tl) * ld)),
+        k(mem.take<Bf16Bits>(tc_tile_keys(tl) * ld)),
+        v(mem.take<Bf16Bits>(tc_tile_keys(tl) * ld)) {}
 };
 
 DFLASH_HD inline std::size_t attention_forward_tc_shared_bytes(const AttentionTiling& tl) {
@@ -111,6 +123,15 @@ DFLASH_HD inline std::size_t attention_forward_tc_shared_bytes(const AttentionTi
 namespace attention_tc_detail {
 
 using Regs = AttentionTcForwardRegisters;
+
+// Zero rows [first, last) of a [rows, width] tile with row stride ld (the padding rows a tile is
+// rounded up to 16 with); the columns past width are never read.
+template <class T>
+DFLASH_HD void zero_tile_rows(T* tile, std::int64_t first, std::int64_t last, std::int64_t width, std::int64_t ld,
+                              int thread, int threads) {
+  for (std::int64_t e = thread; e < (last - first) * width; e += threads)
+    tile[(first + e / width) * ld + e % width] = 0;
+}
 
 // The query tile (n, g), the current key tile and where the warp's rows start: what the warp
 // steps of one key tile need.
@@ -134,7 +155,7 @@ struct TileContext {
 // c_of(registers, nt) are zeroed, then each is summed over d / 16 mmas, head dims ascending (one A
 // fragment serves every 8 keys). S = Q K^T (forward and backward) and dP = dO V^T (backward).
 template <class Warp, class LoadA, class AOf, class COf>
-DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t d,
+DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t ld,
                                    LoadA load_a, AOf a_of, COf c_of) {
   warp.lanes([&](int, auto& r) {
     DFLASH_UNROLL
@@ -151,7 +172,7 @@ DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16
     for (int nt = 0; nt < kTcMaxTileKeys / kMmaN; ++nt) {
       if (nt >= 2 * tc.key_chunks) break;
       warp.lanes(
-          [&](int lane, auto& r) { load_b_fragment_from_columns(tile + nt * kMmaN * d + kd * kMmaK, d, lane, r.b); });
+          [&](int lane, auto& r) { load_b_fragment_from_columns(tile + nt * kMmaN * ld + kd * kMmaK, ld, lane, r.b); });
       warp.mma([&](auto& r) { return MmaOperands{a_of(r, kd), r.b, c_of(r, nt)}; });
     }
   }
@@ -159,9 +180,9 @@ DFLASH_HD void rows_times_key_rows(Warp& warp, const TileContext& tc, const Bf16
 
 // S = Q K^T for the tile, Q's A fragments held in registers for the whole block.
 template <class Warp>
-DFLASH_HD void tile_scores(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t d) {
+DFLASH_HD void tile_scores(Warp& warp, const TileContext& tc, const Bf16Bits* k, std::int64_t ld) {
   rows_times_key_rows(
-      warp, tc, k, d, [](int, Regs&, int) {}, [](Regs& r, int kd) { return r.q[kd]; },
+      warp, tc, k, ld, [](int, Regs&, int) {}, [](Regs& r, int kd) { return r.q[kd]; },
       [](Regs& r, int nt) { return r.s[nt]; });
 }
 
@@ -244,7 +265,7 @@ DFLASH_HD void tile_softmax(Exec& exec, Warp& warp, const TileContext& tc, int h
 // a_of(registers); B the key rows of `tile` ([keys, d] row-major, in shared memory); per 8 head
 // dims one mma into c_of(registers, c). O += P V (forward) and dQ += dS K (backward).
 template <class Warp, class WOf, class AOf, class COf>
-DFLASH_HD void weights_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t d,
+DFLASH_HD void weights_times_key_rows(Warp& warp, const TileContext& tc, const Bf16Bits* tile, std::int64_t ld,
                                       int head_n8, WOf w_of, AOf a_of, COf c_of) {
   DFLASH_UNROLL
   for (int kc = 0; kc < kTcMaxTileKeys / kMmaK; ++kc) {
@@ -254,7 +275,7 @@ DFLASH_HD void weights_times_key_rows(Warp& warp, const TileContext& tc, const B
     for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
       if (c >= head_n8) break;
       warp.lanes(
-          [&](int lane, auto& r) { load_b_fragment_from_rows(tile + kc * kMmaK * d + c * kMmaN, d, lane, r.b); });
+          [&](int lane, auto& r) { load_b_fragment_from_rows(tile + kc * kMmaK * ld + c * kMmaN, ld, lane, r.b); });
       warp.mma([&](auto& r) { return MmaOperands{a_of(r), r.b, c_of(r, c)}; });
     }
   }
@@ -262,9 +283,9 @@ DFLASH_HD void weights_times_key_rows(Warp& warp, const TileContext& tc, const B
 
 // O += P V: P's bf16 A fragment straight from the S registers, the V tile from shared memory.
 template <class Warp>
-DFLASH_HD void tile_values(Warp& warp, const TileContext& tc, const Bf16Bits* v, std::int64_t d, int head_n8) {
+DFLASH_HD void tile_values(Warp& warp, const TileContext& tc, const Bf16Bits* v, std::int64_t ld, int head_n8) {
   weights_times_key_rows(
-      warp, tc, v, d, head_n8, [](Regs& r, int nt) { return r.s[nt]; }, [](Regs& r) { return r.p; },
+      warp, tc, v, ld, head_n8, [](Regs& r, int nt) { return r.s[nt]; }, [](Regs& r) { return r.p; },
       [](Regs& r, int c) { return r.o[c]; });
 }
 
@@ -307,8 +328,8 @@ DFLASH_HD void attention_forward_tc_block(Exec& exec, const AttentionProblem& pb
   auto regs = exec.template lane_registers<Regs>();
 
   exec.phase([&](int t) {
-    load_query_rows(tl, in.q, n, g, sm.q, d, t, threads);  // the fragment maps read rows d apart
-    for (std::int64_t e = R * d + t; e < tc_query_rows(tl) * d; e += threads) sm.q[e] = 0;
+    load_query_rows(tl, in.q, n, g, sm.q, sm.ld, t, threads);
+    attention_tc_detail::zero_tile_rows(sm.q, R, tc_query_rows(tl), d, sm.ld, t, threads);
   });
   exec.warp_phase(regs, [&](auto& warp) {
     const std::int64_t row0 = warp.index() * kMmaM;
@@ -316,7 +337,7 @@ DFLASH_HD void attention_forward_tc_block(Exec& exec, const AttentionProblem& pb
       DFLASH_UNROLL
       for (int kd = 0; kd < kTcMaxHeadDim / kMmaK; ++kd) {
         if (kd >= head_chunks) break;
-        load_a_fragment(sm.q + row0 * d + kd * kMmaK, d, lane, r.q[kd]);
+        load_a_fragment(sm.q + row0 * sm.ld + kd * kMmaK, sm.ld, lane, r.q[kd]);
       }
       DFLASH_UNROLL
       for (int c = 0; c < kTcMaxHeadDim / kMmaN; ++c) {
@@ -334,18 +355,16 @@ DFLASH_HD void attention_forward_tc_block(Exec& exec, const AttentionProblem& pb
     const KeyTile kt = query_tile_step(tl, pb.mask, n, step);
     exec.visit(kt.first);
     exec.phase([&](int t) {
-      load_key_tile(tl, in, g, kt, sm.k, sm.v, d, t, threads);
-      for (std::int64_t e = kt.count * d + t; e < tc_tile_keys(tl) * d; e += threads) {
-        sm.k[e] = 0;
-        sm.v[e] = 0;
-      }
+      load_key_tile(tl, in, g, kt, sm.k, sm.v, sm.ld, t, threads);
+      attention_tc_detail::zero_tile_rows(sm.k, kt.count, tc_tile_keys(tl), d, sm.ld, t, threads);
+      attention_tc_detail::zero_tile_rows(sm.v, kt.count, tc_tile_keys(tl), d, sm.ld, t, threads);
     });
     exec.warp_phase(regs, [&](auto& warp) {
       const attention_tc_detail::TileContext tc{
           pb, n, g, warp.index() * kMmaM, kt, static_cast<int>((kt.count + kMmaK - 1) / kMmaK), head_chunks};
-      attention_tc_detail::tile_scores(warp, tc, sm.k, d);
+      attention_tc_detail::tile_scores(warp, tc, sm.k, sm.ld);
       attention_tc_detail::tile_softmax(exec, warp, tc, head_n8);
-      attention_tc_detail::tile_values(warp, tc, sm.v, d, head_n8);
+      attention_tc_detail::tile_values(warp, tc, sm.v, sm.ld, head_n8);
     });
   }
   exec.warp_phase(regs, [&](auto& warp) {
