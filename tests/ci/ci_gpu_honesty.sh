@@ -122,13 +122,13 @@ for name in test_loss_head_gpu test_cuda_golden_gpu test_trunk_gpu test_attentio
 done > "$u/tests.tsv"
 chmod +x "$u/bin"/*
 # compute-sanitizer as three runtimes answer: memcheck cannot attach (error 999), racecheck finds
-# errors, synccheck finds none
+# hazards (racecheck prints no ERROR SUMMARY, only its own), synccheck finds none
 mkdir -p "$work/tools"
 cat > "$work/tools/compute-sanitizer" << 'STUB'
 #!/usr/bin/env bash
 case $2 in
   memcheck) echo "========= Error: Device not supported (error 999)"; exit 1 ;;
-  racecheck) echo "========= ERROR SUMMARY: 2 errors"; exit 99 ;;
+  racecheck) echo "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"; exit 99 ;;
   synccheck) echo "========= ERROR SUMMARY: 0 errors"; exit 0 ;;
 esac
 STUB
@@ -220,14 +220,16 @@ stub() {  # carry name body: a shell stub that runs body unless asked to list or
 passing='echo "[  PASSED  ] 1 test."'
 
 # run 3, --stage correctness without a GPU required: a test that ignores SIGTERM is killed at its
-# own 2 s limit (exit 137) and is a timeout; a test whose output matches its skip expression is
+# own 2 s limit (exit 137) and is a timeout; one killed at once (exit 137, as the out-of-memory
+# killer does) is not; a test whose output matches its skip expression is
 # SKIPPED, not PASS; `dflash verify` exiting 1 and a sanitizer exiting 1 with "0 errors" (the test
 # under it failed) are failures; a sanitizer that outlasts its 2 s limit on a test that passed alone
 # is NOT RUN (the tool's slowdown), not a failure; no benchmark runs.
 c3=$work/carry3
-printf 'hang_gpu\t2\t77\t-\t1\t@bin@/hang_gpu\nskip_gpu\t60\t77\tSKIPPED\t1\t@bin@/skip_gpu\ntest_loss_head_gpu\t60\t77\t-\t1\t@bin@/test_loss_head_gpu\n' |
+printf 'hang_gpu\t2\t77\t-\t1\t@bin@/hang_gpu\nkilled_gpu\t60\t77\t-\t1\t@bin@/killed_gpu\nskip_gpu\t60\t77\tSKIPPED\t1\t@bin@/skip_gpu\ntest_loss_head_gpu\t60\t77\t-\t1\t@bin@/test_loss_head_gpu\n' |
   new_carry "$c3"
 stub "$c3" hang_gpu "trap '' TERM; sleep 30"
+stub "$c3" killed_gpu 'kill -9 $$'
 stub "$c3" skip_gpu 'echo "no usable GPU: SKIPPED"'
 stub "$c3" test_loss_head_gpu "$passing"
 stub "$c3" dflash '[ "$1" = verify ] && { echo "cuda  T1  x  -  2.0e+00  1e-2  FAIL"; echo "1 rows: 0 PASS, 1 FAIL, 0 SKIPPED"; exit 1; }; exit 0'
@@ -235,7 +237,8 @@ mkdir -p "$work/tools3"
 cat > "$work/tools3/compute-sanitizer" << 'STUB'
 #!/usr/bin/env bash
 [ "$2" = synccheck ] && exec sleep 30
-echo "========= ERROR SUMMARY: 0 errors"
+if [ "$2" = racecheck ]; then echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+else echo "========= ERROR SUMMARY: 0 errors"; fi
 [ "$2" = memcheck ] && exit 1
 exit 0
 STUB
@@ -244,7 +247,9 @@ gpu_run 3 1 "$c3" PATH="$work/tools3:$PATH" DFLASH_REQUIRE_GPU=0 DFLASH_GPU_SANI
 one_case=$(python3 -c 'import math, sys; sys.path.insert(0, sys.argv[1]); import gpu_plan as g
 print(math.ceil((g.PROCESS_START_S + g.CASE_S) * g.SLACK))' "$root/ci")
 expect 3 "== [correctness] hang_gpu (estimate $one_case s, limit 2 s"
-expect 3 "FAILED: hang_gpu: timed out after 2 s"
+expect 3 "FAILED: hang_gpu: timed out after 2 s (estimate"
+expect 3 "FAILED: killed_gpu: exit 137 after "
+expect 3 "before its 60 s limit (killed, or a timeout inside it)"
 expect 3 "ci/gpu: [correctness] skip_gpu: SKIPPED"
 expect 3 "ci/gpu: [correctness] test_loss_head_gpu: PASS"
 expect 3 "FAILED: dflash verify --device cuda: exit 1"
@@ -271,6 +276,26 @@ expect 4 "ci/gpu: [correctness] slow_gpu: PASS"
 expect 4 "ci/gpu: [correctness] late_gpu: NOT RUN (no time left: estimate 40 s"
 expect 4 "FAILED: dflash: not in the carry"
 expect 4 "libdflash_needs_gone.so needs libdflash_gone.so: not found"
+
+# run 7, a 30 s budget: a test whose estimate (about 8 s) fits the time left but that runs on is
+# stopped by the budget within 3 times its estimate, before its own 600 s limit: NOT RUN, the run
+# INCOMPLETE (exit 2), not a failure. (A check stopped past 3 times its estimate is a hang: run 3's.)
+# And the carry's binaries keep the machine's own library path after the carry's (where a GPU
+# machine may keep its driver), without the empty entry its trailing ':' would add (the current
+# directory): driver_gpu passes only if it sees that path.
+c7=$work/carry7
+mkdir -p "$work/machine-lib"
+printf 'driver_gpu\t60\t77\t-\t1\t@bin@/driver_gpu\nover_gpu\t600\t77\t-\t100\t@bin@/over_gpu\ntest_loss_head_gpu\t60\t77\t-\t1\t@bin@/test_loss_head_gpu\n' |
+  new_carry "$c7"
+stub "$c7" driver_gpu "case :\$LD_LIBRARY_PATH: in *::*) echo \"an empty entry in \$LD_LIBRARY_PATH\"; exit 1 ;;
+  *:$work/machine-lib:*) $passing ;; *) echo \"not on \$LD_LIBRARY_PATH\"; exit 1 ;; esac"
+stub "$c7" over_gpu "sleep 120; $passing"
+stub "$c7" test_loss_head_gpu "$passing"
+stub "$c7" dflash 'exit 0'
+gpu_run 7 2 "$c7" DFLASH_REQUIRE_GPU=0 DFLASH_GPU_BUDGET_S=30 LD_LIBRARY_PATH="$work/machine-lib:" -- --stage correctness
+expect 7 "ci/gpu: [correctness] driver_gpu: PASS"
+expect 7 "ci/gpu: [correctness] over_gpu: NOT RUN (the budget ran out: stopped at the"
+expect 7 "ci/gpu: INCOMPLETE"
 
 # runs 5 and 6, --stage bench: the benchmarks' stubs write the results the summaries judge (the
 # PyTorch peers' files too, since torch cannot be imported here: NOT AVAILABLE). Run 5: the loss
