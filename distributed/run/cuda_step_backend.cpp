@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "cuda/runtime/device_probe.hpp"
-#include "distributed/cuda/rank_device.hpp"
+#include "distributed/cuda/select_rank_device.hpp"
 #include "distributed/cuda/train_step.hpp"
 #include "distributed/mpi_communicator.hpp"
 #include "distributed/run/device_step_backend.hpp"
@@ -23,14 +23,9 @@ namespace dflash {
 namespace {
 
 // This rank's GPU (rank_device.hpp), made current; nullopt when it has none it can use.
-std::optional<int> select_rank_device(Communicator& comm) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) return std::nullopt;
-  int local = 0;
-  if (const auto* mpi = dynamic_cast<const MpiCommunicator*>(&comm)) local = mpi->node_local_rank();
-  const std::optional<int> device = rank_device(local, devices);
-  if (!device || cudaSetDevice(*device) != cudaSuccess) return std::nullopt;
-  return device;
+std::optional<int> select_device_of(Communicator& comm) {
+  const auto* mpi = dynamic_cast<const MpiCommunicator*>(&comm);
+  return select_rank_device(mpi != nullptr ? mpi->node_local_rank() : 0);
 }
 
 }  // namespace
@@ -39,7 +34,7 @@ std::optional<std::int64_t> cuda_device_bytes(Communicator& comm) {
   // A rank without a usable GPU gives 0, so the minimum over ranks is 0 when any has none.
   std::int64_t bytes = 0;
   cudaDeviceProp prop{};
-  if (const std::optional<int> device = select_rank_device(comm);
+  if (const std::optional<int> device = select_device_of(comm);
       device && cudaGetDeviceProperties(&prop, *device) == cudaSuccess) {
     bytes = std::int64_t(std::min<std::size_t>(prop.totalGlobalMem, std::numeric_limits<std::int64_t>::max()));
   }
@@ -49,7 +44,7 @@ std::optional<std::int64_t> cuda_device_bytes(Communicator& comm) {
 }
 
 void require_cuda_training_available(Communicator& comm) {
-  select_rank_device(comm);  // else the probe says why
+  select_device_of(comm);  // else the probe says why
   const CudaDeviceStatus& gpu = cuda_device_status();
   if (!gpu.available) {
     throw_input_error("--backend", str("cuda: no GPU is available to this process (", gpu.reason,

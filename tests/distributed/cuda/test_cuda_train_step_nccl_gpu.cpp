@@ -11,6 +11,7 @@
 
 #include "common/tolerances.hpp"
 #include "distributed/cuda/nccl_communicator.hpp"
+#include "distributed/cuda/select_rank_device.hpp"
 #include "distributed/cuda/train_step.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "harness/cuda/gpu_test_support.hpp"
@@ -30,10 +31,12 @@ class NcclGpu {
   std::unique_ptr<DeviceAllocator> allocator_;
 };
 
-// Every ZeRO stage.
+// Every ZeRO stage. Each rank's GPU is made current before the probe touches a device (which would
+// otherwise be GPU 0 for every rank).
 class CudaTrainStepNccl : public ::testing::TestWithParam<int>, protected NcclGpu {
  protected:
   void SetUp() override {
+    select_rank_device(world().node_local_rank());
     DFLASH_SKIP_WITHOUT_GPU();
     start();
   }
@@ -44,6 +47,7 @@ class CudaTrainStepNccl : public ::testing::TestWithParam<int>, protected NcclGp
 class CudaTrainStepNcclBuckets : public ::testing::Test, protected NcclGpu {
  protected:
   void SetUp() override {
+    select_rank_device(world().node_local_rank());
     DFLASH_SKIP_WITHOUT_GPU();
     start();
   }

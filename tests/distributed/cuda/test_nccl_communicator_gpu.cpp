@@ -10,6 +10,7 @@
 
 #include "cuda/runtime/device_probe.hpp"
 #include "distributed/cuda/nccl_communicator.hpp"
+#include "distributed/cuda/select_rank_device.hpp"
 #include "harness/mpi_world.hpp"
 
 namespace dflash::testing {
@@ -18,6 +19,7 @@ namespace {
 class NcclTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    select_rank_device(world().node_local_rank());  // this rank's GPU before the probe touches one
     const CudaDeviceStatus& gpu = cuda_device_status();
     if (!gpu.available) {
       const char* required = std::getenv("DFLASH_REQUIRE_GPU");
