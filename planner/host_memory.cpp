@@ -48,7 +48,7 @@ std::optional<HostMemoryPlan> plan_host_memory(const PlanRequest& r, std::int64_
   h.part_upload = checked_product({3, owned, 4});
   h.frozen_piece = checked_product({std::min(kFrozenPieceElements, checked_product({c.vocab_size, H})), 8 + 2});
   h.step_batch = checked_product({rank_sequences, S, checked_sum(9, checked_product({KH + H, 2}))});
-  h.upload_staging = checked_product({checked_sum(checked_product({S, KH}), checked_product({T, H})), 2});
+  h.upload_staging = checked_product({T, H, 2});
   h.sequence_tables = checked_sum(checked_sum(checked_product({N, 9}), checked_product({T, 41})),
                                   checked_product({rank_sequences, checked_sum(N, checked_product({T, 2}))}));
   h.checkpoint_gather = checked_product({2, P, 4});

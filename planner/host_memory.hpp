@@ -15,8 +15,9 @@
 //                                max_context): tokens, loss mask, and F and G in bf16, rounded as they
 //                                are read (FeatureDataset::sequence_bf16_batch; distributed/
 //                                rank_sequences.hpp: the CUDA step reads nothing else of them)
-//   upload_staging     (S K H + T H) x 2: the bf16 staging of a sequence's F and gathered teacher
-//                                rows (UploadStaging), kept by the process from the first step on
+//   upload_staging     T H x 2: the bf16 staging of a sequence's gathered teacher rows
+//                                (UploadStaging), kept by the process from the first step on; F
+//                                goes to the device from step_batch's bits, with no staging
 //   sequence_tables    N 9 + T 41 for the sequence in flight (anchors and keep; block tokens,
 //                                positions, labels, teacher rows, weights, valid) + (N + 2 T) per
 //                                sequence of the step (keep, valid, hits: the block statistics)

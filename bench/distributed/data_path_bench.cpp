@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ struct HostVectorBackend {
   template <class T>
   Buffer<T> buffer(MemoryCategory, std::size_t n) const {
     return {n};
+  }
+  template <class T>
+  Buffer<T> from_host(MemoryCategory, std::span<const T> values) const {
+    return {values.size()};
   }
   template <class T>
   Buffer<T> from_host(MemoryCategory, const std::vector<T>& values) const {

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,7 +90,8 @@ struct StepWeights {
 // more in page faults and zeroing than the rounding that fills it: reference/storage_pool.hpp tells
 // the same story for the reference's tensors). `host` counts the bytes this step's sequences use
 // (the largest sequence's, while the step lives); the capacity cached between steps belongs to no
-// tracker, as the storage pool's blocks do, and stays with the process (0.6 GB at full scale).
+// tracker, as the storage pool's blocks do, and stays with the process (0.34 GB at full scale, the
+// gathered teacher rows: a run's F comes in bf16 and is uploaded from its tensor).
 //  - features(x, n): x[0, n) rounded as upload_bf16_to rounds (bf16_bits_into);
 //  - teacher_rows(batch, b, blocks): sequence b's teacher rows as the loss head reads them,
 //    gather_teacher_rows's rows (G[a_n + k - 1] where w01 = 1, else 0) rounded to bf16, so the same
@@ -111,14 +113,13 @@ class UploadStaging {
     cache() = std::move(buffers_);
   }
 
-  // A sequence's F [S, K H]: its doubles rounded, or bits rounded before (Bf16Features).
+  // A sequence's F [S, K H] from its doubles, rounded. (Bits rounded before, Bf16Features, are
+  // uploaded from where they are: SequenceUpload.)
   const std::vector<Bf16Bits>& features(const double* x, std::int64_t n) {
     bf16_bits_into(x, n, buffers_.features);
-    return features_written();
-  }
-  const std::vector<Bf16Bits>& features(const Bf16Bits* bits, std::int64_t n) {
-    buffers_.features.assign(bits, bits + n);
-    return features_written();
+    in_use_[0] = buffers_.features.size();
+    recount();
+    return buffers_.features;
   }
   // The teacher rows G[a_n + k - 1] of a sequence's blocks, gathered: from its G [S, H] in double,
   // rounded here, or from bits rounded before.
@@ -135,11 +136,6 @@ class UploadStaging {
   }
 
  private:
-  const std::vector<Bf16Bits>& features_written() {
-    in_use_[0] = buffers_.features.size();
-    recount();
-    return buffers_.features;
-  }
   const std::vector<Bf16Bits>& gathered_teacher_rows(const Bf16Bits* g, std::int64_t H,
                                                      const SequenceBlocks<double>& blocks) {
     std::vector<Bf16Bits>& rows = buffers_.rows;
@@ -186,7 +182,8 @@ class UploadStaging {
 
 // One sequence's inputs (SPEC §2, §4) in the backend's memory: anchor slots and block rows as
 // prepare_sequences made them, F rounded to bf16, the teacher rows G[a_n + k - 1] rounded to bf16
-// and gathered (both through `staging`; from `bf16`, F and G rounded before, when given), labels,
+// and gathered (both through `staging`; from `bf16`, F and G rounded before, when given: F uploaded
+// from its tensor, the gathered rows through the staging), labels,
 // fp32 weights, w01; dL/dF zeroed when wanted.
 template <class Backend>
 struct SequenceUpload {
@@ -212,7 +209,9 @@ struct SequenceUpload {
     tokens = be.from_host(in, s.blocks.input_tokens);
     if (bf16 != nullptr) {
       const std::int64_t H = bf16->teacher_hidden.dim(2);
-      features = be.from_host(in, staging.features(bf16->target_features.data() + b * SKH, SKH));
+      // the bits as they are, no staging copy (250 MB a sequence at full scale)
+      features = be.from_host(
+          in, std::span<const Bf16Bits>(bf16->target_features.data() + b * SKH, static_cast<std::size_t>(SKH)));
       teacher_rows = be.from_host(in, staging.teacher_rows(bf16->teacher_hidden.data() + b * S * H, H, s.blocks));
     } else {
       features = be.from_host(in, staging.features(batch.target_features.data() + b * SKH, SKH));

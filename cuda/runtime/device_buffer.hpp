@@ -102,10 +102,14 @@ struct DeviceMemory {
     return Buffer<T>(allocator, category, n);
   }
   template <class T>
-  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
+  Buffer<T> from_host(MemoryCategory category, std::span<const T> values) const {
     Buffer<T> b(allocator, category, values.size());
     b.upload(values);
     return b;
+  }
+  template <class T>
+  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
+    return from_host(category, std::span<const T>(values));
   }
   template <class T>
   std::vector<T> to_host(const Buffer<T>& b) const {

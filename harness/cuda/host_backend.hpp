@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -60,10 +61,14 @@ struct HostMemory {
     return Buffer<T>(tracker, category, n);
   }
   template <class T>
-  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
+  Buffer<T> from_host(MemoryCategory category, std::span<const T> values) const {
     Buffer<T> b(tracker, category, values.size());
     std::copy(values.begin(), values.end(), b.data());
     return b;
+  }
+  template <class T>
+  Buffer<T> from_host(MemoryCategory category, const std::vector<T>& values) const {
+    return from_host(category, std::span<const T>(values));
   }
   template <class T>
   std::vector<T> to_host(const Buffer<T>& b) const {

@@ -15,6 +15,7 @@
 #include "distributed/optimizer_state.hpp"
 #include "distributed/run/plan_gate.hpp"
 #include "distributed/weights/drafter_init.hpp"
+#include "harness/cuda/host_backend.hpp"
 #include "planner/host_memory.hpp"
 #include "reference/storage_pool.hpp"
 #include "tests/distributed/run/cuda_run_support.hpp"
@@ -97,12 +98,12 @@ TEST(HostMemoryPlan, TheStepsTermsAreTheSequencesBytes) {
       bytes_of(s.slots.keep) + bytes_of(b.valid) + std::int64_t(b.valid.size());  // keep, valid, a hit a row
   EXPECT_EQ(tables + rank_sequences * hits, h.sequence_tables);
 
-  MemoryTracker host;
+  // The upload of that sequence as the step makes it: F goes up from q.features, not through the
+  // staging, which holds the gathered teacher rows alone.
+  MemoryTracker host, device;
   {
     UploadStaging staging(host);
-    const std::int64_t SKH = q.batch.context_length() * config.feature_width();
-    staging.features(q.features.target_features.data(), SKH);
-    staging.teacher_rows(q.features.teacher_hidden.data(), config.hidden_size, b);
+    const SequenceUpload<HostMemory> up(HostMemory{device}, staging, q.batch, 0, s, false, &q.features);
     EXPECT_EQ(std::int64_t(host.current(MemoryCategory::inputs)), h.upload_staging);
   }
 }
