@@ -121,15 +121,24 @@ const Real* teacher_row(const DrafterBatch<Real>& batch, std::int64_t b, std::in
 
 // Only the teacher rows a label uses must be finite (SPEC §4: nothing may depend on the others).
 // G [nseq, S, H] at `g`; value_of turns an element into the number it stands for (G may be held as
-// bf16 bits: distributed/rank_sequences.hpp).
+// bf16 bits: distributed/rank_sequences.hpp). Each row of G is checked once, at the first block row
+// that reads it (block rows read a row of G about 8 times at full scale: 32768 block rows, 4096
+// rows), so the first bad element named is the one a check of every block row in order meets first.
 template <class Real, class Element, class ValueOf>
 void validate_teacher_rows_of(const Element* g, std::int64_t S, std::int64_t H,
                               const std::vector<PreparedSequence<Real>>& seqs, ValueOf value_of) {
+  std::vector<std::uint8_t> checked;
   for (std::size_t b = 0; b < seqs.size(); ++b) {
     const SequenceBlocks<Real>& blocks = seqs[b].blocks;
+    checked.assign(static_cast<std::size_t>(S), 0);
     for (std::size_t i = 0; i < blocks.valid.size(); ++i) {
       if (blocks.valid[i] == 0) continue;
-      const Element* row = g + (std::int64_t(b) * S + blocks.teacher_rows[i]) * H;
+      const std::int64_t p = blocks.teacher_rows[i];
+      if (p >= 0 && p < S) {
+        if (checked[static_cast<std::size_t>(p)] != 0) continue;
+        checked[static_cast<std::size_t>(p)] = 1;
+      }
+      const Element* row = g + (std::int64_t(b) * S + p) * H;
       for (std::int64_t c = 0; c < H; ++c) {
         if (is_finite_value(value_of(row[c]))) continue;
         throw_input_error(str("teacher_hidden[", b, "][", blocks.teacher_rows[i], "]"),

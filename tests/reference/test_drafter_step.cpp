@@ -1,8 +1,10 @@
 // The drafter step's contract: bad inputs are rejected naming the tensor and the element, and the
 // step is deterministic, sequence-additive, W-normalised and blind to what it must not read.
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -121,6 +123,33 @@ TEST(DrafterStepRejects, NonFiniteTeacherRowThatCarriesALabel) {
   ASSERT_GE(a, 0);
   p.batch.teacher_hidden[a * 16 + 3] = std::numeric_limits<double>::quiet_NaN();
   EXPECT_THAT(p.error(), HasSubstr(str("invalid teacher_hidden[0][", a, "]: element 3 is nan")));
+}
+
+// The check reads each row of G once per sequence (validate_teacher_rows_of): a row that sequence 0
+// uses too is still checked in sequence 1.
+TEST(DrafterStepRejects, NonFiniteTeacherRowOfTheSecondSequenceThatTheFirstUsesToo) {
+  TinyProblem p;
+  const DrafterStepResult<double> r = p.step();
+  const auto rows_used = [&](std::int64_t b) {
+    std::vector<std::int64_t> rows;
+    for (std::int64_t n = 0; n < r.outputs.anchors.dim(1); ++n) {
+      if (!r.outputs.keep.row(b)[n]) continue;
+      for (std::int64_t k = 1; k < p.config.block_size; ++k) {
+        if (r.outputs.weights.row(b)[n * p.config.block_size + k] > 0)
+          rows.push_back(r.outputs.anchors.row(b)[n] + k - 1);
+      }
+    }
+    return rows;
+  };
+  const std::vector<std::int64_t> first = rows_used(0), second = rows_used(1);
+  std::int64_t shared = -1;
+  for (const std::int64_t row : second) {
+    if (std::find(first.begin(), first.end(), row) != first.end()) shared = row;
+  }
+  ASSERT_GE(shared, 0) << "the tiny problem's two sequences share no teacher row";
+  const std::int64_t S = p.batch.context_length();
+  p.batch.teacher_hidden[(1 * S + shared) * 16 + 2] = std::numeric_limits<double>::infinity();
+  EXPECT_THAT(p.error(), HasSubstr(str("invalid teacher_hidden[1][", shared, "]: element 2 is inf")));
 }
 
 TEST(DrafterStepRejects, ParameterShape) {
