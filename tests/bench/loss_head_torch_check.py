@@ -105,17 +105,25 @@ def check_step(failures):
           f"{ref_loss:.12f}, dL/dY relative error {relative(grad, ref_grad):.1e}")
 
 
-def check_script(failures):
+def run_baseline(failures, what, extra):
+    """loss_head_torch.py on the CPU at this file's shape with `extra` flags: its JSON, or None (and
+    a failure named by `what`)."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "torch.json")
         p = subprocess.run([sys.executable, os.path.join(root, "bench", "cuda", "loss_head_torch.py"), "--device", "cpu",
                             "--rows", str(T), "--hidden", str(H), "--vocab", str(V), "--chunk", str(CHUNK), "--reps", "1",
-                            "--json", out], capture_output=True, text=True)
+                            *extra, "--json", out], capture_output=True, text=True)
         if p.returncode != 0 or not os.path.exists(out):
-            failures.append(f"loss_head_torch.py --device cpu: exit {p.returncode}\n{p.stdout}{p.stderr}")
-            return
+            failures.append(f"loss_head_torch.py {what}: exit {p.returncode}\n{p.stdout}{p.stderr}")
+            return None
         with open(out) as f:
-            result = json.load(f)
+            return json.load(f)
+
+
+def check_script(failures):
+    result = run_baseline(failures, "--device cpu", [])
+    if result is None:
+        return
     chunked, materialized = result["chunked"], result["materialized"]
     if not (math.isfinite(chunked["loss"]) and chunked["chunk"] == CHUNK and materialized
             and materialized[0].get("rows") == T and math.isfinite(materialized[0].get("loss", math.nan))):
@@ -132,18 +140,9 @@ def check_script(failures):
 def check_shape_flags(failures):
     """ci/gpu hands DFLASH_BENCH_SHAPE to bench_cuda_loss_head and to this baseline alike: every flag
     the CUDA benchmark takes must be taken here (--no-materialize skips the materialized runs)."""
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "torch.json")
-        p = subprocess.run([sys.executable, os.path.join(root, "bench", "cuda", "loss_head_torch.py"), "--device", "cpu",
-                            "--rows", str(T), "--hidden", str(H), "--vocab", str(V), "--chunk", str(CHUNK),
-                            "--chunks", f"{CHUNK},{CHUNK // 2}", "--no-materialize", "--reps", "1", "--seed", "7",
-                            "--json", out], capture_output=True, text=True)
-        if p.returncode != 0 or not os.path.exists(out):
-            failures.append(f"loss_head_torch.py with the CUDA benchmark's flags: exit {p.returncode}\n{p.stdout}{p.stderr}")
-            return
-        with open(out) as f:
-            result = json.load(f)
-    if result["materialized"] or not math.isfinite(result["chunked"]["loss"]):
+    result = run_baseline(failures, "with the CUDA benchmark's flags",
+                          ["--chunks", f"{CHUNK},{CHUNK // 2}", "--no-materialize", "--seed", "7"])
+    if result is not None and (result["materialized"] or not math.isfinite(result["chunked"]["loss"])):
         failures.append(f"loss_head_torch.py --no-materialize: {json.dumps(result)[:400]}")
 
 
