@@ -256,6 +256,9 @@ struct PolicyRun {
   LossPolicy policy = LossPolicy::chunk_recompute;
   AttentionForwardKernel attention_forward = AttentionForwardKernel::cuda_cores;
   AttentionBackwardKernel attention_backward = AttentionBackwardKernel::cuda_cores;
+  // The step's own attention kernels (the configurations the targets are for), or the run that
+  // switches both to the other kind, measured for its attention times alone.
+  bool step_kernels = true;
   std::vector<double> ms, attention_forward_ms, attention_backward_ms;
   std::vector<double> losses;
   LossHeadStats<double> stats;
@@ -377,7 +380,8 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
         << (r.tensor_core_forward() ? "tensor_cores" : "cuda_cores")
         << "\", \"attention_forward_executed_flops\": " << f.attention_forward + f.attention_recompute
         << ", \"attention_backward_kernel\": \"" << (r.tensor_core_backward() ? "tensor_cores" : "cuda_cores")
-        << "\", \"attention_backward_executed_flops\": " << f.attention_backward << ", \"loss\": " << r.stats.loss
+        << "\", \"attention_backward_executed_flops\": " << f.attention_backward
+        << ", \"step_kernels\": " << (r.step_kernels ? "true" : "false") << ", \"loss\": " << r.stats.loss
         << ", \"ce\": " << r.stats.ce << ", \"kl\": " << r.stats.kl << ", \"accuracy\": " << r.stats.accuracy()
         << ", \"losses\": [";
     for (std::size_t k = 0; k < r.losses.size(); ++k) out << (k ? ", " : "") << r.losses[k];
@@ -476,6 +480,7 @@ int bench_main(int argc, char** argv) {
     const std::string name = planned.name();
     try {
       PolicyRun r = run_policy(backend, config, dims, model, seq, rows.weight_sum, p, o.reps, kernel, backward_kernel);
+      r.step_kernels = kernel == step_forward && backward_kernel == step_backward;
       if (!std::isfinite(r.stats.loss)) wrong.push_back(str(name, ": loss ", r.stats.loss));
       for (double l : r.losses) {
         if (std::memcmp(&l, &r.losses.front(), sizeof l) != 0) {
@@ -487,9 +492,12 @@ int bench_main(int argc, char** argv) {
         if (!std::isfinite(r.grad_norms[i]))
           wrong.push_back(str(name, ": gradient of ", model.names[i], " not finite"));
       }
+      // the targets are the step's: the run with the other attention kernels is not held to them
       const double tflops = flops.model() / (r.median_ms() * 1e-3) / 1e12;
-      for (const std::string& m : step_target_misses(tflops, card.tflops(), r.memory))
-        missed.push_back(name + ": " + m);
+      if (r.step_kernels) {
+        for (const std::string& m : step_target_misses(tflops, card.tflops(), r.memory))
+          missed.push_back(name + ": " + m);
+      }
       runs.push_back(std::move(r));
     } catch (const std::exception& e) {
       wrong.push_back(str(name, ": ", e.what()));

@@ -18,14 +18,15 @@ SCRIPT = os.path.join(here, "..", "..", "bench", "cuda", "summarize_step.py")
 BENCHMARK = os.path.join(here, "..", "..", "bench", "cuda", "drafter_step_bench.cpp")
 
 
-def cuda_run(loss_policy, ms):
+def cuda_run(loss_policy, ms, step_kernels=True):
     tflops = 5.84e14 / (ms * 1e-3) / 1e12
+    kernel = "tensor_cores" if step_kernels else "cuda_cores"
     return {"trunk_policy": "per_layer", "loss_policy": loss_policy, "ms_median": ms, "ms": [ms],
             "executed_flops": 8e14, "model_tflops": tflops, "mfu_of_card": tflops / 700, "mfu_of_datasheet": tflops / 989,
             "attention_forward_ms": 100.0, "attention_backward_ms": 200.0, "attention_executed_flops": 2e13,
-            "attention_forward_kernel": "tensor_cores", "attention_forward_executed_flops": 8e12,
-            "attention_backward_kernel": "tensor_cores", "attention_backward_executed_flops": 1.2e13,
-            "loss": 20.0, "ce": 20.0, "kl": 1.0, "accuracy": 0.0, "losses": [20.0], "grad_norms": [1.0, 2.0],
+            "attention_forward_kernel": kernel, "attention_forward_executed_flops": 8e12,
+            "attention_backward_kernel": kernel, "attention_backward_executed_flops": 1.2e13,
+            "step_kernels": step_kernels, "loss": 20.0, "ce": 20.0, "kl": 1.0, "accuracy": 0.0, "losses": [20.0], "grad_norms": [1.0, 2.0],
             "peak_total_bytes": 10 * 2**30, "planned_total_bytes": 11 * 2**30,
             "memory": [{"category": "parameters", "planned": 2**30, "measured": 2**30},
                        {"category": "saved", "planned": 2**30, "measured": 2**30}]}
@@ -38,7 +39,8 @@ GOOD_CUDA = {"device": "H200", "config": "c.json", "seed": 1,
              "flops": {"block_linear": 3e14, "context": 3e12, "attention_forward": 5e12, "attention_backward": 1e13,
                        "loss_head": 2.5e14, "model": 5.84e14},
              "parameters": ["fc.weight", "norm.weight"],
-             "runs": [cuda_run("chunk_recompute", 1500.0), cuda_run("chunk_grad_in_forward", 1400.0)]}
+             "runs": [cuda_run("chunk_recompute", 1500.0), cuda_run("chunk_grad_in_forward", 1400.0),
+                      cuda_run("chunk_recompute", 4000.0, step_kernels=False)]}
 GOOD_TORCH = {"torch": "2.11", "attention": "flex", "chunk": 2048, "ms_median": 3000.0, "first_step_s": 30.0,
               "loss": 20.05, "peak_bytes": 40 * 2**30, "grad_norms": {"fc.weight": 1.01, "norm.weight": 2.0}}
 
@@ -49,6 +51,13 @@ def main():
     expect = verdicts(SCRIPT, failures)
 
     expect("on target", GOOD_CUDA, GOOD_TORCH, 0, "correctness: PASS")
+    # the third run (CUDA-core attention: 4000 ms, MFU 21%, slower than PyTorch's 3000 ms) is
+    # measured, not held to the step's targets; its loss is still compared
+    expect("the switched kernels held to no speed target", GOOD_CUDA, GOOD_TORCH, 0, "performance targets: met")
+    far_switched = copy.deepcopy(GOOD_CUDA)
+    far_switched["runs"][2]["loss"] = 20.2
+    expect("the switched kernels' loss compared", far_switched, GOOD_TORCH, 1,
+           "wrong: per_layer x chunk_recompute, attention kernels switched: loss")
     expect("the attention kernels named", GOOD_CUDA, GOOD_TORCH, 0,
            "chunk_recompute, tensor-core attention forward, tensor-core backward")
     simt = copy.deepcopy(GOOD_CUDA)
@@ -85,7 +94,7 @@ def main():
     expect("the largest gradient difference named", far, zero, 0, "largest 2.50e-01 (norm.weight)")
     expect("no PyTorch result", GOOD_CUDA, None, 1, "no PyTorch peer result")
     one = copy.deepcopy(GOOD_CUDA)
-    one["runs"].pop()
+    one["runs"].pop(1)
     expect("a policy that did not complete", one, GOOD_TORCH, 1, "did not complete")
     return report("summarize_step_check.py", failures)
 
