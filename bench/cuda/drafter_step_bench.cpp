@@ -38,6 +38,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/cuda/bench_data.hpp"
+#include "bench/cuda/bench_json.hpp"
 #include "bench/cuda/bench_verdict.hpp"
 #include "bench/cuda/drafter_step_metrics.hpp"
 #include "bench/cuda/gemm_rate.hpp"
@@ -396,7 +397,8 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
     out << "]}";
   }
   out << "\n  ]\n}\n";
-  write_file_atomically(path, out.str());  // never half a file, never through a link
+  // never half a file, never through a link; a non-finite number as Python reads it
+  write_file_atomically(path, python_json_numbers(out.str()));
 }
 
 int bench_main(int argc, char** argv) {

@@ -37,6 +37,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/cuda/bench_data.hpp"
+#include "bench/cuda/bench_json.hpp"
 #include "bench/cuda/bench_verdict.hpp"
 #include "bench/cuda/fp64_rows.hpp"
 #include "bench/cuda/full_scale_gate.hpp"
@@ -413,7 +414,8 @@ void write_json(const std::string& path, const BenchOptions& o, const CudaDevice
         << ", \"ce\": " << r.stats.ce << ", \"kl\": " << r.stats.kl << ", \"accuracy\": " << r.stats.accuracy() << "}";
   }
   out << "\n  ]\n}\n";
-  write_file_atomically(path, out.str());  // never half a file, never through a link
+  // never half a file, never through a link; a non-finite number as Python reads it
+  write_file_atomically(path, python_json_numbers(out.str()));
 }
 
 int bench_main(int argc, char** argv) {
