@@ -240,15 +240,16 @@ DFLASH_HD void begin_query_tile_backward(const AttentionProblem& pb, const Atten
   if (pb.mask.keep[n] == 0) zero_unseen_block_key_grads(tl, grads, n, g, thread, threads);
 }
 
-// Phase body: the dK/dV of context key tile kt (kv head g), accumulated in [keys, d] fp32 arrays, to
-// the gradients.
+// Phase body: the dK/dV of context key tile kt (kv head g), accumulated in [keys, d] fp32 arrays
+// with rows ld apart (>= d), to the gradients.
 DFLASH_HD inline void store_context_key_grads(const AttentionTiling& tl, const AttentionGradients& grads,
                                               const KeyTile& kt, std::int64_t g, const float* dk, const float* dv,
-                                              int thread, int threads) {
+                                              std::int64_t ld, int thread, int threads) {
   for (std::int64_t e = thread; e < kt.count * tl.d; e += threads) {
-    const std::int64_t at = head_offset(kt.first + e / tl.d, tl.nkv, g, tl.d) + e % tl.d;
-    grads.dk_ctx[at] = dk[e];
-    grads.dv_ctx[at] = dv[e];
+    const std::int64_t key = e / tl.d, col = e % tl.d;
+    const std::int64_t at = head_offset(kt.first + key, tl.nkv, g, tl.d) + col;
+    grads.dk_ctx[at] = dk[key * ld + col];
+    grads.dv_ctx[at] = dv[key * ld + col];
   }
 }
 
@@ -540,7 +541,7 @@ DFLASH_HD void attention_dkv_block(Exec& exec, const AttentionProblem& pb, const
       }
     });
   }
-  exec.phase([&](int t) { store_context_key_grads(tl, grads, kt, g, sm.dk, sm.dv, t, threads); });
+  exec.phase([&](int t) { store_context_key_grads(tl, grads, kt, g, sm.dk, sm.dv, tl.d, t, threads); });
 }
 
 }  // namespace dflash

@@ -68,6 +68,7 @@ struct AttentionTcBackwardRegisters {
 struct AttentionTcBackwardShared {
   std::int64_t ld;       // row stride of q, d_out, k and v: tc_shared_row_stride(d)
   std::int64_t ld_keys;  // row stride of fp and ds: tc_shared_row_stride(keys rounded up to 16)
+  std::int64_t ld_acc;   // row stride of dk and dv: tc_accumulator_row_stride(d)
   Bf16Bits* q;           // [R rounded up to 16, d]; rows >= R zero
   Bf16Bits* d_out;       // same
   Bf16Bits* k;           // [keys rounded up to 16, d]; rows past the tile's count zero
@@ -76,12 +77,13 @@ struct AttentionTcBackwardShared {
   Bf16Bits* ds;  // dS, same
   float* lse;    // [R rounded up to 16]; 0 on padding rows
   float* delta;
-  float* dk;  // dkv program: fp32 accumulators [keys rounded up to 16, d]; dq program: none
+  float* dk;  // dkv program: fp32 accumulators [keys rounded up to 16, d], rows ld_acc apart; dq: none
   float* dv;
 
   DFLASH_HD AttentionTcBackwardShared(SharedCarver& mem, const AttentionTiling& tl, bool accumulators)
       : ld(tc_shared_row_stride(tl.d)),
         ld_keys(tc_shared_row_stride(tc_tile_keys(tl))),
+        ld_acc(tc_accumulator_row_stride(tl.d)),
         q(mem.take<Bf16Bits>(tc_query_rows(tl) * ld)),
         d_out(mem.take<Bf16Bits>(tc_query_rows(tl) * ld)),
         k(mem.take<Bf16Bits>(tc_tile_keys(tl) * ld)),
@@ -90,8 +92,11 @@ struct AttentionTcBackwardShared {
         ds(mem.take<Bf16Bits>(tc_query_rows(tl) * ld_keys)),
         lse(mem.take<float>(tc_query_rows(tl))),
         delta(mem.take<float>(tc_query_rows(tl))),
-        dk(mem.take<float>(accumulators ? tc_tile_keys(tl) * tl.d : 0)),
-        dv(mem.take<float>(accumulators ? tc_tile_keys(tl) * tl.d : 0)) {}
+        dk(mem.take<float>(accumulators ? tc_tile_keys(tl) * ld_acc : 0)),
+        dv(mem.take<float>(accumulators ? tc_tile_keys(tl) * ld_acc : 0)) {}
+
+  // The accumulator element of (key, col) in dk or dv: every access of the dkv program goes here.
+  DFLASH_HD std::int64_t accumulator_index(std::int64_t key, std::int64_t col) const { return key * ld_acc + col; }
 };
 
 DFLASH_HD inline std::size_t attention_dq_tc_shared_bytes(const AttentionTiling& tl) {
@@ -311,7 +316,7 @@ DFLASH_HD void attention_dkv_tc_block(Exec& exec, const AttentionProblem& pb, co
 
   exec.phase([&](int t) {
     load_key_tile(tl, in, g, kt, sm, t, threads);
-    for (std::int64_t e = t; e < tc_tile_keys(tl) * d; e += threads) {
+    for (std::int64_t e = t; e < tc_tile_keys(tl) * sm.ld_acc; e += threads) {
       sm.dk[e] = 0.0f;
       sm.dv[e] = 0.0f;
     }
@@ -333,14 +338,14 @@ DFLASH_HD void attention_dkv_tc_block(Exec& exec, const AttentionProblem& pb, co
       key_gradients(
           warp, warps, tc, sm,
           [&](int gradient, std::int64_t key, std::int64_t col) {
-            return (gradient == 0 ? sm.dk : sm.dv)[key * d + col];
+            return (gradient == 0 ? sm.dk : sm.dv)[sm.accumulator_index(key, col)];
           },
           [&](int gradient, std::int64_t key, std::int64_t col, float value) {
-            (gradient == 0 ? sm.dk : sm.dv)[key * d + col] = value;
+            (gradient == 0 ? sm.dk : sm.dv)[sm.accumulator_index(key, col)] = value;
           });
     });
   }
-  exec.phase([&](int t) { store_context_key_grads(tl, grads, kt, g, sm.dk, sm.dv, t, threads); });
+  exec.phase([&](int t) { store_context_key_grads(tl, grads, kt, g, sm.dk, sm.dv, sm.ld_acc, t, threads); });
 }
 
 }  // namespace dflash

@@ -55,6 +55,16 @@ DFLASH_HD inline std::int64_t tc_tile_keys(const AttentionTiling& tl) { return r
 // pairs). 4 mod 8 words puts the rows in distinct groups of 4 banks: every fragment load and the
 // f P and dS stores are conflict-free (tests/cuda/attention/test_attention_tc_banks.cpp).
 DFLASH_HD inline std::int64_t tc_shared_row_stride(std::int64_t width) { return width + 8; }
+// The row stride, in floats, of the dkv program's fp32 dK and dV accumulators ([keys, d] each in
+// shared memory): d + 4. key_gradients (tensor_core_backward_program.hpp) reads and writes them in
+// C fragment order, one float per lane per element: the 8 lane groups at 8 keys, the 4 lanes of a
+// group at 4 columns 2 apart. With rows d apart (a multiple of 32 words at d 64 and 128) the 8 keys
+// share 4 banks: 8-way. At d + 4 (4 or 20 mod 32 words) the keys' rows start in distinct groups of
+// 4 banks and only rows 1 apart with columns 4 apart meet: 2-way, the least any stride gives a
+// warp-wide access of one float per lane in this order (the lanes of one element reach one parity
+// of bank when the stride is even; tests/cuda/attention/test_attention_tc_banks.cpp tries every
+// stride).
+DFLASH_HD inline std::int64_t tc_accumulator_row_stride(std::int64_t d) { return d + 4; }
 
 DFLASH_HD inline int tc_forward_threads(const AttentionTiling& tl) {
   return static_cast<int>(tc_query_rows(tl) / kMmaM) * kWarpLanes;

@@ -7,10 +7,13 @@
 // element slot of the fragment over the 32 lanes (each element a 16-bit load); its degree is the
 // most distinct 4-byte words it touches in one bank (harness/cuda/shared_bank_trace.hpp's
 // bank_ways). The f P and dS stores of the backward (C fragment coordinates, one 16-bit store per
-// element) are counted the same way. At the tight stride (rows `width` apart, the layout before
-// the padding) the loads from K rows and of Q, dO are 8-way and the row-pair loads 4-way at d 128.
+// element) are counted the same way, and so are the dkv program's fp32 dK, dV accumulators (one
+// 32-bit access per element, at the program's own AttentionTcBackwardShared::accumulator_index).
+// At the tight stride (rows `width` apart, the layout before the padding) the loads from K rows
+// and of Q, dO are 8-way, the row-pair loads 4-way and the accumulators 8-way at d 128.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -81,6 +84,71 @@ int score_store_ways(std::int64_t ld, int nt) {
   return bank_ways(accesses).ways;
 }
 
+// The dkv program's accumulator accesses (key_gradients' start and finish) for output tile (kc, c):
+// lane (group, t) reads, then writes, C element i at word index(kc * 16 + row, c * 8 + col) of dk
+// or dv (one float a word, dk at a 16-byte boundary). Each element slot is one warp-wide access.
+template <class Index>
+int accumulator_ways(Index index, int kc, int c) {
+  std::vector<SharedAccess> accesses;
+  for (int lane = 0; lane < kWarpLanes; ++lane) {
+    for (int i = 0; i < kMmaCElements; ++i) {
+      const FragmentCoord at = mma_c_coord(lane, i);
+      accesses.push_back({0, lane, i, static_cast<std::size_t>(index(kc * kMmaK + at.row, c * kMmaN + at.col))});
+    }
+  }
+  return bank_ways(accesses).ways;
+}
+
+// The most ways of any output tile of a [keys, d] accumulator.
+template <class Index>
+int worst_accumulator_ways(Index index, std::int64_t keys, std::int64_t d) {
+  int worst = 0;
+  for (int kc = 0; kc < keys / kMmaK; ++kc) {
+    for (int c = 0; c < d / kMmaN; ++c) worst = std::max(worst, accumulator_ways(index, kc, c));
+  }
+  return worst;
+}
+
+// A tiling at head dim d with 64-key tiles (the most the programs take).
+AttentionTiling tiling_of_head_dim(std::int64_t d) {
+  return {.S = 256, .N = 2, .B = 64, .nh = 4, .nkv = 2, .d = d, .key_tile = 64};
+}
+
+TEST(AttentionTcBanks, AccumulatorsAreTwoWayAtTheirPaddedStrideTheLeastAnyStrideGives) {
+  for (std::int64_t d = kMmaK; d <= kTcMaxHeadDim; d += kMmaK) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    const AttentionTiling tl = tiling_of_head_dim(d);
+    ASSERT_EQ(attention_tensor_core_problem(tl), nullptr);
+    // The program's own layout and index: carved from a block's shared memory as the kernel does.
+    std::vector<unsigned char> shared(attention_dkv_tc_shared_bytes(tl));
+    SharedCarver mem(shared.data());
+    const AttentionTcBackwardShared sm(mem, tl, true);
+    EXPECT_EQ(sm.ld_acc, tc_accumulator_row_stride(d));
+    EXPECT_EQ(reinterpret_cast<unsigned char*>(sm.dv) - reinterpret_cast<unsigned char*>(sm.dk),
+              tc_tile_keys(tl) * sm.ld_acc * 4);
+    for (const float* base : {sm.dk, sm.dv}) {
+      const auto word = [&](std::int64_t key, std::int64_t col) {
+        return (reinterpret_cast<const unsigned char*>(base + sm.accumulator_index(key, col)) - shared.data()) / 4;
+      };
+      EXPECT_EQ(worst_accumulator_ways(word, tc_tile_keys(tl), d), 2);
+    }
+    // No row stride does better: the lanes of one element slot reach 16 banks of one parity at an
+    // even stride, and an odd stride puts two of them in one bank too.
+    for (std::int64_t ld = d; ld < d + 2 * kSharedBanks; ++ld) {
+      const auto word = [&](std::int64_t key, std::int64_t col) { return key * ld + col; };
+      EXPECT_GE(worst_accumulator_ways(word, tc_tile_keys(tl), d), 2) << "stride " << ld;
+    }
+  }
+}
+
+// The layout before the padding, rows d apart: 8-way at d 64 and 128.
+TEST(AttentionTcBanks, TightAccumulatorRowsConflictEightWays) {
+  for (std::int64_t d : {64, 128}) {
+    const auto word = [&](std::int64_t key, std::int64_t col) { return key * d + col; };
+    EXPECT_EQ(worst_accumulator_ways(word, kTcMaxTileKeys, d), 8) << "d " << d;
+  }
+}
+
 TEST(AttentionTcSharedRowStride, IsFourModEightWordsForEveryWidthTheProgramsTake) {
   for (std::int64_t width = kMmaK; width <= kTcMaxHeadDim; width += kMmaK) {
     const std::int64_t ld = tc_shared_row_stride(width);
@@ -128,7 +196,7 @@ TEST(AttentionTcBanks, SharedLayoutsCarveThePaddedRowsAndFitTheCard) {
   EXPECT_EQ(attention_forward_tc_shared_bytes(full), std::size_t((128 + 2 * 32) * ld * 2));
   const std::size_t dq = attention_dq_tc_shared_bytes(full), dkv = attention_dkv_tc_shared_bytes(full);
   EXPECT_EQ(dq, std::size_t((2 * 128 + 2 * 32) * ld * 2 + 2 * 128 * ld_keys * 2 + 2 * 128 * 4));
-  EXPECT_EQ(dkv - dq, std::size_t(2 * 32 * 128 * 4));
+  EXPECT_EQ(dkv - dq, std::size_t(2 * 32 * tc_accumulator_row_stride(128) * 4));
   // The largest tile the programs accept (128 rows, 64 keys, d 128) within sm_90's opt-in shared
   // memory per block (227 KiB = 232,448 B; the launchers read the device's own limit).
   const AttentionTiling largest{.S = 4096, .N = 2, .B = 64, .nh = 16, .nkv = 8, .d = 128, .key_tile = 64};
