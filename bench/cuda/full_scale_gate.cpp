@@ -12,18 +12,14 @@
 namespace dflash {
 
 std::vector<std::int64_t> gate_sample_rows(std::span<const std::uint8_t> valid, std::int64_t V,
-                                           std::span<const std::int64_t> chunks) {
+                                           std::span<const std::int64_t> chunks,
+                                           std::span<const std::int64_t> call_starts) {
   std::vector<std::int64_t> listed, unlabelled;  // the valid rows in order (what the loss head lists); the others
   for (std::size_t i = 0; i < valid.size(); ++i) (valid[i] != 0 ? listed : unlabelled).push_back(std::int64_t(i));
   std::vector<std::int64_t> rows;
-  const auto take = [&](std::int64_t i) {
-    if (static_cast<int>(rows.size()) < kGateMaxRows && std::find(rows.begin(), rows.end(), i) == rows.end()) {
-      rows.push_back(i);
-    }
-  };
   if (!unlabelled.empty()) {
-    take(unlabelled.front());
-    take(unlabelled.back());
+    rows.push_back(unlabelled.front());
+    rows.push_back(unlabelled.back());
   }
   const auto n = static_cast<std::int64_t>(listed.size());
   std::vector<std::int64_t> want = {1, n - 2, n - 1};  // positions among the valid rows
@@ -32,10 +28,18 @@ std::vector<std::int64_t> gate_sample_rows(std::span<const std::uint8_t> valid, 
   for (std::int64_t c : chunks) {
     for (std::int64_t p : {c - 1, c, c + 1, n - c - 1, n - c + 1}) want.push_back(p);
   }
+  for (std::int64_t s : call_starts) {
+    for (std::int64_t p : {s - 1, s, s + 1}) want.push_back(p);
+  }
   for (std::int64_t p : want) {
-    if (p >= 0 && p < n) take(listed[static_cast<std::size_t>(p)]);
+    if (p >= 0 && p < n) rows.push_back(listed[static_cast<std::size_t>(p)]);
   }
   std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  if (rows.size() > std::size_t(kGateMaxRows)) {
+    throw_input_error("gate rows", str(rows.size(), " rows to check (", chunks.size(), " chunk sizes, ",
+                                       call_starts.size(), " cuBLAS call starts): at most ", kGateMaxRows));
+  }
   return rows;
 }
 

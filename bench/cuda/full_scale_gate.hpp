@@ -19,11 +19,14 @@ namespace dflash {
 // results must be exactly 0), then, counted in valid rows (the loss head computes the valid rows
 // only, in chunks of c of them: cuda/loss_head/row_gather_program.hpp), the first and last rows of the
 // chunks at every chunk size, the rows around 2^31 / V (where a 32-bit flat index into an [n, V]
-// tensor would overflow: materialize's logits) and the last row. Sorted, distinct, at most
-// kGateMaxRows.
-inline constexpr int kGateMaxRows = 16;
+// tensor would overflow: materialize's logits), the rows around every start in `call_starts` (where
+// one of the run's cuBLAS products is cut into calls: cuda/gemm/cublas_call.hpp's
+// gemm_slicing_within_span) and the last row. Sorted, distinct. Every one of them is checked: more
+// than kGateMaxRows (too many chunk sizes) throws InputError rather than dropping edges.
+inline constexpr int kGateMaxRows = 64;
 std::vector<std::int64_t> gate_sample_rows(std::span<const std::uint8_t> valid, std::int64_t V,
-                                           std::span<const std::int64_t> chunks);
+                                           std::span<const std::int64_t> chunks,
+                                           std::span<const std::int64_t> call_starts = {});
 
 // The sampled rows' exact and plain-bf16 results, from their fp64 logits.
 struct GateRows {

@@ -11,7 +11,7 @@
 // per step), which the target holds to 5%; and the non-GEMM share (the step time less its
 // products' measured time: the kernels plus launch gaps and host round trips).
 //
-// Correctness gate (bench/cuda/full_scale_gate.hpp): every run's lse, token loss and dL/dY on ~16
+// Correctness gate (bench/cuda/full_scale_gate.hpp): every run's lse, token loss and dL/dY on ~30
 // sampled rows are held to SPEC §10's bf16 rule against an fp64 recomputation from the same bf16
 // inputs (bench/cuda/fp64_rows.hpp).
 //
@@ -44,6 +44,7 @@
 #include "bench/cuda/gemm_rate.hpp"
 #include "common/gpu_required.hpp"
 #include "common/tolerances.hpp"
+#include "cuda/gemm/cublas_call.hpp"
 #include "cuda/loss_head/head.hpp"
 #include "cuda/runtime/check.hpp"
 #include "cuda/runtime/device_probe.hpp"
@@ -156,31 +157,72 @@ Inputs make_inputs(DeviceAllocator& allocator, const BenchOptions& o) {
   return in;
 }
 
-// The gate's expected values: the sampled rows' logits and dL/dY in fp64 on the device, their
-// statistics and dL/dz in double on the host.
+// Where the runs' logits and dL/dY products are cut into cuBLAS calls (gemm_slicing_within_span),
+// as positions among the n valid rows: the slice starts past the first row of every chunk of every
+// chunk size, and of materialize's one chunk of all n rows (cut in 4 at full scale).
+std::vector<std::int64_t> gemm_call_starts(const BenchOptions& o, std::int64_t n) {
+  std::vector<std::int64_t> sizes(o.chunks);
+  if (o.materialize) sizes.push_back(n);
+  std::vector<std::int64_t> starts;
+  for (std::int64_t size : sizes) {
+    const std::int64_t c = std::max<std::int64_t>(1, std::min(size, n));
+    for (std::int64_t c0 = 0; c0 < n; c0 += c) {
+      const std::int64_t rows = std::min(c, n - c0);
+      for (const GemmCall& call : {logits_gemm_call(nullptr, nullptr, nullptr, rows, o.vocab, o.hidden),
+                                   input_grad_gemm_call(nullptr, nullptr, nullptr, rows, o.vocab, o.hidden)}) {
+        for (const GemmSlice& slice : gemm_slicing_within_span(call).n) {
+          if (slice.first > 0) starts.push_back(c0 + slice.first);
+        }
+      }
+    }
+  }
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  return starts;
+}
+
+// The gate's expected values: the sampled rows' logits and dL/dY in fp64 on the device (at most
+// kFp64MaxRows rows a pass), their statistics and dL/dz in double on the host.
 GateRows gate_expectation(DeviceAllocator& allocator, const BenchOptions& o, const Inputs& in) {
-  const std::vector<std::int64_t> rows = gate_sample_rows(in.valid.download(), o.vocab, o.chunks);
+  const std::vector<std::uint8_t> valid = in.valid.download();
+  const auto valid_rows =
+      static_cast<std::int64_t>(std::count_if(valid.begin(), valid.end(), [](std::uint8_t v) { return v != 0; }));
+  const std::vector<std::int64_t> rows = gate_sample_rows(valid, o.vocab, o.chunks, gemm_call_starts(o, valid_rows));
   const auto n = rows.size();
   const auto V = static_cast<std::size_t>(o.vocab), H = static_cast<std::size_t>(o.hidden);
+  const std::size_t pass = std::min<std::size_t>(kFp64MaxRows, 2 * n);  // rows a pass
   DeviceBuffer<std::int64_t> rows_d(allocator, MemoryCategory::transient, n);
   rows_d.upload(std::span<const std::int64_t>(rows));
-  DeviceBuffer<double> z(allocator, MemoryCategory::transient, n * V), t(allocator, MemoryCategory::transient, n * V);
-  fp64_row_logits(in.hidden.data(), in.teacher.data(), in.head.data(), rows_d.data(), static_cast<int>(n), o.vocab,
-                  o.hidden, z.data(), t.data());
-  const std::vector<double> zh = z.download(), th = t.download();
+  std::vector<double> zh(n * V), th(n * V);
+  {
+    DeviceBuffer<double> z(allocator, MemoryCategory::transient, pass * V),
+        t(allocator, MemoryCategory::transient, pass * V);
+    for (std::size_t j0 = 0; j0 < n; j0 += pass) {
+      const std::size_t m = std::min(pass, n - j0);
+      fp64_row_logits(in.hidden.data(), in.teacher.data(), in.head.data(), rows_d.data() + j0, static_cast<int>(m),
+                      o.vocab, o.hidden, z.data(), t.data());
+      copy_to_host(allocator, zh.data() + j0 * V, z.data(), m * V * sizeof(double));
+      copy_to_host(allocator, th.data() + j0 * V, t.data(), m * V * sizeof(double));
+    }
+  }
   const std::vector<std::int64_t> labels = in.labels.download();
   const std::vector<float> weights = in.weights.download();
-  const std::vector<std::uint8_t> valid = in.valid.download();
   GateRows g = gate_rows_from_logits(rows, zh, th, o.vocab, o.hidden, labels, weights, valid, in.weight_sum,
                                      hybrid_hyper<double>(LossHeadOptions{}));
-  // exact and plain dL/dz, 2n <= kFp64MaxRows rows, through W in one pass
+  // exact then plain dL/dz (2n rows) through W, kFp64MaxRows rows a pass
   std::vector<double> dz(g.dz);
   dz.insert(dz.end(), g.plain_dz.begin(), g.plain_dz.end());
-  DeviceBuffer<double> dz_d(allocator, MemoryCategory::transient, dz.size()),
-      dy(allocator, MemoryCategory::transient, 2 * n * H);
-  dz_d.upload(std::span<const double>(dz));
-  fp64_rows_times_head(dz_d.data(), in.head.data(), static_cast<int>(2 * n), o.vocab, o.hidden, dy.data());
-  const std::vector<double> dyh = dy.download();
+  std::vector<double> dyh(2 * n * H);
+  {
+    DeviceBuffer<double> dz_d(allocator, MemoryCategory::transient, pass * V),
+        dy(allocator, MemoryCategory::transient, pass * H);
+    for (std::size_t j0 = 0; j0 < 2 * n; j0 += pass) {
+      const std::size_t m = std::min(pass, 2 * n - j0);
+      copy_to_device(allocator, dz_d.data(), dz.data() + j0 * V, m * V * sizeof(double));
+      fp64_rows_times_head(dz_d.data(), in.head.data(), static_cast<int>(m), o.vocab, o.hidden, dy.data());
+      copy_to_host(allocator, dyh.data() + j0 * H, dy.data(), m * H * sizeof(double));
+    }
+  }
   g.hidden_grad.assign(dyh.begin(), dyh.begin() + static_cast<std::ptrdiff_t>(n * H));
   g.plain_hidden_grad.assign(dyh.begin() + static_cast<std::ptrdiff_t>(n * H), dyh.end());
   return g;

@@ -34,23 +34,20 @@ Pointer advance(Pointer p, cudaDataType_t type, std::int64_t elements) {
 
 // The slices of [0, extent): as few as keep each at most `most` long (`what` names the operand
 // that sets it), near-equal, in order.
-struct Slice {
-  std::int64_t first, count;
-};
-std::vector<Slice> near_equal_slices(std::int64_t extent, std::int64_t most, const char* what) {
+std::vector<GemmSlice> near_equal_slices(std::int64_t extent, std::int64_t most, const char* what) {
   if (most < 1) throw_input_error(what, "one column alone spans more elements than one cuBLAS call may");
   const std::int64_t parts = (extent + most - 1) / most, size = (extent + parts - 1) / parts;
-  std::vector<Slice> slices;
+  std::vector<GemmSlice> slices;
   for (std::int64_t first = 0; first < extent; first += size) slices.push_back({first, std::min(size, extent - first)});
   return slices;
 }
 
 }  // namespace
 
-std::vector<GemmCall> gemm_calls_within_span(const GemmCall& g, std::int64_t max_span) {
+GemmSlicing gemm_slicing_within_span(const GemmCall& g, std::int64_t max_span) {
   // The longest slice along each dimension that keeps every operand whose columns run along it
   // within max_span: C's columns run along n; A's along k (N) or m (T); B's along n (N) or k (T).
-  if (g.m == 0 || g.n == 0 || g.k == 0) return {g};
+  if (g.m == 0 || g.n == 0 || g.k == 0) return {{{0, g.m}}, {{0, g.n}}, {{0, g.k}}};
   std::int64_t most_m = g.m, most_n = g.n, most_k = g.k;
   const auto limit = [&](std::int64_t& most, std::int64_t ld) {
     if (ld < 1) throw_input_error("gemm leading dimension", str(ld, " is not positive"));
@@ -59,19 +56,23 @@ std::vector<GemmCall> gemm_calls_within_span(const GemmCall& g, std::int64_t max
   limit(most_n, g.ldc);
   limit(g.transa == CUBLAS_OP_N ? most_k : most_m, g.lda);
   limit(g.transb == CUBLAS_OP_N ? most_n : most_k, g.ldb);
-  if (most_m == g.m && most_n == g.n && most_k == g.k) return {g};
   if (most_k < g.k && g.c_type == CUDA_R_16BF) {
     throw_input_error("gemm k", str(g.k, " would be cut into partial sums each rounded to a bf16 C: ", most_k,
                                     " columns at most per call"));
   }
-  const std::vector<Slice> ms = near_equal_slices(g.m, most_m, "gemm A"),
-                           ns = near_equal_slices(g.n, most_n, "gemm B or C"),
-                           ks = near_equal_slices(g.k, most_k, "gemm A or B");
+  return {near_equal_slices(g.m, most_m, "gemm A"), near_equal_slices(g.n, most_n, "gemm B or C"),
+          near_equal_slices(g.k, most_k, "gemm A or B")};
+}
+
+std::vector<GemmCall> gemm_calls_within_span(const GemmCall& g, std::int64_t max_span) {
+  const GemmSlicing slicing = gemm_slicing_within_span(g, max_span);
+  const std::vector<GemmSlice>&ms = slicing.m, &ns = slicing.n, &ks = slicing.k;
+  if (ms.size() == 1 && ns.size() == 1 && ks.size() == 1) return {g};
   std::vector<GemmCall> calls;
   calls.reserve(ms.size() * ns.size() * ks.size());
-  for (const Slice& n : ns) {
-    for (const Slice& m : ms) {
-      for (const Slice& k : ks) {
+  for (const GemmSlice& n : ns) {
+    for (const GemmSlice& m : ms) {
+      for (const GemmSlice& k : ks) {
         GemmCall c = g;
         c.m = static_cast<int>(m.count);
         c.n = static_cast<int>(n.count);

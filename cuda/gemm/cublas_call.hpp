@@ -67,6 +67,17 @@ inline constexpr std::int64_t kGemmMaxOperandSpan = (std::int64_t(1) << 31) - 1;
 // taken as columns x ld (an upper bound of (columns - 1) ld + rows, and the measure cuBLASLt trips on).
 inline std::int64_t gemm_operand_span(std::int64_t columns, std::int64_t ld) { return columns * ld; }
 
+// How gemm_calls_within_span cuts a call: the slices [first, first + count) of m, n and k, in order
+// (one whole slice where a dimension is not cut). Where n is cut, the calls of a `rows`-row product
+// (logits, input grad: C's or B's columns are the rows) start at the n slices' firsts.
+struct GemmSlice {
+  std::int64_t first, count;
+};
+struct GemmSlicing {
+  std::vector<GemmSlice> m, n, k;
+};
+GemmSlicing gemm_slicing_within_span(const GemmCall& g, std::int64_t max_span = kGemmMaxOperandSpan);
+
 // `g` as the calls that compute the same C with every operand spanning at most `max_span` elements
 // (gemm_operand_span of A, B and C): {g} when it already does. Otherwise g is cut into near-equal
 // slices along n (C's columns; B's when B is not transposed), m (A's columns when A is transposed)

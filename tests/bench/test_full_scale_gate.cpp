@@ -9,6 +9,7 @@
 
 #include "bench/cuda/full_scale_gate.hpp"
 #include "common/tolerances.hpp"
+#include "io/errors.hpp"
 #include "reference/bf16_emulation.hpp"
 #include "reference/compare.hpp"
 #include "reference/hybrid_loss.hpp"
@@ -37,6 +38,40 @@ TEST(FullScaleGate, SamplesChunkEdgesTheInt32OverflowRowAndTheLastRowAmongTheVal
   // 8648 V < 2^31 <= 8649 V: row 8648's logits straddle the 32-bit flat index limit.
   EXPECT_LT(8648LL * 248320, 1LL << 31);
   EXPECT_GE(8649LL * 248320, 1LL << 31);
+}
+
+// materialize's products over the 30720 valid rows are cut into cuBLAS calls at 7680, 15360 and
+// 23040 (tests/cuda/gemm/test_cublas_gemm_call.cpp): the rows on both sides of each cut are
+// checked, beside every chunk edge, none dropped for room.
+TEST(FullScaleGate, SamplesBothSidesOfEveryCublasCallCutAndDropsNoWantedRow) {
+  const std::vector<std::int64_t> chunks = {2048, 512}, starts = {7680, 15360, 23040};
+  std::vector<std::uint8_t> valid(32768);
+  for (std::size_t i = 0; i < valid.size(); ++i) valid[i] = i % 16 != 0;
+  const std::vector<std::int64_t> rows = gate_sample_rows(valid, 248320, chunks, starts);
+  const auto global_row = [](std::int64_t p) { return p / 15 * 16 + p % 15 + 1; };
+  std::vector<std::int64_t> want = {0, 32752};
+  for (std::int64_t p : {std::int64_t(1), std::int64_t(30718), std::int64_t(30719), std::int64_t(8647),
+                         std::int64_t(8648), std::int64_t(8649)}) {
+    want.push_back(global_row(p));
+  }
+  for (std::int64_t c : chunks) {
+    for (std::int64_t p : {c - 1, c, c + 1, 30720 - c - 1, 30720 - c + 1}) want.push_back(global_row(p));
+  }
+  for (std::int64_t s : starts) {
+    for (std::int64_t p : {s - 1, s, s + 1}) want.push_back(global_row(p));
+  }
+  for (std::int64_t r : want) EXPECT_NE(std::find(rows.begin(), rows.end(), r), rows.end()) << r;
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  EXPECT_EQ(rows, want) << "exactly the wanted rows";
+  EXPECT_GT(rows.size(), 16u) << "more than the earlier cap of 16";
+}
+
+TEST(FullScaleGate, MoreWantedRowsThanTheCapAreRefusedNotDropped) {
+  std::vector<std::uint8_t> valid(32768, 1);
+  std::vector<std::int64_t> chunks;
+  for (std::int64_t c = 100; c < 100 + 100 * kGateMaxRows; c += 100) chunks.push_back(c);
+  EXPECT_THROW(gate_sample_rows(valid, 248320, chunks), InputError);
 }
 
 class FullScaleGateSmall : public ::testing::Test {

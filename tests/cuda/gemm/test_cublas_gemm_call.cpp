@@ -349,6 +349,65 @@ TEST(GemmCallsWithinSpan, MaterializeAtFullScaleIsCutIntoRowSlicesUnderTwoToThe3
   }
 }
 
+// The slicing the calls are built from (what the benchmark's gate samples around): the same cuts,
+// one call per (n, m, k) slice triple in that order, each call's extents the slices'.
+TEST(GemmSlicingWithinSpan, IsTheCutOfTheCallsAndStartsMaterializeSlicesEvery7680ValidRows) {
+  constexpr std::int64_t H = 5120, V = 248320;
+  for (const std::int64_t rows : {std::int64_t(2048), std::int64_t(30720), std::int64_t(32768)}) {
+    for (const GemmCall& g : {logits_gemm_call(nullptr, nullptr, nullptr, rows, V, H),
+                              input_grad_gemm_call(nullptr, nullptr, nullptr, rows, V, H)}) {
+      SCOPED_TRACE(str(rows, " rows"));
+      const GemmSlicing s = gemm_slicing_within_span(g);
+      ASSERT_EQ(s.m.size(), 1u);
+      ASSERT_EQ(s.k.size(), 1u);
+      std::int64_t next = 0;
+      for (const GemmSlice& n : s.n) {
+        EXPECT_EQ(n.first, next);
+        EXPECT_LE(n.count * V, kGemmMaxOperandSpan);
+        next += n.count;
+      }
+      EXPECT_EQ(next, rows);
+      if (rows == 2048) {
+        EXPECT_EQ(s.n.size(), 1u);
+      }
+      // The benchmark's valid rows (15 of every 16 of T 32768): 4 slices of 7680.
+      if (rows == 30720) {
+        ASSERT_EQ(s.n.size(), 4u);
+        EXPECT_EQ(s.n[1].first, 7680);
+        EXPECT_EQ(s.n[3].first, 23040);
+      }
+    }
+  }
+  // Cut along m alone (logits whose W^T, A transposed, is the only wide operand): two calls.
+  const GemmCall wide = logits_gemm_call(reinterpret_cast<Bf16Bits*>(std::uintptr_t{1} << 40),
+                                         reinterpret_cast<Bf16Bits*>(std::uintptr_t{2} << 40),
+                                         reinterpret_cast<Bf16Bits*>(std::uintptr_t{3} << 40), 2, 40, 4);
+  const GemmSlicing by_m = gemm_slicing_within_span(wide, 100);  // W^T: 40 columns x ld 4 = 160
+  ASSERT_EQ(by_m.m.size(), 2u);
+  ASSERT_EQ(by_m.n.size(), 1u);
+  ASSERT_EQ(by_m.k.size(), 1u);
+  const std::vector<GemmCall> halves = gemm_calls_within_span(wide, 100);
+  ASSERT_EQ(halves.size(), 2u);
+  EXPECT_EQ(halves[0].m + halves[1].m, 40);
+  EXPECT_LE(gemm_operand_span(halves[0].m, halves[0].lda), 100);
+  // Cut along n and k (a weight gradient at a small limit): the calls follow the slicing, n outer.
+  const GemmCall g = linear_weight_grad_gemm_call(nullptr, nullptr, nullptr, 40, 24, 36);
+  const GemmSlicing s = gemm_slicing_within_span(g, 600);
+  ASSERT_EQ(s.n.size(), 2u);  // C: 600 / ld 36 = 16 of 24 columns
+  ASSERT_EQ(s.m.size(), 1u);
+  ASSERT_EQ(s.k.size(), 3u);  // A (N): 600 / ld 36 = 16 of 40 rows
+  // Addresses only: nothing is read.
+  const GemmCall real = linear_weight_grad_gemm_call(reinterpret_cast<Bf16Bits*>(std::uintptr_t{1} << 40),
+                                                     reinterpret_cast<Bf16Bits*>(std::uintptr_t{2} << 40),
+                                                     reinterpret_cast<float*>(std::uintptr_t{3} << 40), 40, 24, 36);
+  const std::vector<GemmCall> calls = gemm_calls_within_span(real, 600);
+  ASSERT_EQ(calls.size(), 6u);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].n, s.n[i / 3].count);
+    EXPECT_EQ(calls[i].k, s.k[i % 3].count);
+  }
+}
+
 TEST(GemmCallsWithinSpan, RefusesABf16CutAlongKAndAColumnWiderThanTheLimit) {
   std::vector<Bf16Bits> dz(kR * kO), w(kO * kI);
   std::vector<float> dx(kR * kI);
