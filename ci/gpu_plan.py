@@ -8,7 +8,7 @@ when its estimate fits the time left of the budget, so the order and the budget 
 results.md puts every measured time beside its estimate: the start and per-case costs below are
 planning values until a run on the machine replaces them.
 
-  ci/gpu_plan.py --manifest tests.tsv --bin BIN --root TREE [--stage all|correctness|bench]
+  ci/gpu_plan.py --manifest tests.tsv --bin BIN --root TREE [--stage all|correctness|bench|multi]
 prints one line per check: name, whole seconds, how it was counted (tab-separated).
 Environment: DFLASH_BENCH_SHAPE as ci/gpu (the smaller benchmark shapes); DFLASH_GPU_NAME, the
 card's name as nvidia-smi gives it (picks CARD_RATES; the slower card's when not one of them).
@@ -201,12 +201,32 @@ def drafter_step_torch(binary, config, context):
             f"{steps} steps of {recompute:.2e} FLOPs + flex compile {FLEX_COMPILE_S:.0f} s")
 
 
+MULTI_TRAIN_STEPS = 6  # ci/gpu train-multi: 6 steps on 1 rank, then on every GPU
+
+
+def multi_rank_rows(manifest):
+    """--stage multi (ci/gpu stage_multi): the two NCCL tests on several ranks (their cases from the
+    manifest, one mpirun start; the cases run on the ranks at once), and train-multi's two runs."""
+    cases = {}
+    if os.path.exists(manifest):
+        for line in open(manifest):
+            f = line.rstrip("\n").split("\t")
+            cases[f[0]] = int(f[4])
+    rows = [(name, seconds(fixed=PROCESS_START_S + MPI_START_S + cases.get(name, 0) * CASE_S),
+             f"{cases.get(name, 0)} cases on several ranks")
+            for name in ("test_nccl_communicator_gpu", "test_cuda_train_step_nccl_gpu")]
+    rows.append(("dflash train on 1 rank and every GPU",
+                 seconds(fixed=3 * PROCESS_START_S + 2 * MPI_START_S + TRAIN_FIXED_S +
+                         2 * MULTI_TRAIN_STEPS * 20 * CASE_S), f"2 runs of {MULTI_TRAIN_STEPS} steps, host work"))
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--manifest", required=True)
     p.add_argument("--bin", required=True)
     p.add_argument("--root", required=True)
-    p.add_argument("--stage", default="all", choices=["all", "correctness", "bench"])
+    p.add_argument("--stage", default="all", choices=["all", "correctness", "bench", "multi"])
     a = p.parse_args()
     shape = os.environ.get("DFLASH_BENCH_SHAPE", "")
     name = (os.environ.get("DFLASH_GPU_NAME") or "").split(",")[0].strip()
@@ -216,7 +236,9 @@ def main():
           file=sys.stderr)
     rows = [("library closure", 20.0, "the loader's trace of every staged file"),
             ("binaries start", 2.0 + 0.2 * 20, "each binary lists its cases; mpirun starts")]
-    if a.stage != "bench":
+    if a.stage == "multi":
+        rows += multi_rank_rows(a.manifest)
+    if a.stage in ("all", "correctness"):
         if os.path.exists(a.manifest):
             for line in open(a.manifest):
                 f = line.rstrip("\n").split("\t")
@@ -245,7 +267,7 @@ def main():
             rows.append((f"compute-sanitizer --tool {tool}",
                          seconds(fixed=SANITIZER_START_S + PROCESS_START_S + slowdown * SANITIZED_CASES * CASE_S),
                          f"{SANITIZED_CASES} cases x {slowdown}"))
-    if a.stage != "correctness":
+    if a.stage in ("all", "bench"):
         rows.append(("bench_cuda_loss_head",) + loss_head_bench(shape))
         rows.append(("loss_head_torch.py",) + loss_head_torch(shape))
         if shape:

@@ -10,11 +10,12 @@
 # compute-sanitizer that cannot attach is NOT AVAILABLE, one that finds errors a failure.
 # Run 2: the same carry with both libraries in its lib/ and a 100 s budget: the closure passes and
 # a check whose estimate does not fit is "NOT RUN: no time left", in results.md too.
-# Runs 3 to 6 each on a carry of their own: a check's own time limit, a timeout that needs SIGKILL,
-# skip expressions, failing exits under "0 errors", --stage, the budget's reserve, a library in lib/
-# (3, 4); the benchmark summaries' verdicts and the exit code of a run with nothing failed but
-# checks not available, and a carry built from this tree or another (5, 6). Then `ci/gpu train-cuda` on a dflash stub, and ci/gpu_plan.py's
-# arithmetic.
+# Runs 3 to 10 each on a carry of their own: a check's own time limit, a timeout that needs
+# SIGKILL, skip expressions, failing exits under "0 errors", --stage, the budget's reserve, a
+# library in lib/ (3, 4); the benchmark summaries' verdicts and the exit code of a run with nothing
+# failed but checks not available, and a carry built from this tree or another (5, 6); the
+# budget's cut and the machine's library path (7); --stage multi on 2 GPUs and on 1 (8 to 10).
+# Then `ci/gpu train-cuda` on a dflash stub, and ci/gpu_plan.py's arithmetic.
 #   ci_gpu_honesty.sh ROOT
 set -uo pipefail
 root=$1
@@ -297,6 +298,51 @@ expect 7 "ci/gpu: [correctness] driver_gpu: PASS"
 expect 7 "ci/gpu: [correctness] over_gpu: NOT RUN (the budget ran out: stopped at the"
 expect 7 "ci/gpu: INCOMPLETE"
 
+# runs 8 and 9, --stage multi on a machine whose nvidia-smi lists 2 GPUs: the carried mpirun runs
+# each rank count asked for, with the relocation and the container-safe copy exported (the stub
+# refuses without them); the communicator test passes on 2 ranks; the step test that says
+# "[  SKIPPED ]" and exits 0 (the MPI tests' main does) fails under DFLASH_REQUIRE_GPU=1; the
+# training runs on 1 and 2 ranks compare within their tolerances (8), or not when the stub's losses
+# drift with the ranks (9, where CUDA_VISIBLE_DEVICES hides one GPU: every check NOT AVAILABLE,
+# exit 77, nothing run).
+c8=$work/carry8
+printf 'test_nccl_communicator_gpu\t100\t-\t\\[  SKIPPED \\]\t3\t@bin@/mpirun --allow-run-as-root --oversubscribe -np 1 @bin@/test_nccl_communicator_gpu\ntest_cuda_train_step_nccl_gpu\t100\t-\t\\[  SKIPPED \\]\t5\t@bin@/mpirun --allow-run-as-root --oversubscribe -np 1 @bin@/test_cuda_train_step_nccl_gpu\n' |
+  new_carry "$c8"
+cat > "$c8/root/bin/mpirun" << 'STUB'
+#!/usr/bin/env bash
+[ -n "${OPAL_PREFIX:-}" ] || { echo "mpirun stub: OPAL_PREFIX is not set"; exit 3; }
+[ "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" = none ] || { echo "mpirun stub: single copy not off"; exit 3; }
+while [ $# -gt 0 ] && [ "$1" != -np ]; do shift; done
+export STUB_RANKS=$2
+shift 2
+exec "$@"
+STUB
+stub "$c8" test_nccl_communicator_gpu "[ \"\$STUB_RANKS\" = 2 ] || { echo \"\$STUB_RANKS ranks\"; exit 1; }; $passing"
+stub "$c8" test_cuda_train_step_nccl_gpu 'echo "[  SKIPPED ] 1 test, listed below:"; exit 0'
+stub "$c8" dflash 'if [ "$1" = train ]; then
+  while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+  mkdir -p "$out"
+  for s in 0 1 2 3 4 5; do echo "{\"step\": $s, \"loss\": $(( 30 - s )).${DFLASH_STUB_DRIFT:+$STUB_RANKS}0, \"grad_norm\": 2.5}"; done > "$out/metrics.jsonl"
+fi
+exit 0'
+mkdir -p "$work/tools8"
+printf '#!/usr/bin/env bash\n[ "$1" = -L ] && { echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"; echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"; }\nexit 0\n' \
+  > "$work/tools8/nvidia-smi"
+chmod +x "$work/tools8/nvidia-smi"
+gpu_run 8 1 "$c8" PATH="$work/tools8:$PATH" DFLASH_REQUIRE_GPU=1 -- --stage multi
+expect 8 "ci/gpu: [multi] test_nccl_communicator_gpu: PASS (3 cases on 2 ranks)"
+expect 8 "FAILED: test_cuda_train_step_nccl_gpu: skipped under DFLASH_REQUIRE_GPU=1"
+expect 8 "ci/gpu: [multi] dflash train on 1 rank and every GPU: PASS (2 ranks: train-multi: step 0 loss relative error 0"
+if grep -qE "\[(correctness|sanitizers|bench)\]" "$work/log8"; then
+  echo "ci_gpu_honesty: run 8 (--stage multi) ran a check of another stage"; failed=1
+fi
+gpu_run 9 1 "$c8" PATH="$work/tools8:$PATH" DFLASH_REQUIRE_GPU=1 DFLASH_STUB_DRIFT=1 -- --stage multi
+expect 9 "FAILED: dflash train on 1 rank and every GPU: train-multi: outside a tolerance: step 0 loss relative error 0.00332 (tolerance 1e-12)"
+gpu_run 10 77 "$c8" PATH="$work/tools8:$PATH" DFLASH_REQUIRE_GPU=1 CUDA_VISIBLE_DEVICES=1 -- --stage multi
+expect 10 "ci/gpu: [multi] test_nccl_communicator_gpu: NOT AVAILABLE (1 GPU(s) here; the multi-rank checks need at least 2)"
+expect 10 "ci/gpu: [multi] dflash train on 1 rank and every GPU: NOT AVAILABLE"
+expect 10 "ci/gpu: NOT A PASS"
+
 # runs 5 and 6, --stage bench: the benchmarks' stubs write the results the summaries judge (the
 # PyTorch peers' files too, since torch cannot be imported here: NOT AVAILABLE). Run 5: the loss
 # head correct but a target missed (SLOW), the drafter step correct and on target (PASS): no
@@ -428,7 +474,7 @@ sys.exit(1 if wrong else 0)
 PY
 
 if [ "$failed" -ne 0 ]; then
-  for n in 1 2 3 4 5 6; do echo "---- ci/gpu log, run $n ----"; cat "$work/log$n"; done
+  for n in 1 2 3 4 5 6 7 8 9 10; do echo "---- ci/gpu log, run $n ----"; cat "$work/log$n"; done
   exit 1
 fi
 echo "ci_gpu_honesty: ci/gpu named every unresolved library, missing check and check without time"

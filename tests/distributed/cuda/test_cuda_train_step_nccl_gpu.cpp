@@ -1,5 +1,5 @@
 // The CUDA training step over NCCL on the ranks mpirun started (one GPU each; one rank in ci/gpu,
-// every GPU in ci/gpu-multi), ZeRO-0 and ZeRO-1: the rank cases of train_step_cases.hpp on
+// 2, 4 or 8 under `ci/gpu run --stage multi`), ZeRO-0 and ZeRO-1: the rank cases of train_step_cases.hpp on
 // CudaTrainingBackend (test_cuda_train_step_mpi_cpu runs them on 1, 2 and 4 CPU ranks in CI):
 // against the single-process step on the whole global batch, ZeRO-0's buckets summed during the
 // backward bitwise equal to the same buckets after it, each part's rule on R ranks, and a
@@ -61,7 +61,7 @@ TEST_P(CudaTrainStepNccl, EqualsTheSingleProcessStep) {
   expect_ranks_equal_the_single_process_step(CudaTrainingBackend{{*allocator_}}, {world(), *nccl_}, single, GetParam());
 }
 
-// On R >= 2 GPUs (ci/gpu-multi) it also fails if the communication stream does not wait for the
+// On R >= 2 GPUs (ci/gpu run --stage multi) it also fails if the communication stream does not wait for the
 // compute stream's event, or the compute stream for the sums (train_step_cases.hpp says more).
 TEST_F(CudaTrainStepNcclBuckets, BucketsDuringTheBackwardEqualBucketsAfterIt) {
   const int R = world().size();

@@ -1,6 +1,6 @@
 // The NCCL communicator's collectives on device buffers, on however many ranks mpirun started (one
-// GPU each): ci/gpu runs it on one rank, ci/gpu-multi on every GPU of the machine. Each rank's
-// values depend on its rank, so a wrong block, root or reduction shows. Skipped with the reason
+// GPU each): ci/gpu runs it on one rank, `ci/gpu run --stage multi` on every GPU of the machine.
+// Each rank's values depend on its rank, so a wrong block, root or reduction shows. Skipped with the reason
 // without a GPU (failed instead under DFLASH_REQUIRE_GPU=1).
 #include <cstdint>
 #include <vector>
