@@ -10,11 +10,11 @@
 # compute-sanitizer that cannot attach is NOT AVAILABLE, one that finds errors a failure.
 # Run 2: the same carry with both libraries in its lib/ and a 100 s budget: the closure passes and
 # a check whose estimate does not fit is "NOT RUN: no time left", in results.md too.
-# Runs 3 to 10 each on a carry of their own: a check's own time limit, a timeout that needs
+# Runs 3 to 11 each on a carry of their own: a check's own time limit, a timeout that needs
 # SIGKILL, skip expressions, failing exits under "0 errors", --stage, the budget's reserve, a
 # library in lib/ (3, 4); the benchmark summaries' verdicts and the exit code of a run with nothing
 # failed but checks not available, and a carry built from this tree or another (5, 6); the
-# budget's cut and the machine's library path (7); --stage multi on 2 GPUs and on 1 (8 to 10).
+# budget's cut and the machine's library path (7); --stage multi on 2 GPUs and on 1 (8 to 11).
 # Then `ci/gpu train-cuda` on a dflash stub, and ci/gpu_plan.py's arithmetic.
 #   ci_gpu_honesty.sh ROOT
 set -uo pipefail
@@ -303,8 +303,10 @@ expect 7 "ci/gpu: INCOMPLETE"
 # refuses without them); the communicator test passes on 2 ranks; the step test that says
 # "[  SKIPPED ]" and exits 0 (the MPI tests' main does) fails under DFLASH_REQUIRE_GPU=1; the
 # training runs on 1 and 2 ranks compare within their tolerances (8), or not when the stub's losses
-# drift with the ranks (9, where CUDA_VISIBLE_DEVICES hides one GPU: every check NOT AVAILABLE,
-# exit 77, nothing run).
+# drift with the ranks (9). CUDA_VISIBLE_DEVICES "1,,0" shows CUDA one GPU (it reads up to the
+# empty entry): every check NOT AVAILABLE, exit 77, nothing run (10). A carry without the
+# communicator test, not even in its list, is a failure naming it, and a dflash that finds no GPU
+# makes the training check SKIPPED without DFLASH_REQUIRE_GPU (11).
 c8=$work/carry8
 printf 'test_nccl_communicator_gpu\t100\t-\t\\[  SKIPPED \\]\t3\t@bin@/mpirun --allow-run-as-root --oversubscribe -np 1 @bin@/test_nccl_communicator_gpu\ntest_cuda_train_step_nccl_gpu\t100\t-\t\\[  SKIPPED \\]\t5\t@bin@/mpirun --allow-run-as-root --oversubscribe -np 1 @bin@/test_cuda_train_step_nccl_gpu\n' |
   new_carry "$c8"
@@ -321,6 +323,7 @@ stub "$c8" test_nccl_communicator_gpu "[ \"\$STUB_RANKS\" = 2 ] || { echo \"\$ST
 stub "$c8" test_cuda_train_step_nccl_gpu 'echo "[  SKIPPED ] 1 test, listed below:"; exit 0'
 stub "$c8" dflash 'if [ "$1" = train ]; then
   while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+  [ -n "${DFLASH_STUB_NOGPU:-}" ] && { echo "dflash: no GPU is available (stub)"; exit 1; }
   mkdir -p "$out"
   for s in 0 1 2 3 4 5; do echo "{\"step\": $s, \"loss\": $(( 30 - s )).${DFLASH_STUB_DRIFT:+$STUB_RANKS}0, \"grad_norm\": 2.5}"; done > "$out/metrics.jsonl"
 fi
@@ -338,10 +341,17 @@ if grep -qE "\[(correctness|sanitizers|bench)\]" "$work/log8"; then
 fi
 gpu_run 9 1 "$c8" PATH="$work/tools8:$PATH" DFLASH_REQUIRE_GPU=1 DFLASH_STUB_DRIFT=1 -- --stage multi
 expect 9 "FAILED: dflash train on 1 rank and every GPU: train-multi: outside a tolerance: step 0 loss relative error 0.00332 (tolerance 1e-12)"
-gpu_run 10 77 "$c8" PATH="$work/tools8:$PATH" DFLASH_REQUIRE_GPU=1 CUDA_VISIBLE_DEVICES=1 -- --stage multi
+gpu_run 10 77 "$c8" PATH="$work/tools8:$PATH" DFLASH_REQUIRE_GPU=1 CUDA_VISIBLE_DEVICES=1,,0 -- --stage multi
 expect 10 "ci/gpu: [multi] test_nccl_communicator_gpu: NOT AVAILABLE (1 GPU(s) here; the multi-rank checks need at least 2)"
 expect 10 "ci/gpu: [multi] dflash train on 1 rank and every GPU: NOT AVAILABLE"
 expect 10 "ci/gpu: NOT A PASS"
+c11=$work/carry11
+cp -r "$c8" "$c11"
+rm "$c11/root/bin/test_nccl_communicator_gpu"
+sed -i '/^test_nccl_communicator_gpu	/d' "$c11/root/tests.tsv"
+gpu_run 11 1 "$c11" PATH="$work/tools8:$PATH" DFLASH_REQUIRE_GPU=0 DFLASH_STUB_NOGPU=1 -- --stage multi
+expect 11 "FAILED: test_nccl_communicator_gpu: not in the carry (nor in its test list)"
+expect 11 "ci/gpu: [multi] dflash train on 1 rank and every GPU: SKIPPED (no GPU: no GPU is available"
 
 # runs 5 and 6, --stage bench: the benchmarks' stubs write the results the summaries judge (the
 # PyTorch peers' files too, since torch cannot be imported here: NOT AVAILABLE). Run 5: the loss
@@ -474,7 +484,7 @@ sys.exit(1 if wrong else 0)
 PY
 
 if [ "$failed" -ne 0 ]; then
-  for n in 1 2 3 4 5 6 7 8 9 10; do echo "---- ci/gpu log, run $n ----"; cat "$work/log$n"; done
+  for n in 1 2 3 4 5 6 7 8 9 10 11; do echo "---- ci/gpu log, run $n ----"; cat "$work/log$n"; done
   exit 1
 fi
 echo "ci_gpu_honesty: ci/gpu named every unresolved library, missing check and check without time"
