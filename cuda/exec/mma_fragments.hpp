@@ -24,6 +24,7 @@
 
 #include "common/bf16.hpp"
 #include "common/hd.hpp"
+#include "cuda/exec/shared_access_observer.hpp"
 
 // Loops over register arrays are unrolled on the device, so that every index is a constant and
 // the arrays stay in registers (a loop bound that is a runtime value is a guard inside).
@@ -69,7 +70,8 @@ DFLASH_HD inline std::uint16_t fragment_element(const std::uint32_t* regs, int i
 DFLASH_HD inline void load_a_fragment(const std::uint16_t* tile, std::int64_t stride, int lane, std::uint32_t a[4]) {
   for (int j = 0; j < 4; ++j) {
     const FragmentCoord at = mma_a_coord(lane, 2 * j);  // element 2j + 1 is the next column
-    a[j] = pack_bf16_pair(tile[at.row * stride + at.col], tile[at.row * stride + at.col + 1]);
+    a[j] = pack_bf16_pair(observed_shared(&tile[at.row * stride + at.col]),
+                          observed_shared(&tile[at.row * stride + at.col + 1]));
   }
 }
 
@@ -79,7 +81,8 @@ DFLASH_HD inline void load_a_fragment_transposed(const std::uint16_t* tile, std:
                                                  std::uint32_t a[4]) {
   for (int j = 0; j < 4; ++j) {
     const FragmentCoord at = mma_a_coord(lane, 2 * j);  // element 2j + 1 is the next k
-    a[j] = pack_bf16_pair(tile[at.col * stride + at.row], tile[(at.col + 1) * stride + at.row]);
+    a[j] = pack_bf16_pair(observed_shared(&tile[at.col * stride + at.row]),
+                          observed_shared(&tile[(at.col + 1) * stride + at.row]));
   }
 }
 
@@ -89,7 +92,8 @@ DFLASH_HD inline void load_b_fragment_from_columns(const std::uint16_t* tile, st
                                                    std::uint32_t b[2]) {
   for (int j = 0; j < 2; ++j) {
     const FragmentCoord at = mma_b_coord(lane, 2 * j);  // element 2j + 1 is the next k
-    b[j] = pack_bf16_pair(tile[at.col * stride + at.row], tile[at.col * stride + at.row + 1]);
+    b[j] = pack_bf16_pair(observed_shared(&tile[at.col * stride + at.row]),
+                          observed_shared(&tile[at.col * stride + at.row + 1]));
   }
 }
 
@@ -99,7 +103,8 @@ DFLASH_HD inline void load_b_fragment_from_rows(const std::uint16_t* tile, std::
                                                 std::uint32_t b[2]) {
   for (int j = 0; j < 2; ++j) {
     const FragmentCoord at = mma_b_coord(lane, 2 * j);
-    b[j] = pack_bf16_pair(tile[at.row * stride + at.col], tile[(at.row + 1) * stride + at.col]);
+    b[j] = pack_bf16_pair(observed_shared(&tile[at.row * stride + at.col]),
+                          observed_shared(&tile[(at.row + 1) * stride + at.col]));
   }
 }
 

@@ -24,6 +24,7 @@
 #include "common/storage.hpp"
 #include "cuda/exec/mma_fragments.hpp"
 #include "harness/cuda/host_block_exec.hpp"
+#include "harness/cuda/shared_access_log.hpp"
 
 namespace dflash {
 
@@ -65,10 +66,15 @@ class HostWarp {
   HostWarp(std::vector<Registers>& regs, int warp, bool reverse) : regs_(regs), warp_(warp), reverse_(reverse) {}
 
   int index() const { return warp_; }
+  // Under a bank-conflict test's log (harness/cuda/shared_access_log.hpp) each call is a phase and
+  // each lane a thread of it, so that step s of every lane is one warp-wide access.
   template <class Body>
   void lanes(Body&& body) {
+    SharedAccessLog* const log = SharedAccessLog::active();
+    if (log != nullptr) log->begin_phase();
     for (int i = 0; i < kWarpLanes; ++i) {
       const int l = reverse_ ? kWarpLanes - 1 - i : i;
+      if (log != nullptr) log->begin_thread(warp_ * kWarpLanes + l);
       body(l, lane(l));
     }
   }

@@ -9,8 +9,10 @@
 // served by one broadcast). lanes_in_lockstep says whether that pairing holds: every lane of a
 // warp made the same number of accesses in each phase (choose shapes where it does).
 //
-// Only TracedStorage arrays are seen: the programs' fp32 scratch (scores, f P, dS, accumulators,
-// row statistics) is plain float.
+// Only TracedStorage arrays are seen: the CUDA-core programs' fp32 scratch (scores, f P, dS,
+// accumulators, row statistics) is plain float. The tensor-core programs, on raw bf16 bits and
+// floats, report each warp step's accesses instead (cuda/exec/shared_access_observer.hpp, under
+// HostWarpExec: every HostWarp::lanes call a phase).
 #pragma once
 
 #include <algorithm>
@@ -22,57 +24,9 @@
 #include "common/storage.hpp"
 #include "cuda/exec/mma_fragments.hpp"
 #include "harness/cuda/host_block_exec.hpp"
+#include "harness/cuda/shared_access_log.hpp"
 
 namespace dflash {
-
-inline constexpr int kSharedBanks = 32;
-inline constexpr std::size_t kSharedBankBytes = 4;
-
-struct SharedAccess {
-  int phase;
-  int thread;
-  std::int64_t step;
-  std::size_t word;  // byte offset in the block's shared memory / 4
-};
-
-class SharedAccessLog {
- public:
-  // The log the traced accesses go to (one at a time: the host runs one block at a time).
-  static SharedAccessLog*& active() {
-    static SharedAccessLog* log = nullptr;
-    return log;
-  }
-
-  // A new block: its shared memory [base, base + bytes); forgets the previous block's accesses.
-  void watch(const unsigned char* base, std::size_t bytes) {
-    base_ = base;
-    bytes_ = bytes;
-    phase_ = -1;
-    accesses_.clear();
-  }
-  void begin_phase() { ++phase_; }
-  void begin_thread(int thread) {
-    thread_ = thread;
-    step_ = 0;
-  }
-  void note(const void* address) {
-    const auto* at = static_cast<const unsigned char*>(address);
-    if (at < base_ || at >= base_ + bytes_) return;  // global memory
-    accesses_.push_back({phase_, thread_, step_++, static_cast<std::size_t>(at - base_) / kSharedBankBytes});
-  }
-  const std::vector<SharedAccess>& accesses() const { return accesses_; }
-
- private:
-  const unsigned char* base_ = nullptr;
-  std::size_t bytes_ = 0;
-  int phase_ = -1, thread_ = 0;
-  std::int64_t step_ = 0;
-  std::vector<SharedAccess> accesses_;
-};
-
-inline void note_shared_access(const void* address) {
-  if (SharedAccessLog* log = SharedAccessLog::active()) log->note(address);
-}
 
 // fp32 (Raw = float) or bf16 bits (Raw = std::uint16_t) that report every access. In a namespace
 // of its own: argument-dependent lookup from the programs' unqualified calls then finds its widen

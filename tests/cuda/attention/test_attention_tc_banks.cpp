@@ -15,11 +15,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/attention/tensor_core_backward_program.hpp"
+#include "cuda/exec/shared_access_observer.hpp"
 #include "harness/cuda/shared_bank_trace.hpp"
+#include "tests/cuda/attention/tensor_core_support.hpp"
 
 namespace dflash {
 namespace {
@@ -202,6 +206,125 @@ TEST(AttentionTcBanks, SharedLayoutsCarveThePaddedRowsAndFitTheCard) {
   const AttentionTiling largest{.S = 4096, .N = 2, .B = 64, .nh = 16, .nkv = 8, .d = 128, .key_tile = 64};
   ASSERT_EQ(attention_tensor_core_problem(largest), nullptr);
   EXPECT_LE(attention_dkv_tc_shared_bytes(largest), std::size_t(232448));
+}
+
+// The programs as they run: every warp step of the forward, dq and dkv programs over their whole
+// grid on the host (HostWarpExec, the emulated mma), each fragment load, f P / dS store, row
+// statistic read and accumulator access reported through cuda/exec/shared_access_observer.hpp at
+// the address the program computes. What the load-function tests above cannot see: a program that
+// carves, stores or loads a tile at another stride than tc_shared_row_stride (consistently, so
+// that its results stay right) shows here. The phases' own accesses (tiles copied from global
+// memory, zeroing: one thread an element, consecutive) are not reported.
+struct ProgramBanks {
+  BankWays tiles, accumulators;  // the worst step outside and inside dK/dV
+  std::int64_t accesses = 0;
+};
+
+// Runs `program` on every block of the grid under the log; `accumulators(shared)` gives the byte
+// range [first, last) of the dK/dV accumulators in that block's shared memory (empty: none).
+template <class Program, class Accumulators>
+ProgramBanks trace_tc_program(std::int64_t blocks, std::size_t shared_bytes, int threads, Program program,
+                              Accumulators accumulators) {
+  ProgramBanks result;
+  SharedAccessLog log;
+  SharedAccessLog::active() = &log;
+  shared_access_observer() = [](const void* address) { note_shared_access(address); };
+  std::vector<unsigned char> shared(shared_bytes + 16);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    std::fill(shared.begin(), shared.end(), 0xFF);
+    log.watch(shared.data(), shared_bytes);
+    HostWarpExec exec(threads, false);
+    program(exec, shared.data(), b);
+    EXPECT_TRUE(lanes_in_lockstep(log.accesses(), threads)) << "block " << b << ": lanes diverge";
+    const auto [first, last] = accumulators(shared.data());
+    std::vector<SharedAccess> tiles, sums;
+    for (const SharedAccess& a : log.accesses()) {
+      const std::size_t byte = a.word * kSharedBankBytes;
+      (byte >= first && byte < last ? sums : tiles).push_back(a);
+    }
+    for (const auto& [part, worst] : {std::pair{&tiles, &result.tiles}, std::pair{&sums, &result.accumulators}}) {
+      const BankWays w = bank_ways(*part);
+      if (w.ways > worst->ways) *worst = w;
+    }
+    result.accesses += static_cast<std::int64_t>(log.accesses().size());
+  }
+  shared_access_observer() = nullptr;
+  SharedAccessLog::active() = nullptr;
+  return result;
+}
+
+// Whole tiles only (the context length a multiple of the key tile, the block of 16 keys), so that
+// every lane of a warp makes the same accesses: d 128 with 32-key tiles and 128 query rows (the
+// full-scale drafter's tile), d 64 with 64-key tiles.
+std::vector<AttentionCase> whole_tile_cases() {
+  return {{"d128_keys32_rows128", 96, 2, 32, 4, 1, 128, true, 48, 32, 0.1, {40, 95}, {1, 1}},
+          {"d64_keys64_rows128", 128, 2, 64, 2, 1, 64, false, 64, 64, 0.1, {50, 127}, {1, 0}}};
+}
+
+TEST(AttentionTcBanks, EveryWarpAccessOfThePrograms) {
+  for (const AttentionCase& c : whole_tile_cases()) {
+    SCOPED_TRACE(c.name);
+    const AttentionData data(c);
+    const AttentionProblem pb = attention_problem(c);
+    const AttentionTiling tl = pb.tiling;
+    ASSERT_EQ(attention_tensor_core_problem(tl), nullptr);
+    const AttentionResults<float> fwd = tensor_core_forward(c, data, false);  // O and lse for the backward
+    const auto cast = in_storage<Bf16Bits>;
+    const std::vector<Bf16Bits> q = cast(data.q), kc = cast(data.k_ctx), vc = cast(data.v_ctx), kb = cast(data.k_blk),
+                                vb = cast(data.v_blk), dout = cast(data.d_out);
+    std::vector<Bf16Bits> out(q.size());
+    for (std::size_t e = 0; e < out.size(); ++e) narrow_into(fwd.out[e], out[e]);
+    std::vector<float> lse = fwd.lse, lse_out(lse.size()), delta(lse.size());
+    std::vector<float> dq(q.size()), dk_ctx(kc.size()), dv_ctx(kc.size()), dk_blk(kb.size()), dv_blk(kb.size());
+    std::vector<Bf16Bits> out_fwd(q.size());
+    const AttentionOperands<Bf16Bits> in{q.data(),  kc.data(),  vc.data(),   kb.data(),
+                                         vb.data(), out.data(), dout.data(), lse.data()};
+    const AttentionForwardOutputs<Bf16Bits> outputs{out_fwd.data(), lse_out.data()};
+    const AttentionGradients grads{dq.data(), dk_ctx.data(), dv_ctx.data(), dk_blk.data(), dv_blk.data(), delta.data()};
+    const int threads = tc_forward_threads(tl);
+    const auto none = [](const unsigned char*) { return std::pair<std::size_t, std::size_t>{0, 0}; };
+    const ProgramBanks forward = trace_tc_program(
+        tl.query_tiles(), attention_forward_tc_shared_bytes(tl), threads,
+        [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+          attention_forward_tc_block(exec, pb, in, outputs, shared, b);
+        },
+        none);
+    const ProgramBanks dq_banks = trace_tc_program(
+        tl.query_tiles(), attention_dq_tc_shared_bytes(tl), threads,
+        [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+          attention_dq_tc_block(exec, pb, in, grads, shared, b);
+        },
+        none);
+    const ProgramBanks dkv_banks = trace_tc_program(
+        tl.context_tiles() * tl.nkv, attention_dkv_tc_shared_bytes(tl), threads,
+        [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
+          attention_dkv_tc_block(exec, pb, in, grads, shared, b);
+        },
+        [&](unsigned char* shared) {  // the program's own carve of this block's memory
+          SharedCarver mem(shared);
+          const AttentionTcBackwardShared sm(mem, tl, true);
+          const auto at = [&](const float* p) {
+            return static_cast<std::size_t>(reinterpret_cast<const unsigned char*>(p) - shared);
+          };
+          return std::pair<std::size_t, std::size_t>{at(sm.dk), at(sm.dv + tc_tile_keys(tl) * sm.ld_acc)};
+        });
+    const struct {
+      const char* name;
+      const ProgramBanks& banks;
+    } programs[] = {{"forward", forward}, {"dq", dq_banks}, {"dkv", dkv_banks}};
+    for (const auto& p : programs) {
+      std::printf("  %-22s %-7s %9lld lane accesses, tiles worst %d-way (step %lld), accumulators worst %d-way\n",
+                  c.name.c_str(), p.name, static_cast<long long>(p.banks.accesses), p.banks.tiles.ways,
+                  static_cast<long long>(p.banks.tiles.step), p.banks.accumulators.ways);
+      EXPECT_GT(p.banks.accesses, 0) << p.name << ": the trace saw no shared access";
+      EXPECT_EQ(p.banks.tiles.ways, 1) << p.name << ": a " << p.banks.tiles.ways << "-way conflict, phase "
+                                       << p.banks.tiles.phase << ", warp " << p.banks.tiles.warp << ", step "
+                                       << p.banks.tiles.step;
+    }
+    EXPECT_EQ(forward.accumulators.ways, 0);
+    EXPECT_EQ(dq_banks.accumulators.ways, 0);
+    EXPECT_EQ(dkv_banks.accumulators.ways, 2) << "the accumulators' design (tc_accumulator_row_stride)";
+  }
 }
 
 }  // namespace
