@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 
 #include "distributed/cuda/rank_device.hpp"
@@ -57,10 +59,12 @@ ncclRedOp_t nccl_op(CommOp op) {
 struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  double timeout_s = kDefaultCollectiveTimeoutS;  // DFLASH_NCCL_TIMEOUT_S, read once by the constructor
 
   // Waits for `call`'s collective on stream `on` (stream_wait.hpp): an asynchronous error of the
-  // communicator (a peer or the network failed) aborts it, which ends this rank's pending NCCL work, and throws
-  // CommunicationError naming the call; the job then ends through the rank guard's abort.
+  // communicator (a peer or the network failed), or the stream still busy after timeout_s, aborts
+  // it, which ends this rank's pending NCCL work, and throws CommunicationError naming the call;
+  // the job then ends through the rank guard's abort.
   void wait(cudaStream_t on, std::string_view call) {
     dflash::wait_for_stream(
         [&] {
@@ -82,12 +86,15 @@ struct NcclCommunicator::State {
           ncclCommAbort(comm);
           comm = nullptr;  // aborted: the destructor has nothing to destroy
           throw CommunicationError(str("NCCL ", call, " failed while in flight: ", error));
-        });
+        },
+        timeout_s,
+        [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); });
   }
 };
 
 NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
     : state_(std::make_unique<State>()), bootstrap_(bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
+  state_->timeout_s = collective_timeout_seconds(std::getenv(kCollectiveTimeoutVariable));  // bad: refused at once
   const int local = bootstrap.node_local_rank();
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
