@@ -139,8 +139,8 @@ DFLASH_HD void load_lane_row_stats(Warp& warp, const AttentionTcBackwardShared& 
   warp.lanes([&](int lane, Regs& r) {
     for (int half = 0; half < 2; ++half) {
       const std::int64_t row = row0 + mma_group(lane) + half * 8;
-      r.lse[half] = observed_shared(&sm.lse[row]);
-      r.delta[half] = observed_shared(&sm.delta[row]);
+      r.lse[half] = DFLASH_SHARED(sm.lse[row]);
+      r.delta[half] = DFLASH_SHARED(sm.delta[row]);
     }
   });
 }
@@ -181,8 +181,8 @@ DFLASH_HD void tile_gradient_weights(Exec& exec, Warp& warp, const TileContext& 
         r.s[nt][i] = fp;
         r.dp[nt][i] = ds;
         if (to_shared) {
-          observed_shared(&sm.fp[row * stride + c]) = bf16_bits_from_float(fp);
-          observed_shared(&sm.ds[row * stride + c]) = bf16_bits_from_float(ds);
+          DFLASH_SHARED(sm.fp[row * stride + c]) = bf16_bits_from_float(fp);
+          DFLASH_SHARED(sm.ds[row * stride + c]) = bf16_bits_from_float(ds);
         }
       }
     }
@@ -339,10 +339,10 @@ DFLASH_HD void attention_dkv_tc_block(Exec& exec, const AttentionProblem& pb, co
       key_gradients(
           warp, warps, tc, sm,
           [&](int gradient, std::int64_t key, std::int64_t col) {
-            return observed_shared(&(gradient == 0 ? sm.dk : sm.dv)[sm.accumulator_index(key, col)]);
+            return DFLASH_SHARED((gradient == 0 ? sm.dk : sm.dv)[sm.accumulator_index(key, col)]);
           },
           [&](int gradient, std::int64_t key, std::int64_t col, float value) {
-            observed_shared(&(gradient == 0 ? sm.dk : sm.dv)[sm.accumulator_index(key, col)]) = value;
+            DFLASH_SHARED((gradient == 0 ? sm.dk : sm.dv)[sm.accumulator_index(key, col)]) = value;
           });
     });
   }

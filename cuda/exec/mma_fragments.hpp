@@ -70,8 +70,8 @@ DFLASH_HD inline std::uint16_t fragment_element(const std::uint32_t* regs, int i
 DFLASH_HD inline void load_a_fragment(const std::uint16_t* tile, std::int64_t stride, int lane, std::uint32_t a[4]) {
   for (int j = 0; j < 4; ++j) {
     const FragmentCoord at = mma_a_coord(lane, 2 * j);  // element 2j + 1 is the next column
-    a[j] = pack_bf16_pair(observed_shared(&tile[at.row * stride + at.col]),
-                          observed_shared(&tile[at.row * stride + at.col + 1]));
+    a[j] = pack_bf16_pair(DFLASH_SHARED(tile[at.row * stride + at.col]),
+                          DFLASH_SHARED(tile[at.row * stride + at.col + 1]));
   }
 }
 
@@ -81,8 +81,8 @@ DFLASH_HD inline void load_a_fragment_transposed(const std::uint16_t* tile, std:
                                                  std::uint32_t a[4]) {
   for (int j = 0; j < 4; ++j) {
     const FragmentCoord at = mma_a_coord(lane, 2 * j);  // element 2j + 1 is the next k
-    a[j] = pack_bf16_pair(observed_shared(&tile[at.col * stride + at.row]),
-                          observed_shared(&tile[(at.col + 1) * stride + at.row]));
+    a[j] = pack_bf16_pair(DFLASH_SHARED(tile[at.col * stride + at.row]),
+                          DFLASH_SHARED(tile[(at.col + 1) * stride + at.row]));
   }
 }
 
@@ -92,8 +92,8 @@ DFLASH_HD inline void load_b_fragment_from_columns(const std::uint16_t* tile, st
                                                    std::uint32_t b[2]) {
   for (int j = 0; j < 2; ++j) {
     const FragmentCoord at = mma_b_coord(lane, 2 * j);  // element 2j + 1 is the next k
-    b[j] = pack_bf16_pair(observed_shared(&tile[at.col * stride + at.row]),
-                          observed_shared(&tile[at.col * stride + at.row + 1]));
+    b[j] = pack_bf16_pair(DFLASH_SHARED(tile[at.col * stride + at.row]),
+                          DFLASH_SHARED(tile[at.col * stride + at.row + 1]));
   }
 }
 
@@ -103,8 +103,8 @@ DFLASH_HD inline void load_b_fragment_from_rows(const std::uint16_t* tile, std::
                                                 std::uint32_t b[2]) {
   for (int j = 0; j < 2; ++j) {
     const FragmentCoord at = mma_b_coord(lane, 2 * j);
-    b[j] = pack_bf16_pair(observed_shared(&tile[at.row * stride + at.col]),
-                          observed_shared(&tile[(at.row + 1) * stride + at.col]));
+    b[j] = pack_bf16_pair(DFLASH_SHARED(tile[at.row * stride + at.col]),
+                          DFLASH_SHARED(tile[(at.row + 1) * stride + at.col]));
   }
 }
 

@@ -3,9 +3,9 @@
 // the conflict count are harness/cuda/shared_bank_trace.hpp's). Those programs keep their shared
 // tiles as raw bf16 bits and floats, so the accesses a warp step makes - every fragment load
 // (mma_fragments.hpp) and every element a lane stores, reads or accumulates in shared memory -
-// announce their address through observed_shared(). On the device that is the element itself and
-// nothing more; on the host it also calls the observer a test installed (none otherwise: one
-// pointer test per access).
+// name the element through DFLASH_SHARED(element). On the device that is the expression itself,
+// character for character; on the host it also calls the observer a test installed (none
+// otherwise: one pointer test per access).
 #pragma once
 
 #include "common/hd.hpp"
@@ -28,11 +28,24 @@ DFLASH_HD inline void observe_shared_access(const void* address) {
 #endif
 }
 
-// *at, announced as one access of the lane (a read or a write: what the caller does with it).
+// *at, announced as one access of the lane (a read or a write: what the caller does with it). Host
+// code; warp programs write DFLASH_SHARED(element).
 template <class T>
-DFLASH_HD inline T& observed_shared(T* at) {
+inline T& observed_shared(T* at) {
   observe_shared_access(at);
   return *at;
 }
 
 }  // namespace dflash
+
+// The shared-memory element `element` (an lvalue), announced on the host. On the device it is
+// `element` unchanged: the same access through a function's reference turned nvcc's shared-memory
+// loads of the forward's Q fragments (through SharedCarver's pointer) into generic ones, 64 a thread
+// by its PTX.
+#if defined(__CUDA_ARCH__)
+#define DFLASH_SHARED(element) (element)
+#else
+#define DFLASH_SHARED(element) (::dflash::observed_shared(&(element)))
+#endif
+
+namespace dflash {}  // namespace dflash

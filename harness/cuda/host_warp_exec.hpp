@@ -77,6 +77,7 @@ class HostWarp {
       if (log != nullptr) log->begin_thread(warp_ * kWarpLanes + l);
       body(l, lane(l));
     }
+    if (log != nullptr) log->end_threads();  // a phase body's access after it would not be a lane's
   }
   template <class Select>
   void mma(Select&& select) {

@@ -35,6 +35,9 @@ class SharedAccessLog {
     base_ = base;
     bytes_ = bytes;
     phase_ = -1;
+    thread_ = -1;
+    step_ = 0;
+    unattributed_ = 0;
     accesses_.clear();
   }
   void begin_phase() { ++phase_; }
@@ -42,18 +45,26 @@ class SharedAccessLog {
     thread_ = thread;
     step_ = 0;
   }
+  // No thread runs until the next begin_thread (a warp step has ended).
+  void end_threads() { thread_ = -1; }
   void note(const void* address) {
     const auto* at = static_cast<const unsigned char*>(address);
     if (at < base_ || at >= base_ + bytes_) return;  // global memory
+    if (thread_ < 0) {  // outside any thread the executor announced: it cannot be paired into a warp access
+      ++unattributed_;
+      return;
+    }
     accesses_.push_back({phase_, thread_, step_++, static_cast<std::size_t>(at - base_) / kSharedBankBytes});
   }
   const std::vector<SharedAccess>& accesses() const { return accesses_; }
+  // Shared accesses reported while no thread ran (a test fails on any).
+  std::int64_t unattributed() const { return unattributed_; }
 
  private:
   const unsigned char* base_ = nullptr;
   std::size_t bytes_ = 0;
-  int phase_ = -1, thread_ = 0;
-  std::int64_t step_ = 0;
+  int phase_ = -1, thread_ = -1;
+  std::int64_t step_ = 0, unattributed_ = 0;
   std::vector<SharedAccess> accesses_;
 };
 

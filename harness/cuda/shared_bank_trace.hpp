@@ -75,6 +75,7 @@ class SharedTraceExec : public HostBlockExec {
       log.begin_thread(t);
       body(t);
     }
+    log.end_threads();
   }
 };
 

@@ -97,6 +97,7 @@ ProgramBanks trace_program(std::int64_t blocks, std::size_t shared_bytes, Progra
     SharedTraceExec exec(kAttentionThreads, false);
     program(exec, shared.data(), b);
     EXPECT_TRUE(lanes_in_lockstep(log.accesses(), kAttentionThreads)) << "block " << b << ": lanes diverge";
+    EXPECT_EQ(log.unattributed(), 0) << "block " << b << ": shared accesses outside the phases";
     const BankWays w = bank_ways(log.accesses());
     if (w.ways > result.worst.ways) result.worst = w;
     result.accesses += static_cast<std::int64_t>(log.accesses().size());

@@ -210,25 +210,78 @@ TEST(AttentionTcBanks, SharedLayoutsCarveThePaddedRowsAndFitTheCard) {
 
 // The programs as they run: every warp step of the forward, dq and dkv programs over their whole
 // grid on the host (HostWarpExec, the emulated mma), each fragment load, f P / dS store, row
-// statistic read and accumulator access reported through cuda/exec/shared_access_observer.hpp at
-// the address the program computes. What the load-function tests above cannot see: a program that
+// statistic read and accumulator access reported through cuda/exec/shared_access_observer.hpp
+// (DFLASH_SHARED) at the address the program computes, and every shared region of the layout that
+// a warp step uses seen. What the load-function tests above cannot see: a program that
 // carves, stores or loads a tile at another stride than tc_shared_row_stride (consistently, so
 // that its results stay right) shows here. The phases' own accesses (tiles copied from global
 // memory, zeroing: one thread an element, consecutive) are not reported.
+// A shared region of a program's layout, as byte offsets [first, last) in the block's memory.
+struct SharedRegion {
+  const char* name;
+  std::size_t first, last;
+};
+template <class T>
+SharedRegion region(const char* name, const unsigned char* base, const T* at, std::int64_t count) {
+  const auto first = static_cast<std::size_t>(reinterpret_cast<const unsigned char*>(at) - base);
+  return {name, first, first + static_cast<std::size_t>(count) * sizeof(T)};
+}
+// The layouts' regions, from the programs' own carves of `shared`.
+std::vector<SharedRegion> forward_regions(const AttentionTiling& tl, unsigned char* shared) {
+  SharedCarver mem(shared);
+  const AttentionTcForwardShared sm(mem, tl);
+  return {region("q", shared, sm.q, tc_query_rows(tl) * sm.ld), region("k", shared, sm.k, tc_tile_keys(tl) * sm.ld),
+          region("v", shared, sm.v, tc_tile_keys(tl) * sm.ld)};
+}
+std::vector<SharedRegion> backward_regions(const AttentionTiling& tl, unsigned char* shared, bool accumulators) {
+  SharedCarver mem(shared);
+  const AttentionTcBackwardShared sm(mem, tl, accumulators);
+  const std::int64_t rows = tc_query_rows(tl), keys = tc_tile_keys(tl);
+  std::vector<SharedRegion> r = {region("q", shared, sm.q, rows * sm.ld),
+                                 region("d_out", shared, sm.d_out, rows * sm.ld),
+                                 region("k", shared, sm.k, keys * sm.ld),
+                                 region("v", shared, sm.v, keys * sm.ld),
+                                 region("fp", shared, sm.fp, rows * sm.ld_keys),
+                                 region("ds", shared, sm.ds, rows * sm.ld_keys),
+                                 region("lse", shared, sm.lse, rows),
+                                 region("delta", shared, sm.delta, rows)};
+  if (accumulators) {
+    r.push_back(region("dk", shared, sm.dk, keys * sm.ld_acc));
+    r.push_back(region("dv", shared, sm.dv, keys * sm.ld_acc));
+  }
+  return r;
+}
+
 struct ProgramBanks {
   BankWays tiles, accumulators;  // the worst step outside and inside dK/dV
-  std::int64_t accesses = 0;
+  std::int64_t accesses = 0, unattributed = 0;
+  std::vector<std::string> regions_seen;  // the regions the warp steps accessed
 };
 
-// Runs `program` on every block of the grid under the log; `accumulators(shared)` gives the byte
-// range [first, last) of the dK/dV accumulators in that block's shared memory (empty: none).
-template <class Program, class Accumulators>
-ProgramBanks trace_tc_program(std::int64_t blocks, std::size_t shared_bytes, int threads, Program program,
-                              Accumulators accumulators) {
-  ProgramBanks result;
+// The log and the observer for one test's scope: a test that fails or throws leaves neither behind.
+class TraceScope {
+ public:
+  TraceScope() {
+    SharedAccessLog::active() = &log;
+    shared_access_observer() = [](const void* address) { note_shared_access(address); };
+  }
+  ~TraceScope() {
+    shared_access_observer() = nullptr;
+    SharedAccessLog::active() = nullptr;
+  }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
   SharedAccessLog log;
-  SharedAccessLog::active() = &log;
-  shared_access_observer() = [](const void* address) { note_shared_access(address); };
+};
+
+// Runs `program` on every block of the grid under the log; `regions(shared)` gives the layout's
+// regions in that block's memory (dk and dv: the accumulators).
+template <class Program, class Regions>
+ProgramBanks trace_tc_program(std::int64_t blocks, std::size_t shared_bytes, int threads, Program program,
+                              Regions regions) {
+  ProgramBanks result;
+  TraceScope scope;
+  SharedAccessLog& log = scope.log;
   std::vector<unsigned char> shared(shared_bytes + 16);
   for (std::int64_t b = 0; b < blocks; ++b) {
     std::fill(shared.begin(), shared.end(), 0xFF);
@@ -236,11 +289,19 @@ ProgramBanks trace_tc_program(std::int64_t blocks, std::size_t shared_bytes, int
     HostWarpExec exec(threads, false);
     program(exec, shared.data(), b);
     EXPECT_TRUE(lanes_in_lockstep(log.accesses(), threads)) << "block " << b << ": lanes diverge";
-    const auto [first, last] = accumulators(shared.data());
+    result.unattributed += log.unattributed();
+    const std::vector<SharedRegion> layout = regions(shared.data());
     std::vector<SharedAccess> tiles, sums;
     for (const SharedAccess& a : log.accesses()) {
       const std::size_t byte = a.word * kSharedBankBytes;
-      (byte >= first && byte < last ? sums : tiles).push_back(a);
+      bool accumulator = false;
+      for (const SharedRegion& r : layout) {
+        if (byte < r.first || byte >= r.last) continue;
+        accumulator = std::string(r.name) == "dk" || std::string(r.name) == "dv";
+        if (std::find(result.regions_seen.begin(), result.regions_seen.end(), r.name) == result.regions_seen.end())
+          result.regions_seen.push_back(r.name);
+      }
+      (accumulator ? sums : tiles).push_back(a);
     }
     for (const auto& [part, worst] : {std::pair{&tiles, &result.tiles}, std::pair{&sums, &result.accumulators}}) {
       const BankWays w = bank_ways(*part);
@@ -248,9 +309,13 @@ ProgramBanks trace_tc_program(std::int64_t blocks, std::size_t shared_bytes, int
     }
     result.accesses += static_cast<std::int64_t>(log.accesses().size());
   }
-  shared_access_observer() = nullptr;
-  SharedAccessLog::active() = nullptr;
+  std::sort(result.regions_seen.begin(), result.regions_seen.end());
   return result;
+}
+
+std::vector<std::string> sorted(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 // Whole tiles only (the context length a multiple of the key tile, the block of 16 keys), so that
@@ -282,32 +347,31 @@ TEST(AttentionTcBanks, EveryWarpAccessOfThePrograms) {
     const AttentionForwardOutputs<Bf16Bits> outputs{out_fwd.data(), lse_out.data()};
     const AttentionGradients grads{dq.data(), dk_ctx.data(), dv_ctx.data(), dk_blk.data(), dv_blk.data(), delta.data()};
     const int threads = tc_forward_threads(tl);
-    const auto none = [](const unsigned char*) { return std::pair<std::size_t, std::size_t>{0, 0}; };
     const ProgramBanks forward = trace_tc_program(
         tl.query_tiles(), attention_forward_tc_shared_bytes(tl), threads,
         [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
           attention_forward_tc_block(exec, pb, in, outputs, shared, b);
         },
-        none);
+        [&](unsigned char* shared) { return forward_regions(tl, shared); });
     const ProgramBanks dq_banks = trace_tc_program(
         tl.query_tiles(), attention_dq_tc_shared_bytes(tl), threads,
         [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
           attention_dq_tc_block(exec, pb, in, grads, shared, b);
         },
-        none);
+        [&](unsigned char* shared) { return backward_regions(tl, shared, false); });
     const ProgramBanks dkv_banks = trace_tc_program(
         tl.context_tiles() * tl.nkv, attention_dkv_tc_shared_bytes(tl), threads,
         [&](HostWarpExec& exec, unsigned char* shared, std::int64_t b) {
           attention_dkv_tc_block(exec, pb, in, grads, shared, b);
         },
-        [&](unsigned char* shared) {  // the program's own carve of this block's memory
-          SharedCarver mem(shared);
-          const AttentionTcBackwardShared sm(mem, tl, true);
-          const auto at = [&](const float* p) {
-            return static_cast<std::size_t>(reinterpret_cast<const unsigned char*>(p) - shared);
-          };
-          return std::pair<std::size_t, std::size_t>{at(sm.dk), at(sm.dv + tc_tile_keys(tl) * sm.ld_acc)};
-        });
+        [&](unsigned char* shared) { return backward_regions(tl, shared, true); });
+    // Every region each program reads or writes in its warp steps is seen there: a path whose
+    // accesses all bypassed DFLASH_SHARED would leave its region out (one bypassing access among
+    // others of its region would not). dq writes f P and dS for the block's own keys, whose dK, dV
+    // it computes.
+    EXPECT_EQ(forward.regions_seen, sorted({"q", "k", "v"}));
+    EXPECT_EQ(dq_banks.regions_seen, sorted({"q", "d_out", "k", "v", "fp", "ds", "lse", "delta"}));
+    EXPECT_EQ(dkv_banks.regions_seen, sorted({"q", "d_out", "k", "v", "fp", "ds", "lse", "delta", "dk", "dv"}));
     const struct {
       const char* name;
       const ProgramBanks& banks;
@@ -317,6 +381,7 @@ TEST(AttentionTcBanks, EveryWarpAccessOfThePrograms) {
                   c.name.c_str(), p.name, static_cast<long long>(p.banks.accesses), p.banks.tiles.ways,
                   static_cast<long long>(p.banks.tiles.step), p.banks.accumulators.ways);
       EXPECT_GT(p.banks.accesses, 0) << p.name << ": the trace saw no shared access";
+      EXPECT_EQ(p.banks.unattributed, 0) << p.name << ": shared accesses outside a warp step";
       EXPECT_EQ(p.banks.tiles.ways, 1) << p.name << ": a " << p.banks.tiles.ways << "-way conflict, phase "
                                        << p.banks.tiles.phase << ", warp " << p.banks.tiles.warp << ", step "
                                        << p.banks.tiles.step;
