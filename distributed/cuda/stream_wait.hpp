@@ -25,9 +25,11 @@ enum class StreamPoll { done, busy };
 
 // The environment variable that sets the limit, in seconds (0: none).
 inline constexpr const char* kCollectiveTimeoutVariable = "DFLASH_NCCL_TIMEOUT_S";
-// Its default: 30 minutes. A wait spans a collective and, for the gradient buckets, the backward
-// they follow; its peers may first have to finish a checkpoint of ~13 GB on a slow file system or
-// a resume's hash check. Far above any of those, far below a hung job's lost hours.
+// Its default: 30 minutes. A wait spans one collective and, for the gradient buckets, the backward
+// they follow: seconds at full scale, the ranks brought together each step by an MPI all-reduce.
+// The lead's long host work - writing a checkpoint (20.8 GB at full scale), a resume's hash
+// check - happens while its peers wait in MPI, not here (dflash train puts a barrier before each
+// checkpoint part's gather). Far above any healthy wait, far below a hung job's lost hours.
 inline constexpr double kDefaultCollectiveTimeoutS = 1800.0;
 
 // The limit `value` (the variable's value; null or empty: the default) sets: a finite number of

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "distributed/checkpoint/save_restore.hpp"
+#include "distributed/cuda/stream_wait.hpp"
 #include "distributed/data/feature_dataset.hpp"
 #include "distributed/data/sequence_order.hpp"
 #include "distributed/flat_parameters.hpp"
@@ -160,6 +162,10 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     throw_input_error(o.eval_data ? "--eval-every" : "--eval-data",
                       str("give both --eval-data DIR and --eval-every N >= 1 (got --eval-every ", o.eval_every, ")"));
   }
+
+  // The NCCL wait's limit (distributed/cuda/stream_wait.hpp), read again by the communicator: a
+  // bad value is refused here, before the data scan and the checkpoint read, not after them.
+  if (o.backend == TrainingBackend::cuda) collective_timeout_seconds(std::getenv(kCollectiveTimeoutVariable));
 
   // 1. Config.
   const std::optional<json> released = released_config(o);
@@ -341,13 +347,24 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
                            {},
                            0,  // whole vectors, from the backend
                            dataset.fingerprint()};
+    // Each part's gather starts after a barrier (over `comm`, on the host): while the lead writes
+    // and hashes the model file (6.9 GB at full scale) before it gathers the moments, the other
+    // ranks wait here, not inside the backend's gather, where a NCCL wait has a time limit
+    // (DFLASH_NCCL_TIMEOUT_S) that a slow file system must not reach.
     if (lead) {
       const CheckpointWriteOptions write{backend->master_dtype(), o.keep, {}};
       write_run_checkpoint_from(
-          o.out, config, ck, [&](OptimizerPart part) { return backend->gather_optimizer(part, /*to_this_rank=*/true); },
+          o.out, config, ck,
+          [&](OptimizerPart part) {
+            barrier(comm);
+            return backend->gather_optimizer(part, /*to_this_rank=*/true);
+          },
           write);
     } else {
-      for (const OptimizerPart part : kOptimizerParts) backend->gather_optimizer(part, /*to_this_rank=*/false);
+      for (const OptimizerPart part : kOptimizerParts) {
+        barrier(comm);
+        backend->gather_optimizer(part, /*to_this_rank=*/false);
+      }
     }
     barrier(comm);
     last_good = (o.out / checkpoint_name(backend->completed_steps())).string();

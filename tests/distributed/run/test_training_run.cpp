@@ -817,6 +817,21 @@ TEST(RunResume, StateWithAnotherSeedIsRefusedNamingIt) {
 
 // Without a GPU (or without CUDA in the build), --backend cuda is refused after the plan gate,
 // naming --backend and why, before anything is written. Where a GPU is, ci/gpu runs the CUDA run.
+// The NCCL wait's limit, when it is not a number of seconds: refused by name before the run scans
+// its data or writes anything (on a machine with or without a GPU), and only for the CUDA backend.
+TEST(RunBadInput, ABadNcclTimeoutIsRefusedByNameBeforeAnything) {
+  ScratchDirectory dir;
+  TrainingRunOptions o = options_for(dir / "run");
+  o.backend = TrainingBackend::cuda;
+  o.data = dir / "no-such-data";  // a data error would name this instead
+  ::setenv("DFLASH_NCCL_TIMEOUT_S", "90s", 1);
+  expect_refused_writing_nothing(o, {"DFLASH_NCCL_TIMEOUT_S", "'90s'"});
+  o.backend = TrainingBackend::cpu;
+  const std::string reference = input_error_message([&] { train(o); });
+  ::unsetenv("DFLASH_NCCL_TIMEOUT_S");
+  EXPECT_THAT(reference, ::testing::Not(HasSubstr("DFLASH_NCCL_TIMEOUT_S"))) << "the CPU backend has no NCCL wait";
+}
+
 TEST(RunBadInput, CudaBackendWithoutAGpuIsRefusedAfterThePlanGate) {
   std::string why;
   try {
