@@ -205,14 +205,17 @@ MULTI_TRAIN_STEPS = 6  # ci/gpu train-multi: 6 steps on 1 rank, then on every GP
 
 
 def multi_rank_rows(manifest):
-    """--stage multi (ci/gpu stage_multi): the two NCCL tests on several ranks (their cases from the
-    manifest, one mpirun start; the cases run on the ranks at once), and train-multi's two runs."""
+    """--stage multi (ci/gpu stage_multi): 2 CPU ranks of the tiny config (the launch), the two NCCL
+    tests on several ranks (their cases from the manifest, one mpirun start; the cases run on the
+    ranks at once), and train-multi's two runs."""
     cases = {}
     if os.path.exists(manifest):
         for line in open(manifest):
             f = line.rstrip("\n").split("\t")
             cases[f[0]] = int(f[4])
-    rows = [(name, seconds(fixed=PROCESS_START_S + MPI_START_S + cases.get(name, 0) * CASE_S),
+    rows = [("2 CPU ranks under the carried mpirun", seconds(fixed=2 * PROCESS_START_S + MPI_START_S + 2.0),
+             "tiny config, CPU backend: the launch")]
+    rows += [(name, seconds(fixed=PROCESS_START_S + MPI_START_S + cases.get(name, 0) * CASE_S),
              f"{cases.get(name, 0)} cases on several ranks")
             for name in ("test_nccl_communicator_gpu", "test_cuda_train_step_nccl_gpu")]
     rows.append(("dflash train on 1 rank and every GPU",

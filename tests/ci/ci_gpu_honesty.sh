@@ -303,7 +303,8 @@ expect 7 "ci/gpu: INCOMPLETE"
 # refuses without them); the communicator test passes on 2 ranks; the step test that says
 # "[  SKIPPED ]" and exits 0 (the MPI tests' main does) fails under DFLASH_REQUIRE_GPU=1; the
 # training runs on 1 and 2 ranks compare within their tolerances (8), or not when the stub's losses
-# drift with the ranks (9). CUDA_VISIBLE_DEVICES "1,,0" shows CUDA one GPU (it reads up to the
+# drift with the ranks (9). Before them, on any machine, 2 ranks of the CPU backend under the
+# carried mpirun (8). CUDA_VISIBLE_DEVICES "1,,0" shows CUDA one GPU (it reads up to the
 # empty entry): every check NOT AVAILABLE, exit 77, nothing run (10). A carry without the
 # communicator test, not even in its list, is a failure naming it, and a dflash that finds no GPU
 # makes the training check SKIPPED without DFLASH_REQUIRE_GPU (11).
@@ -333,6 +334,7 @@ printf '#!/usr/bin/env bash\n[ "$1" = -L ] && { echo "GPU 0: NVIDIA H100 80GB HB
   > "$work/tools8/nvidia-smi"
 chmod +x "$work/tools8/nvidia-smi"
 gpu_run 8 1 "$c8" PATH="$work/tools8:$PATH" DFLASH_REQUIRE_GPU=1 -- --stage multi
+expect 8 "ci/gpu: [multi] 2 CPU ranks under the carried mpirun: PASS (train-ranks: 2 ranks, 6 steps, loss 30 -> 25)"
 expect 8 "ci/gpu: [multi] test_nccl_communicator_gpu: PASS (3 cases on 2 ranks)"
 expect 8 "FAILED: test_cuda_train_step_nccl_gpu: skipped under DFLASH_REQUIRE_GPU=1"
 expect 8 "ci/gpu: [multi] dflash train on 1 rank and every GPU: PASS (2 ranks: train-multi: step 0 loss relative error 0"
