@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "harness/cuda/shared_mediation.hpp"
+
 namespace dflash {
 
 struct DropoutDrawRecord {
@@ -53,6 +55,7 @@ HostGridRun run_grid_on_host(std::int64_t blocks, std::size_t shared_bytes, int 
   std::vector<unsigned char> shared(shared_bytes + 16);
   for (std::int64_t b = 0; b < blocks; ++b) {
     std::fill(shared.begin(), shared.end(), 0xFF);  // every float a NaN, every bf16 a NaN
+    if (SharedMediation* m = SharedMediation::active()) m->watch(shared.data(), shared_bytes);
     Exec exec(threads, reverse);
     program(exec, shared.data(), b);
     run.visited.push_back(std::move(exec.visited));

@@ -25,6 +25,7 @@
 #include "cuda/exec/mma_fragments.hpp"
 #include "harness/cuda/host_block_exec.hpp"
 #include "harness/cuda/shared_access_log.hpp"
+#include "harness/cuda/shared_mediation.hpp"
 
 namespace dflash {
 
@@ -68,15 +69,20 @@ class HostWarp {
   int index() const { return warp_; }
   // Under a bank-conflict test's log (harness/cuda/shared_access_log.hpp) each call is a phase and
   // each lane a thread of it, so that step s of every lane is one warp-wide access.
+  // Under a SharedMediation (harness/cuda/shared_mediation.hpp) each call moves the block's shared
+  // memory to where only DFLASH_SHARED reaches it, and back.
   template <class Body>
   void lanes(Body&& body) {
     SharedAccessLog* const log = SharedAccessLog::active();
+    SharedMediation* const mediation = SharedMediation::active();
     if (log != nullptr) log->begin_phase();
+    if (mediation != nullptr) mediation->begin_step();
     for (int i = 0; i < kWarpLanes; ++i) {
       const int l = reverse_ ? kWarpLanes - 1 - i : i;
       if (log != nullptr) log->begin_thread(warp_ * kWarpLanes + l);
       body(l, lane(l));
     }
+    if (mediation != nullptr) mediation->end_step();
     if (log != nullptr) log->end_threads();  // a phase body's access after it would not be a lane's
   }
   template <class Select>

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -263,7 +264,10 @@ class TraceScope {
  public:
   TraceScope() {
     SharedAccessLog::active() = &log;
-    shared_access_observer() = [](const void* address) { note_shared_access(address); };
+    shared_access_observer() = [](void* address) {
+      note_shared_access(address);
+      return address;
+    };
   }
   ~TraceScope() {
     shared_access_observer() = nullptr;
@@ -389,6 +393,40 @@ TEST(AttentionTcBanks, EveryWarpAccessOfThePrograms) {
     EXPECT_EQ(forward.accumulators.ways, 0);
     EXPECT_EQ(dq_banks.accumulators.ways, 0);
     EXPECT_EQ(dkv_banks.accumulators.ways, 2) << "the accumulators' design (tc_accumulator_row_stride)";
+  }
+}
+
+// Every warp step reaches shared memory only through DFLASH_SHARED: under a SharedMediation the
+// memory itself holds NaN during each step and what a step writes any other way is overwritten, so
+// the programs' results equal their plain run's, bit for bit, only if nothing bypasses it (the
+// region check above sees a region only when all its accesses bypass it; this sees one access).
+TEST(AttentionTcShared, WarpStepsReachSharedMemoryOnlyThroughTheObservedAccesses) {
+  for (const AttentionCase& c : whole_tile_cases()) {
+    SCOPED_TRACE(c.name);
+    const AttentionData data(c);
+    const AttentionResults<float> plain = tensor_core_backward(c, data, tensor_core_forward(c, data, false), false);
+    SharedMediation mediation;
+    SharedMediation::active() = &mediation;
+    shared_access_observer() = [](void* address) { return SharedMediation::active()->map(address); };
+    AttentionResults<float> mediated;
+    try {
+      mediated = tensor_core_backward(c, data, tensor_core_forward(c, data, false), false);
+    } catch (...) {
+      shared_access_observer() = nullptr;
+      SharedMediation::active() = nullptr;
+      throw;
+    }
+    shared_access_observer() = nullptr;
+    SharedMediation::active() = nullptr;
+    EXPECT_GT(mediation.steps(), 0u);
+    EXPECT_TRUE(bitwise_equal(mediated.out, plain.out)) << "forward O";
+    EXPECT_TRUE(bitwise_equal(mediated.lse, plain.lse)) << "forward lse";
+    for (const auto& [name, a, b] :
+         {std::tuple{"dq", &mediated.dq, &plain.dq}, std::tuple{"dk_ctx", &mediated.dk_ctx, &plain.dk_ctx},
+          std::tuple{"dv_ctx", &mediated.dv_ctx, &plain.dv_ctx}, std::tuple{"dk_blk", &mediated.dk_blk, &plain.dk_blk},
+          std::tuple{"dv_blk", &mediated.dv_blk, &plain.dv_blk}, std::tuple{"delta", &mediated.delta, &plain.delta}}) {
+      EXPECT_TRUE(bitwise_equal(*a, *b)) << name;
+    }
   }
 }
 
