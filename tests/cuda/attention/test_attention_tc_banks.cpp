@@ -260,23 +260,27 @@ struct ProgramBanks {
 };
 
 // The log and the observer for one test's scope: a test that fails or throws leaves neither behind.
-class TraceScope {
+// `Host` (SharedAccessLog or SharedMediation) made active with `observer` for a scope.
+template <class Host>
+class ObserverScope {
  public:
-  TraceScope() {
-    SharedAccessLog::active() = &log;
-    shared_access_observer() = [](void* address) {
-      note_shared_access(address);
-      return address;
-    };
+  explicit ObserverScope(SharedAccessObserver observer) {
+    Host::active() = &host;
+    shared_access_observer() = observer;
   }
-  ~TraceScope() {
+  ~ObserverScope() {
     shared_access_observer() = nullptr;
-    SharedAccessLog::active() = nullptr;
+    Host::active() = nullptr;
   }
-  TraceScope(const TraceScope&) = delete;
-  TraceScope& operator=(const TraceScope&) = delete;
-  SharedAccessLog log;
+  ObserverScope(const ObserverScope&) = delete;
+  ObserverScope& operator=(const ObserverScope&) = delete;
+  Host host;
 };
+using TraceScope = ObserverScope<SharedAccessLog>;
+void* note_and_keep(void* address) {
+  note_shared_access(address);
+  return address;
+}
 
 // Runs `program` on every block of the grid under the log; `regions(shared)` gives the layout's
 // regions in that block's memory (dk and dv: the accumulators).
@@ -284,8 +288,8 @@ template <class Program, class Regions>
 ProgramBanks trace_tc_program(std::int64_t blocks, std::size_t shared_bytes, int threads, Program program,
                               Regions regions) {
   ProgramBanks result;
-  TraceScope scope;
-  SharedAccessLog& log = scope.log;
+  TraceScope scope(note_and_keep);
+  SharedAccessLog& log = scope.host;
   std::vector<unsigned char> shared(shared_bytes + 16);
   for (std::int64_t b = 0; b < blocks; ++b) {
     std::fill(shared.begin(), shared.end(), 0xFF);
@@ -405,20 +409,14 @@ TEST(AttentionTcShared, WarpStepsReachSharedMemoryOnlyThroughTheObservedAccesses
     SCOPED_TRACE(c.name);
     const AttentionData data(c);
     const AttentionResults<float> plain = tensor_core_backward(c, data, tensor_core_forward(c, data, false), false);
-    SharedMediation mediation;
-    SharedMediation::active() = &mediation;
-    shared_access_observer() = [](void* address) { return SharedMediation::active()->map(address); };
+    std::size_t steps = 0;
     AttentionResults<float> mediated;
-    try {
+    {
+      ObserverScope<SharedMediation> scope([](void* address) { return SharedMediation::active()->map(address); });
       mediated = tensor_core_backward(c, data, tensor_core_forward(c, data, false), false);
-    } catch (...) {
-      shared_access_observer() = nullptr;
-      SharedMediation::active() = nullptr;
-      throw;
+      steps = scope.host.steps();
     }
-    shared_access_observer() = nullptr;
-    SharedMediation::active() = nullptr;
-    EXPECT_GT(mediation.steps(), 0u);
+    EXPECT_GT(steps, 0u);
     EXPECT_TRUE(bitwise_equal(mediated.out, plain.out)) << "forward O";
     EXPECT_TRUE(bitwise_equal(mediated.lse, plain.lse)) << "forward lse";
     for (const auto& [name, a, b] :
