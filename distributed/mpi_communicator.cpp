@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include "distributed/collective_wait.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "io/errors.hpp"
 
@@ -58,6 +59,10 @@ int mpi_count(std::size_t count, std::string_view call) {
 
 }  // namespace
 
+double mpi_timeout_seconds(const char* value) {
+  return wait_limit_seconds(kMpiTimeoutVariable, value, kDefaultMpiTimeoutS);
+}
+
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
   check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
@@ -81,6 +86,7 @@ struct MpiCommunicator::Handle {
 MpiCommunicator::MpiCommunicator() : MpiCommunicator(std::make_unique<Handle>(Handle{MPI_COMM_WORLD, false})) {}
 
 MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle) : handle_(std::move(handle)) {
+  timeout_s_ = mpi_timeout_seconds(std::getenv(kMpiTimeoutVariable));
   check(MPI_Comm_set_errhandler(handle_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(handle_->comm, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(handle_->comm, &size_), "MPI_Comm_size");
@@ -111,10 +117,28 @@ int MpiCommunicator::node_local_rank() const {
   return rank;
 }
 
+void MpiCommunicator::wait(void* request, std::string_view call) {
+  auto* started = static_cast<MPI_Request*>(request);
+  wait_for_collective(
+      [&] {
+        int done = 0;
+        check(MPI_Test(started, &done, MPI_STATUS_IGNORE), str("MPI_Test of ", call));
+        return done != 0 ? CollectivePoll::done : CollectivePoll::busy;
+      },
+      no_async_error, [&](const std::string& reason) { throw CommunicationError(str(call, " ", reason)); },
+      WaitLimit{kMpiTimeoutVariable, timeout_s_,
+                "a rank has stopped (stuck in I/O, a debugger, a hung device) or is that far behind; "
+                "MPI cannot cancel a started collective, so the job ends"},
+      steady_seconds);
+}
+
 void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
   const void* from = send == recv ? MPI_IN_PLACE : send;
-  check(MPI_Allreduce(from, recv, mpi_count(count, "MPI_Allreduce"), mpi_type(type), mpi_op(op), handle_->comm),
-        "MPI_Allreduce");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallreduce(from, recv, mpi_count(count, "MPI_Allreduce"), mpi_type(type), mpi_op(op), handle_->comm,
+                       &request),
+        "MPI_Iallreduce");
+  wait(&request, "MPI_Allreduce");
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
@@ -122,6 +146,12 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t c
   mpi_count(count * std::size_t(size_), "MPI_Reduce_scatter_block");
   const std::size_t block = count * comm_type_bytes(type);
   auto* own_block = static_cast<const char*>(send) + std::size_t(rank_) * block;
+  const auto reduce_scatter_into = [&](const void* from, void* into) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ireduce_scatter_block(from, into, n, mpi_type(type), mpi_op(op), handle_->comm, &request),
+          "MPI_Ireduce_scatter_block");
+    wait(&request, "MPI_Reduce_scatter_block");
+  };
   if (recv == own_block) {
     // NCCL's in-place form (recv is this rank's block of send): only that block changes. MPI's
     // in-place form would leave the result at the start of the buffer too, over block 0's own
@@ -129,12 +159,10 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t c
     // its sums and pass on MPI ranks while it fails under NCCL. So the sums land in a block of
     // their own first.
     std::vector<char> sums(block);
-    check(MPI_Reduce_scatter_block(send, sums.data(), n, mpi_type(type), mpi_op(op), handle_->comm),
-          "MPI_Reduce_scatter_block");
+    reduce_scatter_into(send, sums.data());
     if (block > 0) std::memcpy(recv, sums.data(), block);
   } else {
-    check(MPI_Reduce_scatter_block(send, recv, n, mpi_type(type), mpi_op(op), handle_->comm),
-          "MPI_Reduce_scatter_block");
+    reduce_scatter_into(send, recv);
   }
 }
 
@@ -143,19 +171,27 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t count
   mpi_count(count * std::size_t(size_), "MPI_Allgather");
   const std::size_t block = count * comm_type_bytes(type);
   const bool in_place = send == static_cast<const char*>(recv) + std::size_t(rank_) * block;
-  check(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n, mpi_type(type), handle_->comm),
-        "MPI_Allgather");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n, mpi_type(type), handle_->comm,
+                       &request),
+        "MPI_Iallgather");
+  wait(&request, "MPI_Allgather");
 }
 
 void MpiCommunicator::broadcast(void* buffer, std::size_t count, CommType type, int root) {
   if (root < 0 || root >= size_) throw CommunicationError(str("MPI_Bcast: root ", root, " is not a rank of ", size_));
-  check(MPI_Bcast(buffer, mpi_count(count, "MPI_Bcast"), mpi_type(type), root, handle_->comm), "MPI_Bcast");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibcast(buffer, mpi_count(count, "MPI_Bcast"), mpi_type(type), root, handle_->comm, &request), "MPI_Ibcast");
+  wait(&request, "MPI_Bcast");
 }
 
 void MpiCommunicator::end_job(int exit_code) { MPI_Abort(MPI_COMM_WORLD, exit_code); }
 
 std::unique_ptr<Communicator> make_world_communicator(int* argc, char*** argv, std::unique_ptr<MpiSession>& session) {
   if (!MpiSession::launched_by_mpi()) return std::make_unique<SingleProcessCommunicator>();
+  // A bad limit is refused before MPI_Init: a rank that exits without it ends the job at once, where
+  // one that had joined MPI would wait in MPI_Finalize for peers that read the variable otherwise.
+  mpi_timeout_seconds(std::getenv(kMpiTimeoutVariable));
   session = std::make_unique<MpiSession>(argc, argv);
   return std::make_unique<MpiCommunicator>();
 }

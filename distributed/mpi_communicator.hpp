@@ -2,13 +2,31 @@
 // is checked (the communicator's error handler is MPI_ERRORS_RETURN): a failure throws
 // CommunicationError naming the call and MPI's message. abort() is MPI_Abort on MPI_COMM_WORLD,
 // which ends every rank of the job.
+//
+// A collective has a time limit (collective_wait.hpp): each is started nonblocking and waited for
+// by polling, and one still unfinished after DFLASH_MPI_TIMEOUT_S seconds throws
+// CommunicationError naming the call, where a blocking call would wait as long as a stopped peer
+// does. MPI cannot cancel a started collective, so the only way on is the one the caller takes
+// anyway: the rank guard's MPI_Abort ends the job.
 #pragma once
 
 #include <memory>
+#include <string_view>
 
 #include "distributed/communicator.hpp"
 
 namespace dflash {
+
+// The environment variable that sets the limit of every MPI collective's wait, in seconds (0: none).
+inline constexpr const char* kMpiTimeoutVariable = "DFLASH_MPI_TIMEOUT_S";
+// Its default: an hour. The longest healthy wait is the peers' while the lead writes a checkpoint
+// (20.8 GB at full scale, minutes on a slow file system) or a rank scans the larger share of the
+// data (one shard more than another); a collective of the step itself waits for a step's
+// imbalance, seconds. A stopped rank costs at most this much of the job's allocation.
+inline constexpr double kDefaultMpiTimeoutS = 3600.0;
+// The limit `value` (the variable's value; null or empty: the default) sets; InputError naming the
+// variable when it is not a number of seconds >= 0.
+double mpi_timeout_seconds(const char* value);
 
 // Owns MPI_Init_thread / MPI_Finalize for the process (one per process, before any MPI call).
 class MpiSession {
@@ -23,7 +41,7 @@ class MpiSession {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Over MPI_COMM_WORLD.
+  // Over MPI_COMM_WORLD. Reads DFLASH_MPI_TIMEOUT_S (a bad value: InputError, before any collective).
   MpiCommunicator();
   // Ranks of the world with the same `color` form one communicator (ordered by world rank);
   // every world rank must call this (MPI_Comm_split). Tests run R = 1 ... 4 inside one job this way.
@@ -52,8 +70,11 @@ class MpiCommunicator final : public Communicator {
  private:
   struct Handle;  // the MPI_Comm, and whether this object frees it
   explicit MpiCommunicator(std::unique_ptr<Handle> handle);
+  // Waits for a started nonblocking collective (`request` points to its MPI_Request) within the limit.
+  void wait(void* request, std::string_view call);
   std::unique_ptr<Handle> handle_;
   int rank_ = 0, size_ = 1;
+  double timeout_s_ = kDefaultMpiTimeoutS;
 };
 
 // The process's world: MPI when launched by mpirun/srun, else the single-process communicator.

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -59,7 +58,7 @@ ncclRedOp_t nccl_op(CommOp op) {
 struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  double timeout_s = kDefaultCollectiveTimeoutS;  // DFLASH_NCCL_TIMEOUT_S, read once by the constructor
+  double timeout_s = kDefaultNcclTimeoutS;  // DFLASH_NCCL_TIMEOUT_S, read once by the constructor
 
   // Waits for `call`'s collective on stream `on` (stream_wait.hpp): an asynchronous error of the
   // communicator (a peer or the network failed), or the stream still busy after timeout_s, aborts
@@ -87,14 +86,13 @@ struct NcclCommunicator::State {
           comm = nullptr;  // aborted: the destructor has nothing to destroy
           throw CommunicationError(str("NCCL ", call, " failed while in flight: ", error));
         },
-        timeout_s,
-        [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); });
+        timeout_s, steady_seconds);
   }
 };
 
 NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
     : state_(std::make_unique<State>()), bootstrap_(bootstrap), rank_(bootstrap.rank()), size_(bootstrap.size()) {
-  state_->timeout_s = collective_timeout_seconds(std::getenv(kCollectiveTimeoutVariable));  // bad: refused at once
+  state_->timeout_s = nccl_timeout_seconds(std::getenv(kNcclTimeoutVariable));  // bad: refused at once
   const int local = bootstrap.node_local_rank();
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");

@@ -165,7 +165,7 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
 
   // The NCCL wait's limit (distributed/cuda/stream_wait.hpp), read again by the communicator: a
   // bad value is refused here, before the data scan and the checkpoint read, not after them.
-  if (o.backend == TrainingBackend::cuda) collective_timeout_seconds(std::getenv(kCollectiveTimeoutVariable));
+  if (o.backend == TrainingBackend::cuda) nccl_timeout_seconds(std::getenv(kNcclTimeoutVariable));
 
   // 1. Config.
   const std::optional<json> released = released_config(o);

@@ -1,0 +1,78 @@
+// Waiting for a collective without waiting forever. A collective ends only when every rank has
+// joined it, so one rank that stopped (stuck in I/O, a debugger, a hung device) or died where no
+// connection breaks (ranks of one node talk through shared memory) holds all the others, and the
+// job hangs for as long as its allocation lasts instead of failing. Both communicators that can
+// wait for a peer - MPI over CPU ranks (mpi_communicator.cpp) and NCCL over GPU ranks
+// (cuda/stream_wait.hpp) - start the collective, then wait here: polls until it is done, asks
+// between polls whether the library has seen a failure, and gives up after a limit set by an
+// environment variable. Pure logic over callables, so the CPU tests drive it with fakes
+// (tests/distributed/test_collective_wait.cpp).
+#pragma once
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "io/errors.hpp"
+
+namespace dflash {
+
+enum class CollectivePoll { done, busy };
+
+// The limit, in seconds, that the environment variable `variable` sets through its `value` (null or
+// empty: `default_s`): a finite number >= 0, where 0 means no limit. Throws InputError naming the
+// variable otherwise: '60s' or '1 h' read as 60 or 1 would set a limit other than the one meant.
+inline double wait_limit_seconds(std::string_view variable, const char* value, double default_s) {
+  if (value == nullptr || *value == '\0') return default_s;
+  char* end = nullptr;
+  errno = 0;
+  const double seconds = std::strtod(value, &end);
+  if (end == value || *end != '\0' || errno == ERANGE || !std::isfinite(seconds) || seconds < 0) {
+    throw_input_error(variable,
+                      str("'", value, "' is not a number of seconds >= 0 (0: no limit; unset: ", default_s, ")"));
+  }
+  return seconds;
+}
+
+// What a wait gives up on: the variable that sets its limit, the limit (seconds; 0: none), and why
+// a collective can still be unfinished then (the end of the failure's message).
+struct WaitLimit {
+  std::string_view variable;
+  double seconds = 0;
+  std::string_view likely_cause;
+};
+
+// Returns once `poll()` says done; `poll()` throws on an error of its own. While busy,
+// `async_error()` is asked after every poll, and `now_s()` (seconds on a steady clock): the first
+// error it gives, or the limit passed since the wait began, is handed to `fail(reason)`, which must
+// throw (after ending what it can of the collective, so that the peers' waits end too).
+template <class Poll, class AsyncError, class Fail, class Now>
+void wait_for_collective(Poll poll, AsyncError async_error, Fail fail, const WaitLimit& limit, Now now_s) {
+  const double start = now_s();
+  while (poll() == CollectivePoll::busy) {
+    if (const std::optional<std::string> error = async_error()) {
+      fail(*error);
+      return;  // not reached: fail throws
+    }
+    if (limit.seconds > 0 && now_s() - start > limit.seconds) {
+      fail(str("not finished after ", limit.seconds, " s (", limit.variable, "): ", limit.likely_cause));
+      return;  // not reached
+    }
+    std::this_thread::yield();
+  }
+}
+
+// For waits whose library reports failures only through poll() (MPI).
+inline std::optional<std::string> no_async_error() { return std::nullopt; }
+
+// Seconds on the steady clock: what the communicators pass as now_s.
+inline double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace dflash
