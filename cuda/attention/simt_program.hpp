@@ -28,6 +28,7 @@
 #include "common/row_math.hpp"
 #include "common/storage.hpp"
 #include "cuda/exec/block_program.hpp"
+#include "cuda/exec/shared_access_observer.hpp"
 
 namespace dflash {
 
@@ -38,11 +39,11 @@ inline constexpr int kAttentionThreads = 128;
 // Row stride, in Storage elements, of the programs' [rows, d] tiles in shared memory (the query,
 // dO, key and value rows): d rounded up to whole 4-byte words, plus one word when that count is
 // even, so that a row spans an odd number of words. Shared memory has 32 banks of 4-byte words
-// (bank = word mod 32); the score loops give the lanes of a warp different key rows (and, where a
-// tile has fewer than 32 keys, different query rows) at the same column, and rows an odd number
-// of words apart fall in 32 different banks. Unpadded, d = 128 rows are 64 words (bf16) or 128
-// words (fp32) apart: every lane in the same bank, a 32-way conflict. Only addresses change, not
-// the arithmetic: the results are bitwise those of the unpadded layout.
+// (bank = word mod 32); the score loops give the lanes of a warp different query rows (and, where
+// a tile has fewer than 32 query rows, two or more key rows) at the same column, and rows an odd
+// number of words apart fall in 32 different banks. Unpadded, d = 128 rows are 64 words (bf16) or
+// 128 words (fp32) apart: every lane in the same bank, a 32-way conflict. Only addresses change,
+// not the arithmetic: the results are bitwise those of the unpadded layout.
 template <class Storage>
 DFLASH_HD std::int64_t attention_shared_row_stride(std::int64_t d) {
   static_assert(sizeof(Storage) == 2 || sizeof(Storage) == 4, "Storage is fp32 or bf16 bits");
@@ -52,15 +53,33 @@ DFLASH_HD std::int64_t attention_shared_row_stride(std::int64_t d) {
   return words * per_word;
 }
 
-// The designed bank-conflict degree of every warp-wide access to those rows (the most distinct
+// The designed bank-conflict degree of every warp-wide access to shared memory (the most distinct
 // 4-byte words one access of one warp touches in one bank; 1 = conflict-free, words shared by
 // several lanes are broadcast), which tests/cuda/attention/test_attention_simt_banks.cpp measures
-// on the host over each program's real partition. 1 where each key tile's count divides 32 or is
-// a multiple of 32: a warp's lanes then read distinct rows that are fewer than 32 apart. Any other
-// count (a ragged last tile, key_tile 40) lets a warp wrap from the end of one query row's keys
-// to the start of the next: keys c and c + 32 then meet in one bank, at most once per bank.
+// on the host over each program's real partition, the fp32 score tiles, accumulators and row
+// statistics included: 1 for every tile, a ragged one (key_tile 40) too.
 inline constexpr int kAttentionSharedBankWays = 1;
-inline constexpr int kAttentionRaggedTileBankWays = 2;
+
+// Where the score of query row r and key c of the current tile sits in the programs' fp32 score
+// tiles (the forward's P, the backward's f P and dS): key-major, [KTmax, R], the R rows of one key
+// adjacent. The score loops give consecutive threads consecutive rows of one key (score_of_element),
+// and the forward's softmax gives each thread a row of its own: both reach 32 consecutive words
+// per warp access. Row-major ([R, KTmax]), the softmax's lanes were KTmax words apart: a 32-way
+// conflict at 32 or 64 keys a tile, 8-way at 40.
+DFLASH_HD inline std::int64_t score_index(std::int64_t query_rows, std::int64_t r, std::int64_t c) {
+  return c * query_rows + r;
+}
+
+// The (row, key) of element e of a score loop over a tile of `keys` keys: rows fastest, so the
+// lanes of a warp share a key row (one broadcast word) and read query rows an odd number of words
+// apart (attention_shared_row_stride). Every element is still one thread's fixed-order sum: the
+// order of the elements changes nothing in the results.
+struct ScoreElement {
+  std::int64_t r, c;
+};
+DFLASH_HD inline ScoreElement score_of_element(std::int64_t query_rows, std::int64_t e) {
+  return {e % query_rows, e / query_rows};
+}
 
 struct AttentionProblem {
   AttentionTiling tiling;
@@ -168,7 +187,7 @@ DFLASH_HD inline void load_row_stats(const AttentionTiling& tl, const float* lse
 
 // Shared memory of the backward programs' score tile: the query rows, dO rows, one key tile (each
 // [rows, d] with row stride `row`, attention_shared_row_stride), and the tile's f P and dS
-// ([R, KTmax], row stride KTmax).
+// ([KTmax, R], score_index).
 template <class Storage>
 struct BackwardTile {
   std::int64_t row;
@@ -258,10 +277,10 @@ template <class Exec, class Storage>
 DFLASH_HD void backward_scores(Exec& exec, const AttentionProblem& pb, const BackwardTile<Storage>& s, std::int64_t n,
                                std::int64_t g, const KeyTile& kt, int thread, int threads) {
   const AttentionTiling& tl = pb.tiling;
-  const std::int64_t stride = tl.max_tile_keys();
+  const std::int64_t R = tl.query_rows();
   const float sqrt_d = sqrtf(static_cast<float>(tl.d));
-  for (std::int64_t e = thread; e < tl.query_rows() * kt.count; e += threads) {
-    const std::int64_t r = e / kt.count, c = e % kt.count;
+  for (std::int64_t e = thread; e < R * kt.count; e += threads) {
+    const auto [r, c] = score_of_element(R, e);
     const std::int64_t k = tl.row_token(r), key = kt.first + c;
     float fp = 0.0f, ds = 0.0f;
     if (pb.mask.visible(n, k, key)) {
@@ -269,14 +288,15 @@ DFLASH_HD void backward_scores(Exec& exec, const AttentionProblem& pb, const Bac
       const float f = pb.dropout.factor(element);
       if (pb.dropout.active) exec.drew(element, f);  // only a live site draws
       score_gradient_weights(dot(s.q + r * s.row, s.k + c * s.row, tl.d),
-                             dot(s.d_out + r * s.row, s.v + c * s.row, tl.d), f, s.lse[r], s.delta[r], sqrt_d, fp, ds);
+                             dot(s.d_out + r * s.row, s.v + c * s.row, tl.d), f, DFLASH_SHARED(s.lse[r]),
+                             DFLASH_SHARED(s.delta[r]), sqrt_d, fp, ds);
       if (pb.round_product_operands_to_bf16) {
         fp = round_to_bf16(fp);
         ds = round_to_bf16(ds);
       }
     }
-    s.fp[r * stride + c] = fp;
-    s.ds[r * stride + c] = ds;
+    DFLASH_SHARED(s.fp[score_index(R, r, c)]) = fp;
+    DFLASH_SHARED(s.ds[score_index(R, r, c)]) = ds;
   }
 }
 
@@ -285,12 +305,12 @@ DFLASH_HD void backward_scores(Exec& exec, const AttentionProblem& pb, const Bac
 template <class Storage>
 DFLASH_HD void key_grads(const AttentionTiling& tl, const BackwardTile<Storage>& s, std::int64_t c, std::int64_t col,
                          float& dk, float& dv) {
-  const std::int64_t stride = tl.max_tile_keys();
+  const std::int64_t R = tl.query_rows();
   dk = 0.0f;
   dv = 0.0f;
-  for (std::int64_t r = 0; r < tl.query_rows(); ++r) {
-    dk += s.ds[r * stride + c] * widen(s.q[r * s.row + col]);
-    dv += s.fp[r * stride + c] * widen(s.d_out[r * s.row + col]);
+  for (std::int64_t r = 0; r < R; ++r) {
+    dk += DFLASH_SHARED(s.ds[score_index(R, r, c)]) * widen(s.q[r * s.row + col]);
+    dv += DFLASH_SHARED(s.fp[score_index(R, r, c)]) * widen(s.d_out[r * s.row + col]);
   }
 }
 
@@ -304,7 +324,7 @@ struct AttentionForwardShared {
   Storage* q;        // [R, d]
   Storage* k;        // [KTmax, d]
   Storage* v;        // [KTmax, d]
-  float* p;          // [R, KTmax] scores, then f exp(s - m)
+  float* p;          // [KTmax, R] (score_index) scores, then f exp(s - m)
   float* acc;        // [R, d] unnormalised output
   float* row_max;    // [R] running max m
   float* row_sum;    // [R] running sum l of exp(s - m) (without dropout: it normalises P)
@@ -336,16 +356,16 @@ DFLASH_HD void attention_forward_block(Exec& exec, const AttentionProblem& pb, c
   SharedCarver mem(shared);
   const AttentionForwardShared<Storage> sm(mem, tl);
   const std::int64_t n = query_tile / tl.nkv, g = query_tile % tl.nkv;
-  const std::int64_t R = tl.query_rows(), d = tl.d, stride = tl.max_tile_keys();
+  const std::int64_t R = tl.query_rows(), d = tl.d;
   const int threads = exec.threads();
   const float sqrt_d = sqrtf(static_cast<float>(d));
 
   exec.phase([&](int t) {
     load_query_rows(tl, in.q, n, g, sm.q, sm.row, t, threads);
-    for (std::int64_t e = t; e < R * d; e += threads) sm.acc[e] = 0.0f;
+    for (std::int64_t e = t; e < R * d; e += threads) DFLASH_SHARED(sm.acc[e]) = 0.0f;
     for (std::int64_t r = t; r < R; r += threads) {
-      sm.row_max[r] = negative_infinity();
-      sm.row_sum[r] = 0.0f;
+      DFLASH_SHARED(sm.row_max[r]) = negative_infinity();
+      DFLASH_SHARED(sm.row_sum[r]) = 0.0f;
     }
   });
   const std::int64_t steps = query_tile_steps(tl, pb.mask, n);
@@ -355,63 +375,71 @@ DFLASH_HD void attention_forward_block(Exec& exec, const AttentionProblem& pb, c
     exec.phase([&](int t) { load_key_tile(tl, in, g, kt, sm.k, sm.v, sm.row, t, threads); });
     exec.phase([&](int t) {  // scores; -inf where hidden
       for (std::int64_t e = t; e < R * kt.count; e += threads) {
-        const std::int64_t r = e / kt.count, c = e % kt.count;
-        sm.p[r * stride + c] = pb.mask.visible(n, tl.row_token(r), kt.first + c)
-                                   ? attention_program_detail::dot(sm.q + r * sm.row, sm.k + c * sm.row, d) / sqrt_d
-                                   : negative_infinity();
+        const auto [r, c] = score_of_element(R, e);
+        DFLASH_SHARED(sm.p[score_index(R, r, c)]) =
+            pb.mask.visible(n, tl.row_token(r), kt.first + c)
+                ? attention_program_detail::dot(sm.q + r * sm.row, sm.k + c * sm.row, d) / sqrt_d
+                : negative_infinity();
       }
     });
     exec.phase([&](int t) {  // online softmax, one thread per row
       for (std::int64_t r = t; r < R; r += threads) {
-        float* row = sm.p + r * stride;
         float tile_max = negative_infinity();
-        for (std::int64_t c = 0; c < kt.count; ++c) tile_max = row[c] > tile_max ? row[c] : tile_max;
-        const float m_old = sm.row_max[r];
+        for (std::int64_t c = 0; c < kt.count; ++c) {
+          const float s = DFLASH_SHARED(sm.p[score_index(R, r, c)]);
+          tile_max = s > tile_max ? s : tile_max;
+        }
+        const float m_old = DFLASH_SHARED(sm.row_max[r]);
         const float m_new = tile_max > m_old ? tile_max : m_old;
         if (m_new == negative_infinity()) {  // nothing visible yet: nothing changes
-          sm.rescale[r] = 1.0f;
-          for (std::int64_t c = 0; c < kt.count; ++c) row[c] = 0.0f;
+          DFLASH_SHARED(sm.rescale[r]) = 1.0f;
+          for (std::int64_t c = 0; c < kt.count; ++c) DFLASH_SHARED(sm.p[score_index(R, r, c)]) = 0.0f;
           continue;
         }
         const float alpha = exp_of(m_old - m_new);  // 0 when m_old = -inf
         const std::int64_t h = tl.row_head(g, r), i = n * tl.B + tl.row_token(r);
         float sum = 0.0f;
         for (std::int64_t c = 0; c < kt.count; ++c) {
-          if (row[c] == negative_infinity()) {
-            row[c] = 0.0f;
+          const float s = DFLASH_SHARED(sm.p[score_index(R, r, c)]);
+          if (s == negative_infinity()) {
+            DFLASH_SHARED(sm.p[score_index(R, r, c)]) = 0.0f;
             continue;
           }
-          const float e = exp_of(row[c] - m_new);
+          const float e = exp_of(s - m_new);
           sum += e;
           const std::uint64_t element = attention_dropout_element(h, i, kt.first + c, tl.S, tl.T());
           const float f = pb.dropout.factor(element);
           if (pb.dropout.active) exec.drew(element, f);  // only a live site draws
-          row[c] = pb.round_product_operands_to_bf16 ? round_to_bf16(e * f) : e * f;
+          DFLASH_SHARED(sm.p[score_index(R, r, c)]) = pb.round_product_operands_to_bf16 ? round_to_bf16(e * f) : e * f;
         }
-        sm.row_sum[r] = sm.row_sum[r] * alpha + sum;
-        sm.row_max[r] = m_new;
-        sm.rescale[r] = alpha;
+        float& row_sum = DFLASH_SHARED(sm.row_sum[r]);
+        row_sum = row_sum * alpha + sum;
+        DFLASH_SHARED(sm.row_max[r]) = m_new;
+        DFLASH_SHARED(sm.rescale[r]) = alpha;
       }
     });
     exec.phase([&](int t) {  // acc = acc alpha + (f P) V
       for (std::int64_t e = t; e < R * d; e += threads) {
         const std::int64_t r = e / d, col = e % d;
-        float a = sm.acc[e] * sm.rescale[r];
-        for (std::int64_t c = 0; c < kt.count; ++c) a += sm.p[r * stride + c] * widen(sm.v[c * sm.row + col]);
-        sm.acc[e] = a;
+        float a = DFLASH_SHARED(sm.acc[e]) * DFLASH_SHARED(sm.rescale[r]);
+        for (std::int64_t c = 0; c < kt.count; ++c) {
+          a += DFLASH_SHARED(sm.p[score_index(R, r, c)]) * widen(sm.v[c * sm.row + col]);
+        }
+        DFLASH_SHARED(sm.acc[e]) = a;
       }
     });
   }
   exec.phase([&](int t) {
     for (std::int64_t e = t; e < R * d; e += threads) {
       const std::int64_t r = e / d, col = e % d;
-      const float l = sm.row_sum[r];
+      const float l = DFLASH_SHARED(sm.row_sum[r]);
       const std::int64_t at = head_offset(n * tl.B + tl.row_token(r), tl.nh, tl.row_head(g, r), d) + col;
-      narrow_into(l > 0.0f ? sm.acc[e] / l : 0.0f, out.out[at]);
+      narrow_into(l > 0.0f ? DFLASH_SHARED(sm.acc[e]) / l : 0.0f, out.out[at]);
     }
     for (std::int64_t r = t; r < R; r += threads) {
-      const float l = sm.row_sum[r];
-      out.lse[(n * tl.B + tl.row_token(r)) * tl.nh + tl.row_head(g, r)] = l > 0.0f ? sm.row_max[r] + log_of(l) : 0.0f;
+      const float l = DFLASH_SHARED(sm.row_sum[r]);
+      out.lse[(n * tl.B + tl.row_token(r)) * tl.nh + tl.row_head(g, r)] =
+          l > 0.0f ? DFLASH_SHARED(sm.row_max[r]) + log_of(l) : 0.0f;
     }
   });
 }
@@ -447,7 +475,7 @@ DFLASH_HD void attention_dq_block(Exec& exec, const AttentionProblem& pb, const 
   exec.phase([&](int t) {
     load_query_rows(tl, in.q, n, g, s.q, s.row, t, threads);
     load_query_rows(tl, in.d_out, n, g, s.d_out, s.row, t, threads);
-    for (std::int64_t e = t; e < R * d; e += threads) sm.dq[e] = 0.0f;
+    for (std::int64_t e = t; e < R * d; e += threads) DFLASH_SHARED(sm.dq[e]) = 0.0f;
     begin_query_tile_backward(pb, in, grads, n, g, s.lse, s.delta, t, threads);
   });
   const std::int64_t steps = query_tile_steps(tl, pb.mask, n);
@@ -457,12 +485,13 @@ DFLASH_HD void attention_dq_block(Exec& exec, const AttentionProblem& pb, const 
     exec.phase([&](int t) { load_key_tile(tl, in, g, kt, s.k, s.v, s.row, t, threads); });
     exec.phase([&](int t) { backward_scores(exec, pb, s, n, g, kt, t, threads); });
     exec.phase([&](int t) {
-      const std::int64_t stride = tl.max_tile_keys();
       for (std::int64_t e = t; e < R * d; e += threads) {  // dQ += dS K
         const std::int64_t r = e / d, col = e % d;
-        float a = sm.dq[e];
-        for (std::int64_t c = 0; c < kt.count; ++c) a += s.ds[r * stride + c] * widen(s.k[c * s.row + col]);
-        sm.dq[e] = a;
+        float a = DFLASH_SHARED(sm.dq[e]);
+        for (std::int64_t c = 0; c < kt.count; ++c) {
+          a += DFLASH_SHARED(s.ds[score_index(R, r, c)]) * widen(s.k[c * s.row + col]);
+        }
+        DFLASH_SHARED(sm.dq[e]) = a;
       }
       if (kt.is_block) {  // this query tile is the only one that sees these keys
         for (std::int64_t e = t; e < kt.count * d; e += threads) {
@@ -479,7 +508,7 @@ DFLASH_HD void attention_dq_block(Exec& exec, const AttentionProblem& pb, const 
   exec.phase([&](int t) {
     for (std::int64_t e = t; e < R * d; e += threads) {
       const std::int64_t r = e / d, col = e % d;
-      grads.dq[head_offset(n * tl.B + tl.row_token(r), tl.nh, tl.row_head(g, r), d) + col] = sm.dq[e];
+      grads.dq[head_offset(n * tl.B + tl.row_token(r), tl.nh, tl.row_head(g, r), d) + col] = DFLASH_SHARED(sm.dq[e]);
     }
   });
 }
@@ -519,8 +548,8 @@ DFLASH_HD void attention_dkv_block(Exec& exec, const AttentionProblem& pb, const
   exec.phase([&](int t) {
     load_key_tile(tl, in, g, kt, s.k, s.v, s.row, t, threads);
     for (std::int64_t e = t; e < kt.count * d; e += threads) {
-      sm.dk[e] = 0.0f;
-      sm.dv[e] = 0.0f;
+      DFLASH_SHARED(sm.dk[e]) = 0.0f;
+      DFLASH_SHARED(sm.dv[e]) = 0.0f;
     }
   });
   for (std::int64_t n = 0; n < tl.N; ++n) {  // ascending n: the fixed reduction order
@@ -536,8 +565,8 @@ DFLASH_HD void attention_dkv_block(Exec& exec, const AttentionProblem& pb, const
       for (std::int64_t e = t; e < kt.count * d; e += threads) {
         float dk, dv;
         key_grads(tl, s, e / d, e % d, dk, dv);
-        sm.dk[e] += dk;
-        sm.dv[e] += dv;
+        DFLASH_SHARED(sm.dk[e]) += dk;
+        DFLASH_SHARED(sm.dv[e]) += dv;
       }
     });
   }

@@ -9,10 +9,13 @@
 // served by one broadcast). lanes_in_lockstep says whether that pairing holds: every lane of a
 // warp made the same number of accesses in each phase (choose shapes where it does).
 //
-// Only TracedStorage arrays are seen: the CUDA-core programs' fp32 scratch (scores, f P, dS,
-// accumulators, row statistics) is plain float. The tensor-core programs, on raw bf16 bits and
-// floats, report each warp step's accesses instead (cuda/exec/shared_access_observer.hpp, under
-// HostWarpExec: every HostWarp::lanes call a phase).
+// The CUDA-core programs' fp32 scratch (scores, f P, dS, accumulators, row statistics) is plain
+// float: its accesses are announced through DFLASH_SHARED (cuda/exec/shared_access_observer.hpp),
+// which a TraceScope (harness/cuda/shared_observer_scope.hpp) notes in the same log; the phase
+// helpers they share with the tensor-core programs (load_row_stats, begin_query_tile_backward,
+// store_context_key_grads: a thread per consecutive element) are not announced. The tensor-core
+// programs, on raw bf16 bits and floats, report each warp step's accesses through DFLASH_SHARED
+// alone (under HostWarpExec: every HostWarp::lanes call a phase).
 #pragma once
 
 #include <algorithm>

@@ -24,6 +24,7 @@
 #include "cuda/attention/tensor_core_backward_program.hpp"
 #include "cuda/exec/shared_access_observer.hpp"
 #include "harness/cuda/shared_bank_trace.hpp"
+#include "harness/cuda/shared_observer_scope.hpp"
 #include "tests/cuda/attention/tensor_core_support.hpp"
 
 namespace dflash {
@@ -259,36 +260,13 @@ struct ProgramBanks {
   std::vector<std::string> regions_seen;  // the regions the warp steps accessed
 };
 
-// The log and the observer for one test's scope: a test that fails or throws leaves neither behind.
-// `Host` (SharedAccessLog or SharedMediation) made active with `observer` for a scope.
-template <class Host>
-class ObserverScope {
- public:
-  explicit ObserverScope(SharedAccessObserver observer) {
-    Host::active() = &host;
-    shared_access_observer() = observer;
-  }
-  ~ObserverScope() {
-    shared_access_observer() = nullptr;
-    Host::active() = nullptr;
-  }
-  ObserverScope(const ObserverScope&) = delete;
-  ObserverScope& operator=(const ObserverScope&) = delete;
-  Host host;
-};
-using TraceScope = ObserverScope<SharedAccessLog>;
-void* note_and_keep(void* address) {
-  note_shared_access(address);
-  return address;
-}
-
 // Runs `program` on every block of the grid under the log; `regions(shared)` gives the layout's
 // regions in that block's memory (dk and dv: the accumulators).
 template <class Program, class Regions>
 ProgramBanks trace_tc_program(std::int64_t blocks, std::size_t shared_bytes, int threads, Program program,
                               Regions regions) {
   ProgramBanks result;
-  TraceScope scope(note_and_keep);
+  TraceScope scope;
   SharedAccessLog& log = scope.host;
   std::vector<unsigned char> shared(shared_bytes + 16);
   for (std::int64_t b = 0; b < blocks; ++b) {
