@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "common/storage.hpp"
@@ -116,6 +117,35 @@ inline BankWays bank_ways(std::vector<SharedAccess> accesses) {
     begin = end;
   }
   return worst;
+}
+
+// A shared region of a program's layout, as byte offsets [first, last) in the block's memory.
+struct SharedRegion {
+  const char* name;
+  std::size_t first, last;
+};
+// The region `name` of `count` elements at `at`, in the block memory that starts at `base`.
+template <class T>
+SharedRegion region(const char* name, const unsigned char* base, const T* at, std::int64_t count) {
+  const auto first = static_cast<std::size_t>(reinterpret_cast<const unsigned char*>(at) - base);
+  return {name, first, first + static_cast<std::size_t>(count) * sizeof(T)};
+}
+
+// Adds to `seen` (kept sorted, no repeats) the name of every region of `layout` that an access of
+// `accesses` falls in: a test then asks for every region its program uses, so that an access
+// that bypasses the trace - a whole region of them - shows.
+inline void note_regions_seen(const std::vector<SharedAccess>& accesses, const std::vector<SharedRegion>& layout,
+                              std::vector<std::string>& seen) {
+  for (const SharedRegion& r : layout) {
+    if (std::find(seen.begin(), seen.end(), r.name) != seen.end()) continue;
+    for (const SharedAccess& a : accesses) {
+      const std::size_t byte = a.word * kSharedBankBytes;
+      if (byte >= r.first && byte < r.last) {
+        seen.insert(std::upper_bound(seen.begin(), seen.end(), std::string(r.name)), r.name);
+        break;
+      }
+    }
+  }
 }
 
 // Did every lane of each warp make the same number of accesses in each phase (the condition under

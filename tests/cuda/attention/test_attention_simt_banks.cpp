@@ -9,6 +9,7 @@
 // 32-way at 32 keys a tile and 8-way at 40.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -85,10 +86,13 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionBanks, ::testing::ValuesIn(bank_cases()
 struct ProgramBanks {
   BankWays worst;
   std::int64_t accesses = 0;
+  std::vector<std::string> regions_seen;  // the layout's regions the accesses fell in (sorted)
 };
 
-template <class Program>
-ProgramBanks trace_program(std::int64_t blocks, std::size_t shared_bytes, Program program) {
+// Runs `program` on every block of the grid under the log; `regions(shared)` gives the layout's
+// regions in that block's memory.
+template <class Program, class Regions>
+ProgramBanks trace_program(std::int64_t blocks, std::size_t shared_bytes, Program program, Regions regions) {
   ProgramBanks result;
   TraceScope scope;  // TracedStorage's accesses and the fp32 scratch's (DFLASH_SHARED) go to its log
   SharedAccessLog& log = scope.host;
@@ -100,11 +104,55 @@ ProgramBanks trace_program(std::int64_t blocks, std::size_t shared_bytes, Progra
     program(exec, shared.data(), b);
     EXPECT_TRUE(lanes_in_lockstep(log.accesses(), kAttentionThreads)) << "block " << b << ": lanes diverge";
     EXPECT_EQ(log.unattributed(), 0) << "block " << b << ": shared accesses outside the phases";
+    note_regions_seen(log.accesses(), regions(shared.data()), result.regions_seen);
     const BankWays w = bank_ways(log.accesses());
     if (w.ways > result.worst.ways) result.worst = w;
     result.accesses += static_cast<std::int64_t>(log.accesses().size());
   }
   return result;
+}
+
+std::vector<std::string> sorted(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The layouts' regions, from the programs' own carves of `shared`.
+template <class Storage>
+std::vector<SharedRegion> forward_regions(const AttentionTiling& tl, unsigned char* shared) {
+  SharedCarver mem(shared);
+  const AttentionForwardShared<Storage> sm(mem, tl);
+  const std::int64_t R = tl.query_rows(), KT = tl.max_tile_keys();
+  return {region("q", shared, sm.q, R * sm.row),    region("k", shared, sm.k, KT * sm.row),
+          region("v", shared, sm.v, KT * sm.row),   region("p", shared, sm.p, KT * R),
+          region("acc", shared, sm.acc, R * tl.d),  region("row_max", shared, sm.row_max, R),
+          region("row_sum", shared, sm.row_sum, R), region("rescale", shared, sm.rescale, R)};
+}
+template <class Storage>
+std::vector<SharedRegion> tile_regions(const attention_program_detail::BackwardTile<Storage>& s,
+                                       const AttentionTiling& tl, unsigned char* shared) {
+  const std::int64_t R = tl.query_rows(), KT = tl.max_tile_keys();
+  return {region("q", shared, s.q, R * s.row),  region("d_out", shared, s.d_out, R * s.row),
+          region("k", shared, s.k, KT * s.row), region("v", shared, s.v, KT * s.row),
+          region("lse", shared, s.lse, R),      region("delta", shared, s.delta, R),
+          region("fp", shared, s.fp, KT * R),   region("ds", shared, s.ds, KT * R)};
+}
+template <class Storage>
+std::vector<SharedRegion> dq_regions(const AttentionTiling& tl, unsigned char* shared) {
+  SharedCarver mem(shared);
+  const AttentionDqShared<Storage> sm(mem, tl);
+  std::vector<SharedRegion> r = tile_regions(sm.tile, tl, shared);
+  r.push_back(region("dq", shared, sm.dq, tl.query_rows() * tl.d));
+  return r;
+}
+template <class Storage>
+std::vector<SharedRegion> dkv_regions(const AttentionTiling& tl, unsigned char* shared) {
+  SharedCarver mem(shared);
+  const AttentionDkvShared<Storage> sm(mem, tl);
+  std::vector<SharedRegion> r = tile_regions(sm.tile, tl, shared);
+  r.push_back(region("dk", shared, sm.dk, tl.max_tile_keys() * tl.d));
+  r.push_back(region("dv", shared, sm.dv, tl.max_tile_keys() * tl.d));
+  return r;
 }
 
 template <class Raw>
@@ -122,31 +170,41 @@ void expect_design_ways(const BankCase& bc, const char* storage) {
   std::vector<float> dq(q.size()), dk_ctx(kc.size()), dv_ctx(kc.size()), dk_blk(kb.size()), dv_blk(kb.size());
   AttentionOperands<Storage> in{q.data(), kc.data(), vc.data(), kb.data(), vb.data(), nullptr, nullptr, nullptr};
   const AttentionForwardOutputs<Storage> fwd{out.data(), lse.data()};
-  const ProgramBanks forward = trace_program(tl.query_tiles(), attention_forward_shared_bytes<Storage>(tl),
-                                             [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) {
-                                               attention_forward_block(exec, pb, in, fwd, shared, b);
-                                             });
+  const ProgramBanks forward = trace_program(
+      tl.query_tiles(), attention_forward_shared_bytes<Storage>(tl),
+      [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) {
+        attention_forward_block(exec, pb, in, fwd, shared, b);
+      },
+      [&](unsigned char* shared) { return forward_regions<Storage>(tl, shared); });
   in.out = out.data();
   in.d_out = dout.data();
   in.lse = lse.data();
   const AttentionGradients grads{dq.data(), dk_ctx.data(), dv_ctx.data(), dk_blk.data(), dv_blk.data(), delta.data()};
-  const ProgramBanks dq_banks = trace_program(tl.query_tiles(), attention_dq_shared_bytes<Storage>(tl),
-                                              [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) {
-                                                attention_dq_block(exec, pb, in, grads, shared, b);
-                                              });
-  const ProgramBanks dkv_banks = trace_program(tl.context_tiles() * tl.nkv, attention_dkv_shared_bytes<Storage>(tl),
-                                               [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) {
-                                                 attention_dkv_block(exec, pb, in, grads, shared, b);
-                                               });
+  const ProgramBanks dq_banks = trace_program(
+      tl.query_tiles(), attention_dq_shared_bytes<Storage>(tl),
+      [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) {
+        attention_dq_block(exec, pb, in, grads, shared, b);
+      },
+      [&](unsigned char* shared) { return dq_regions<Storage>(tl, shared); });
+  const ProgramBanks dkv_banks = trace_program(
+      tl.context_tiles() * tl.nkv, attention_dkv_shared_bytes<Storage>(tl),
+      [&](SharedTraceExec& exec, unsigned char* shared, std::int64_t b) {
+        attention_dkv_block(exec, pb, in, grads, shared, b);
+      },
+      [&](unsigned char* shared) { return dkv_regions<Storage>(tl, shared); });
   const struct {
     const char* name;
     const ProgramBanks& banks;
-  } programs[] = {{"forward", forward}, {"dq", dq_banks}, {"dkv", dkv_banks}};
+    std::vector<std::string> regions;  // every region the program uses
+  } programs[] = {{"forward", forward, sorted({"q", "k", "v", "p", "acc", "row_max", "row_sum", "rescale"})},
+                  {"dq", dq_banks, sorted({"q", "d_out", "k", "v", "lse", "delta", "fp", "ds", "dq"})},
+                  {"dkv", dkv_banks, sorted({"q", "d_out", "k", "v", "lse", "delta", "fp", "ds", "dk", "dv"})}};
   for (const auto& p : programs) {
     std::printf("  %-5s %-7s %10lld shared accesses, worst %2d-way (phase %d, warp %d, step %lld)\n", storage, p.name,
                 static_cast<long long>(p.banks.accesses), p.banks.worst.ways, p.banks.worst.phase, p.banks.worst.warp,
                 static_cast<long long>(p.banks.worst.step));
     EXPECT_GT(p.banks.accesses, 0) << p.name << ": the trace saw no shared access";
+    EXPECT_EQ(p.banks.regions_seen, p.regions) << storage << " " << p.name << ": a region's accesses bypass the trace";
     EXPECT_LE(p.banks.worst.ways, bc.design_ways)
         << storage << " " << p.name << ": " << p.banks.worst.ways << "-way bank conflict in phase "
         << p.banks.worst.phase << ", warp " << p.banks.worst.warp << ", step " << p.banks.worst.step

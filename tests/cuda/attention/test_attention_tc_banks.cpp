@@ -218,16 +218,6 @@ TEST(AttentionTcBanks, SharedLayoutsCarveThePaddedRowsAndFitTheCard) {
 // carves, stores or loads a tile at another stride than tc_shared_row_stride (consistently, so
 // that its results stay right) shows here. The phases' own accesses (tiles copied from global
 // memory, zeroing: one thread an element, consecutive) are not reported.
-// A shared region of a program's layout, as byte offsets [first, last) in the block's memory.
-struct SharedRegion {
-  const char* name;
-  std::size_t first, last;
-};
-template <class T>
-SharedRegion region(const char* name, const unsigned char* base, const T* at, std::int64_t count) {
-  const auto first = static_cast<std::size_t>(reinterpret_cast<const unsigned char*>(at) - base);
-  return {name, first, first + static_cast<std::size_t>(count) * sizeof(T)};
-}
 // The layouts' regions, from the programs' own carves of `shared`.
 std::vector<SharedRegion> forward_regions(const AttentionTiling& tl, unsigned char* shared) {
   SharedCarver mem(shared);
@@ -277,15 +267,13 @@ ProgramBanks trace_tc_program(std::int64_t blocks, std::size_t shared_bytes, int
     EXPECT_TRUE(lanes_in_lockstep(log.accesses(), threads)) << "block " << b << ": lanes diverge";
     result.unattributed += log.unattributed();
     const std::vector<SharedRegion> layout = regions(shared.data());
+    note_regions_seen(log.accesses(), layout, result.regions_seen);
     std::vector<SharedAccess> tiles, sums;
     for (const SharedAccess& a : log.accesses()) {
       const std::size_t byte = a.word * kSharedBankBytes;
       bool accumulator = false;
       for (const SharedRegion& r : layout) {
-        if (byte < r.first || byte >= r.last) continue;
-        accumulator = std::string(r.name) == "dk" || std::string(r.name) == "dv";
-        if (std::find(result.regions_seen.begin(), result.regions_seen.end(), r.name) == result.regions_seen.end())
-          result.regions_seen.push_back(r.name);
+        if (byte >= r.first && byte < r.last) accumulator = std::string(r.name) == "dk" || std::string(r.name) == "dv";
       }
       (accumulator ? sums : tiles).push_back(a);
     }
@@ -295,7 +283,6 @@ ProgramBanks trace_tc_program(std::int64_t blocks, std::size_t shared_bytes, int
     }
     result.accesses += static_cast<std::int64_t>(log.accesses().size());
   }
-  std::sort(result.regions_seen.begin(), result.regions_seen.end());
   return result;
 }
 
