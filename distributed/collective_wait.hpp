@@ -47,19 +47,29 @@ struct WaitLimit {
   std::string_view likely_cause;
 };
 
+// A gap longer than this between two polls is time this process did not run: the whole job
+// suspended (Slurm's scontrol suspend, gang scheduling and preemption stop every rank with SIGSTOP
+// and resume it later), not a peer that kept it waiting. A running wait polls every few
+// microseconds, a descheduled one within milliseconds.
+inline constexpr double kPausedGapS = 2.0;
+
 // Returns once `poll()` says done; `poll()` throws on an error of its own. While busy,
 // `async_error()` is asked after every poll, and `now_s()` (seconds on a steady clock): the first
-// error it gives, or the limit passed since the wait began, is handed to `fail(reason)`, which must
-// throw (after ending what it can of the collective, so that the peers' waits end too).
+// error it gives, or the limit passed in the time the wait has run (gaps over kPausedGapS between
+// polls left out), is handed to `fail(reason)`, which must not return (it ends what it can of the
+// collective, so that the peers' waits end too, and throws or ends the job).
 template <class Poll, class AsyncError, class Fail, class Now>
 void wait_for_collective(Poll poll, AsyncError async_error, Fail fail, const WaitLimit& limit, Now now_s) {
-  const double start = now_s();
+  double waited = 0, last = now_s();
   while (poll() == CollectivePoll::busy) {
     if (const std::optional<std::string> error = async_error()) {
       fail(*error);
-      return;  // not reached: fail throws
+      return;  // not reached
     }
-    if (limit.seconds > 0 && now_s() - start > limit.seconds) {
+    const double now = now_s();
+    if (now - last <= kPausedGapS) waited += now - last;
+    last = now;
+    if (limit.seconds > 0 && waited > limit.seconds) {
       fail(str("not finished after ", limit.seconds, " s (", limit.variable, "): ", limit.likely_cause));
       return;  // not reached
     }

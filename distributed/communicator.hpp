@@ -58,12 +58,35 @@ class Communicator {
   // network lost; distributed/cuda/stream_wait.hpp). Communicators whose collectives are done when
   // they return have nothing in flight: nothing to do.
   virtual void wait_for_stream(void* stream);
+  // The limit, in seconds (0: none), of this communicator's waits for a collective
+  // (collective_wait.hpp: DFLASH_MPI_TIMEOUT_S, DFLASH_NCCL_TIMEOUT_S), and setting it (what
+  // WaitLimitLifted does for a scope). A communicator whose collectives never wait for a peer has
+  // none, and ignores the setting.
+  virtual double wait_limit_seconds() const { return 0.0; }
+  virtual void set_wait_limit_seconds(double /*seconds*/) {}
   // Ends every rank of the job now (MPI_Abort), after the caller has printed why; never returns
   // (if an implementation's end_job ever came back, this process still exits with exit_code).
   [[noreturn]] void abort(int exit_code);
 
  protected:
   virtual void end_job(int exit_code) = 0;
+};
+
+// No limit on `comm`'s waits for a scope, the previous one back after it: for a collective whose
+// healthy wait the run cannot bound (the ranks' data scans: their difference grows with the data
+// and the file system, to hours at 10 TB), where a limit would end a healthy job.
+class WaitLimitLifted {
+ public:
+  explicit WaitLimitLifted(Communicator& comm) : comm_(comm), saved_(comm.wait_limit_seconds()) {
+    comm_.set_wait_limit_seconds(0.0);
+  }
+  ~WaitLimitLifted() { comm_.set_wait_limit_seconds(saved_); }
+  WaitLimitLifted(const WaitLimitLifted&) = delete;
+  WaitLimitLifted& operator=(const WaitLimitLifted&) = delete;
+
+ private:
+  Communicator& comm_;
+  double saved_;
 };
 
 // Typed conveniences (host buffers or device buffers alike: only the pointer is passed on).

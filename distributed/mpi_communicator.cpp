@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include "distributed/collective_wait.hpp"
+#include "distributed/rank_guard.hpp"
 #include "distributed/single_process_communicator.hpp"
 #include "io/errors.hpp"
 
@@ -90,6 +91,11 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle) : handle_(std::
   check(MPI_Comm_set_errhandler(handle_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(handle_->comm, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(handle_->comm, &size_), "MPI_Comm_size");
+  MPI_Comm local = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(handle_->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+  const int code = MPI_Comm_rank(local, &node_local_rank_);
+  MPI_Comm_free(&local);
+  check(code, "MPI_Comm_rank");
 }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color) {
@@ -107,25 +113,20 @@ MpiCommunicator::~MpiCommunicator() {
 
 const void* MpiCommunicator::native_handle() const { return &handle_->comm; }
 
-int MpiCommunicator::node_local_rank() const {
-  MPI_Comm local = MPI_COMM_NULL;
-  check(MPI_Comm_split_type(handle_->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
-  int rank = 0;
-  const int code = MPI_Comm_rank(local, &rank);
-  MPI_Comm_free(&local);
-  check(code, "MPI_Comm_rank");
-  return rank;
-}
-
 void MpiCommunicator::wait(void* request, std::string_view call) {
   auto* started = static_cast<MPI_Request*>(request);
   wait_for_collective(
       [&] {
         int done = 0;
-        check(MPI_Test(started, &done, MPI_STATUS_IGNORE), str("MPI_Test of ", call));
+        const int code = MPI_Test(started, &done, MPI_STATUS_IGNORE);
+        if (code != MPI_SUCCESS) check(code, str("MPI_Test of ", call));
         return done != 0 ? CollectivePoll::done : CollectivePoll::busy;
       },
-      no_async_error, [&](const std::string& reason) { throw CommunicationError(str(call, " ", reason)); },
+      no_async_error,
+      // The job ends here, not through an exception: the collective stays in flight on the
+      // caller's buffers, which unwinding would free, and the destructors on the way (a NCCL
+      // communicator's destroy) may wait for the rank that stopped.
+      [&](const std::string& reason) { fail_job(*this, str(call, " ", reason)); },
       WaitLimit{kMpiTimeoutVariable, timeout_s_,
                 "a rank has stopped (stuck in I/O, a debugger, a hung device) or is that far behind; "
                 "MPI cannot cancel a started collective, so the job ends"},

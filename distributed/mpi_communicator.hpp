@@ -4,10 +4,10 @@
 // which ends every rank of the job.
 //
 // A collective has a time limit (collective_wait.hpp): each is started nonblocking and waited for
-// by polling, and one still unfinished after DFLASH_MPI_TIMEOUT_S seconds throws
-// CommunicationError naming the call, where a blocking call would wait as long as a stopped peer
-// does. MPI cannot cancel a started collective, so the only way on is the one the caller takes
-// anyway: the rank guard's MPI_Abort ends the job.
+// by polling, and one still unfinished after DFLASH_MPI_TIMEOUT_S seconds of the wait's running
+// time ends the job (fail_job: the rank guard's message naming the call, then MPI_Abort), where a
+// blocking call would wait as long as a stopped peer does. MPI cannot cancel a started collective,
+// so there is nothing to unwind to: the job ends at once.
 #pragma once
 
 #include <memory>
@@ -19,10 +19,11 @@ namespace dflash {
 
 // The environment variable that sets the limit of every MPI collective's wait, in seconds (0: none).
 inline constexpr const char* kMpiTimeoutVariable = "DFLASH_MPI_TIMEOUT_S";
-// Its default: an hour. The longest healthy wait is the peers' while the lead writes a checkpoint
-// (20.8 GB at full scale, minutes on a slow file system) or a rank scans the larger share of the
-// data (one shard more than another); a collective of the step itself waits for a step's
-// imbalance, seconds. A stopped rank costs at most this much of the job's allocation.
+// Its default: an hour. The longest healthy wait under it is the peers' while the lead writes a
+// checkpoint (20.8 GB at full scale: an hour covers 6 MB/s); a collective of the step itself waits
+// for a step's imbalance, seconds. The one wait no limit can bound, the ranks' data scans, has
+// none (WaitLimitLifted in dflash train). A stopped rank costs at most this much of the job's
+// allocation.
 inline constexpr double kDefaultMpiTimeoutS = 3600.0;
 // The limit `value` (the variable's value; null or empty: the default) sets; InputError naming the
 // variable when it is not a number of seconds >= 0.
@@ -57,12 +58,16 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override;
   void all_gather(const void* send, void* recv, std::size_t count, CommType type) override;
   void broadcast(void* buffer, std::size_t count, CommType type, int root) override;
+  double wait_limit_seconds() const override { return timeout_s_; }
+  void set_wait_limit_seconds(double seconds) override { timeout_s_ = seconds; }
 
   // Points to the MPI_Comm (kept opaque so that this header does not need mpi.h), for NCCL's bootstrap.
   const void* native_handle() const;
   // This rank among the ranks that share its node (MPI_COMM_TYPE_SHARED; OpenMPI, Slurm and MPICH
-  // alike): the GPU a GPU rank takes. A collective over this communicator.
-  int node_local_rank() const;
+  // alike): the GPU a GPU rank takes. Found by the constructor (a collective, while the ranks start
+  // together), so that asking later waits for no peer: a GPU rank asks after a resume, while the
+  // lead may still be hashing the checkpoint.
+  int node_local_rank() const { return node_local_rank_; }
 
  protected:
   void end_job(int exit_code) override;
@@ -73,7 +78,7 @@ class MpiCommunicator final : public Communicator {
   // Waits for a started nonblocking collective (`request` points to its MPI_Request) within the limit.
   void wait(void* request, std::string_view call);
   std::unique_ptr<Handle> handle_;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, node_local_rank_ = 0;
   double timeout_s_ = kDefaultMpiTimeoutS;
 };
 

@@ -12,7 +12,7 @@ namespace {
 
 // One write of the whole line: mpirun forwards each rank's stderr in the chunks the rank wrote, and
 // its own MPI_Abort banner must not land inside the message.
-void report_failure(const Communicator& comm, const std::string& what) {
+void report_failure(const Communicator& comm, std::string_view what) {
   const std::string line = str("dflash: rank ", comm.rank(), " of ", comm.size(), " failed: ", what, "\n");
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
@@ -24,10 +24,14 @@ int run_guarded(Communicator& comm, const std::function<int()>& body) {
   try {
     return body();
   } catch (const std::exception& e) {
-    report_failure(comm, e.what());
+    fail_job(comm, e.what());
   } catch (...) {
-    report_failure(comm, "unknown exception");
+    fail_job(comm, "unknown exception");
   }
+}
+
+void fail_job(Communicator& comm, std::string_view what) {
+  report_failure(comm, what);
   comm.abort(1);
 }
 

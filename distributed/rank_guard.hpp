@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <string_view>
 
 #include "distributed/communicator.hpp"
 
@@ -12,5 +13,11 @@ namespace dflash {
 
 // Returns body()'s exit code; never returns if body throws.
 int run_guarded(Communicator& comm, const std::function<int()>& body);
+
+// Prints "dflash: rank r of R failed: <what>" and ends the job (Communicator::abort), here, without
+// unwinding the stack: for a failure after which no destructor may run first (a collective that
+// cannot be cancelled is still in flight on buffers the unwinding would free, and a NCCL
+// communicator's destroy would wait for the peer that stopped).
+[[noreturn]] void fail_job(Communicator& comm, std::string_view what);
 
 }  // namespace dflash

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <optional>
 
 #include "distributed/cuda/rank_device.hpp"
@@ -117,6 +118,10 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // ncclCommDestroy is a collective of the node's ranks: a rank unwinding from a failure (its
+  // guard ends the job next) would wait in it for peers that are waiting for it in a collective,
+  // and the job would hang instead of ending. Left to the job's end then.
+  if (std::uncaught_exceptions() > 0) return;
   if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
   if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);
 }
@@ -137,6 +142,9 @@ void NcclCommunicator::all_reduce_in_place_on_stream(void* buffer, std::size_t c
 void NcclCommunicator::wait_for_stream(void* stream) {
   state_->wait(static_cast<cudaStream_t>(stream), "ncclAllReduce (on the caller's stream)");
 }
+
+double NcclCommunicator::wait_limit_seconds() const { return state_->timeout_s; }
+void NcclCommunicator::set_wait_limit_seconds(double seconds) { state_->timeout_s = seconds; }
 
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) {
   check_nccl(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), state_->comm, state_->stream),

@@ -36,6 +36,8 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_in_place_on_stream(void* buffer, std::size_t count, CommType type, CommOp op, void* stream) override;
   // Polls `stream` and the communicator's asynchronous error (stream_wait.hpp).
   void wait_for_stream(void* stream) override;
+  double wait_limit_seconds() const override;
+  void set_wait_limit_seconds(double seconds) override;
 
  protected:
   void end_job(int exit_code) override;

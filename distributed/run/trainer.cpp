@@ -230,7 +230,13 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
     eval_set.emplace(FeatureDataset::open(*o.eval_data, shape, my_shards));
     validate_eval_set(*eval_set);
   }
-  barrier(comm);  // every rank's share of the scan done
+  {
+    // Shards are dealt by index, not size, and ranks read at their file system's pace: the fastest
+    // waits here for the difference of whole scans, which grows with the data (hours at 10 TB), so
+    // this wait has no limit (DFLASH_MPI_TIMEOUT_S).
+    const WaitLimitLifted scan_of_unknown_length(comm);
+    barrier(comm);  // every rank's share of the scan done
+  }
   if (lead) {
     log << "dflash train: data " << o.data.string() << ": " << dataset.num_shards() << " shard(s), "
         << dataset.num_sequences() << " sequences, " << dataset.num_rows() << " rows, validated\n";

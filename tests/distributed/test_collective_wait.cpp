@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "distributed/collective_wait.hpp"
 #include "distributed/mpi_communicator.hpp"
@@ -123,6 +124,44 @@ TEST(CollectiveWait, TheLimitIsMeasuredFromTheStartOfTheWaitNotFromTheClocksZero
   FakeClock late{.step = 1.0, .t = 1e6};  // a steady clock's epoch is arbitrary: days since boot
   wait_for_collective(std::ref(collective), no_async_error, throw_failed, limit_of(30.0), std::ref(late));
   EXPECT_EQ(collective.polls, 21);
+}
+
+// A steady clock that advances by the listed steps, one a read, then by 1 s a read.
+struct ScriptedClock {
+  std::vector<double> steps;
+  std::size_t reads = 0;
+  double t = 0.0;
+  double operator()() {
+    t += reads < steps.size() ? steps[reads] : 1.0;
+    ++reads;
+    return t;
+  }
+};
+
+// Slurm's scontrol suspend, gang scheduling and preemption stop every rank (SIGSTOP) and resume it
+// later: the steady clock ran on, but no peer kept this one waiting. A wait resumed after a pause
+// longer than the limit must not fail on its first poll.
+TEST(CollectiveWait, TimeTheProcessWasStoppedDoesNotCount) {
+  FakeCollective collective{.busy_polls = 8};
+  ScriptedClock suspended{.steps = {0.0, 1.0, 1.0, 1000.0}};  // the job stopped for 1000 s at the 3rd poll
+  wait_for_collective(std::ref(collective), no_async_error, throw_failed, limit_of(10.0), std::ref(suspended));
+  EXPECT_EQ(collective.polls, 9);
+  // A peer that stops after the pause still ends the wait, after 10 s of the wait's own running time.
+  FakeCollective stopped_peer{.busy_polls = 1 << 30, .hang_after = 1000};
+  ScriptedClock again{.steps = {0.0, 1.0, 1.0, 1000.0}};
+  EXPECT_THROW(
+      wait_for_collective(std::ref(stopped_peer), no_async_error, throw_failed, limit_of(10.0), std::ref(again)),
+      Failed);
+  EXPECT_EQ(stopped_peer.polls, 12) << "2 s before the pause, none for it, 9 s after it: 11 s > 10 s at poll 12";
+}
+
+TEST(CollectiveWait, GapsUpToThePauseThresholdAreWaitingTime) {
+  FakeCollective collective{.busy_polls = 1 << 30, .hang_after = 1000};
+  FakeClock slow_polls{.step = kPausedGapS};  // a loaded machine: every poll kPausedGapS apart
+  EXPECT_THROW(
+      wait_for_collective(std::ref(collective), no_async_error, throw_failed, limit_of(10.0), std::ref(slow_polls)),
+      Failed);
+  EXPECT_EQ(collective.polls, 6) << "2 s a poll: 12 s > 10 s at the 6th";
 }
 
 TEST(WaitLimitSeconds, UnsetIsTheDefaultZeroIsNoneAndBadValuesAreRefusedByName) {

@@ -7,9 +7,11 @@
 // gradient on one rank, mismatched configs. The plan against the measured peak per category. The
 // committed training golden on two ranks.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -75,6 +77,24 @@ TEST(MpiCommunicator, InPlaceCollectivesWriteOnlyWhatNcclWrites) {
   for (std::size_t e = 0; e < buffer.size(); ++e) {
     EXPECT_EQ(buffer[e], own_value(int(e / count), e)) << "all-gather, element " << e << " on rank " << r;
   }
+}
+
+// A collective under WaitLimitLifted waits for a peer as long as it takes; the limit is back after.
+// With the limit in force the slow peer would end the whole job (fail_job), failing this binary.
+TEST(MpiCommunicator, ALiftedWaitLimitWaitsForASlowPeerAndComesBack) {
+  MpiCommunicator& w = world();
+  const double saved = w.wait_limit_seconds();
+  w.set_wait_limit_seconds(0.25);
+  double x = 1;
+  {
+    const WaitLimitLifted no_limit(w);
+    EXPECT_EQ(w.wait_limit_seconds(), 0.0);
+    if (w.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    w.all_reduce(&x, &x, 1, CommType::f64, CommOp::sum);
+  }
+  EXPECT_EQ(x, double(w.size()));
+  EXPECT_EQ(w.wait_limit_seconds(), 0.25);
+  w.set_wait_limit_seconds(saved);
 }
 
 TEST(DistributedTraining, EveryWorldSizeMicroStepCountAndZeroStageEqualsOneRank) {
