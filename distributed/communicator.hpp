@@ -37,6 +37,10 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The ranks of this communicator on this rank's node (they share its host memory and its GPUs):
+  // 1 for a single process; MPI finds them by shared memory (MPI_COMM_TYPE_SHARED), under any
+  // launcher (mpirun, srun, hydra).
+  virtual int node_ranks() const { return 1; }
   virtual std::string_view backend() const = 0;  // "single", "mpi", "nccl"
 
   // recv[i] = op over ranks of send[i], i < count, on every rank.

@@ -93,9 +93,10 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> handle) : handle_(std::
   check(MPI_Comm_size(handle_->comm, &size_), "MPI_Comm_size");
   MPI_Comm local = MPI_COMM_NULL;
   check(MPI_Comm_split_type(handle_->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
-  const int code = MPI_Comm_rank(local, &node_local_rank_);
+  int code = MPI_Comm_rank(local, &node_local_rank_);
+  if (code == MPI_SUCCESS) code = MPI_Comm_size(local, &node_ranks_);
   MPI_Comm_free(&local);
-  check(code, "MPI_Comm_rank");
+  check(code, "MPI_Comm_rank / MPI_Comm_size of the node's ranks");
 }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color) {

@@ -53,6 +53,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int node_ranks() const override { return node_ranks_; }
   std::string_view backend() const override { return "mpi"; }
   void all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override;
   void reduce_scatter(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override;
@@ -64,9 +65,9 @@ class MpiCommunicator final : public Communicator {
   // Points to the MPI_Comm (kept opaque so that this header does not need mpi.h), for NCCL's bootstrap.
   const void* native_handle() const;
   // This rank among the ranks that share its node (MPI_COMM_TYPE_SHARED; OpenMPI, Slurm and MPICH
-  // alike): the GPU a GPU rank takes. Found by the constructor (a collective, while the ranks start
-  // together), so that asking later waits for no peer: a GPU rank asks after a resume, while the
-  // lead may still be hashing the checkpoint.
+  // alike): the GPU a GPU rank takes. Found by the constructor with node_ranks (a collective, while
+  // the ranks start together), so that asking later waits for no peer: a GPU rank asks after a
+  // resume, while the lead may still be hashing the checkpoint.
   int node_local_rank() const { return node_local_rank_; }
 
  protected:
@@ -78,7 +79,7 @@ class MpiCommunicator final : public Communicator {
   // Waits for a started nonblocking collective (`request` points to its MPI_Request) within the limit.
   void wait(void* request, std::string_view call);
   std::unique_ptr<Handle> handle_;
-  int rank_ = 0, size_ = 1, node_local_rank_ = 0;
+  int rank_ = 0, size_ = 1, node_local_rank_ = 0, node_ranks_ = 1;
   double timeout_s_ = kDefaultMpiTimeoutS;
 };
 

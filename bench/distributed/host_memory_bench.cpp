@@ -144,8 +144,9 @@ int run(int argc, char** argv) {
   // The host plan of this run (planner/host_memory.hpp), to read the peaks by: each peak above is the
   // process's base (the host's bytes after a step, less the staging it keeps) plus the backend's bytes
   // at that moment plus the plan's phase.
-  const HostMemoryPlan plan =
-      *plan_host_memory(training_plan_request(config, load_training_config(config_path), 1, TrainingBackend::cuda), 1);
+  const HostMemoryPlan plan = *plan_host_memory(
+      training_plan_request(config, load_training_config(config_path), 1, TrainingBackend::cuda, single_rank_hosts()),
+      1);
   std::printf(
       "host plan: fresh start %.3f GB, resumed start %.3f GB, steps %.3f GB (staging %.3f GB), checkpoint write "
       "%.3f GB\n",

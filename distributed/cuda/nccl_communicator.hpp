@@ -26,6 +26,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int node_ranks() const override { return bootstrap_.node_ranks(); }
   std::string_view backend() const override { return "nccl"; }
   int device() const { return device_; }  // the CUDA device this rank uses (rank_device.hpp)
   void all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override;

@@ -25,18 +25,15 @@ safetensors::Dtype master_dtype_of(TrainingBackend backend) {
   return backend == TrainingBackend::cuda ? safetensors::Dtype::F32 : safetensors::Dtype::F64;
 }
 
-std::int64_t ranks_on_this_node() {
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  return local != nullptr ? std::max(1L, std::atol(local)) : 1;
-}
-
-std::int64_t host_memory_bytes_per_rank() {
+std::int64_t host_memory_bytes_per_rank(std::int64_t ranks_on_node) {
+  if (ranks_on_node < 1) throw_input_error("ranks on a node", str(ranks_on_node, " must be >= 1"));
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return std::int64_t(pages) * std::int64_t(page) / ranks_on_this_node();
+  return std::int64_t(pages) * std::int64_t(page) / ranks_on_node;
 }
 
 PlanRequest training_plan_request(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                                  TrainingBackend backend, std::optional<std::int64_t> gpu_bytes) {
+                                  TrainingBackend backend, const RankHosts& hosts,
+                                  std::optional<std::int64_t> gpu_bytes) {
   const GlobalBatchLayout layout =
       GlobalBatchLayout::of(training, world_size);  // refuses a global batch R U does not divide
   PlanRequest r = PlanRequest::from_config(config);
@@ -48,7 +45,7 @@ PlanRequest training_plan_request(const DrafterConfig& config, const TrainingCon
   if (backend == TrainingBackend::cpu) {
     r.precision = TrainingPrecision::reference_training();
     r.features_grad = true;  // drafter_step_accumulate makes (and frees) each sequence's dL/dF
-    r.device_bytes = host_memory_bytes_per_rank();
+    r.device_bytes = hosts.bytes_per_rank;
   } else {
     r.precision = TrainingPrecision::production();
     r.layout.in_place_flat = true;  // distributed/cuda/training_state.hpp
@@ -58,13 +55,12 @@ PlanRequest training_plan_request(const DrafterConfig& config, const TrainingCon
 }
 
 PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                         TrainingBackend backend, std::int64_t host_bytes_per_rank,
-                         std::optional<std::int64_t> gpu_bytes) {
-  const PlanRequest r = training_plan_request(config, training, world_size, backend, gpu_bytes);
+                         TrainingBackend backend, const RankHosts& hosts, std::optional<std::int64_t> gpu_bytes) {
+  const PlanRequest r = training_plan_request(config, training, world_size, backend, hosts, gpu_bytes);
   PlanVerdict v{plan_training_memory(r), policy_verdicts(r), std::nullopt, std::nullopt};
   if (backend == TrainingBackend::cuda) {
-    v.host = plan_host_memory(r, ranks_on_this_node());
-    v.host_fit = device_fit(v.host->lead_peak(), host_bytes_per_rank);
+    v.host = plan_host_memory(r, hosts.ranks_on_node);
+    v.host_fit = device_fit(v.host->lead_peak(), hosts.bytes_per_rank);
   }
   return v;
 }

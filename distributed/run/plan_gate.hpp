@@ -7,7 +7,7 @@
 // config's ZeRO stage and policies. Device memory: for `cuda` the smallest GPU of the run's ranks
 // (cuda_device_bytes, cuda_step_backend.hpp), or the 95 GB device of SPEC §1 where no GPU is
 // found; for `cpu` the host's physical memory shared by the ranks on this node
-// (OMPI_COMM_WORLD_LOCAL_SIZE).
+// (Communicator::node_ranks: MPI's shared-memory split, under any launcher).
 // Element sizes: production mixed precision for `cuda`, all double (with master copy and moments)
 // for `cpu`. With `cuda` the host is planned too (planner/host_memory.hpp) and the run refused when
 // a rank's host would not hold it.
@@ -48,17 +48,26 @@ struct PlanVerdict {
   bool fits() const { return device_fits() && host_fits(); }
 };
 
-// The ranks of this job on this node (OMPI_COMM_WORLD_LOCAL_SIZE; 1 outside mpirun), and the host's
-// physical memory shared among them.
-std::int64_t ranks_on_this_node();
-std::int64_t host_memory_bytes_per_rank();
+// The host's physical memory shared by `ranks_on_node` ranks (>= 1).
+std::int64_t host_memory_bytes_per_rank(std::int64_t ranks_on_node);
+
+// A run's ranks on its hosts, as every rank must see them for all to give one verdict: the most
+// ranks any node holds, and the smallest share of a host's memory any rank gets (from each rank's
+// Communicator::node_ranks, agreed over the ranks by `dflash train`).
+struct RankHosts {
+  std::int64_t ranks_on_node = 1;
+  std::int64_t bytes_per_rank = 0;
+};
+// One rank alone on this machine (a single process, `dflash plan`, the tests' one-rank runs).
+inline RankHosts single_rank_hosts() { return {1, host_memory_bytes_per_rank(1)}; }
 
 // `gpu_bytes`: the GPU memory of each rank with backend cuda (nullopt: kDefaultDeviceBytes, SPEC
-// §1's 95 GB); not read with backend cpu.
+// §1's 95 GB); not read with backend cpu, whose device is the host (hosts.bytes_per_rank).
 PlanRequest training_plan_request(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                                  TrainingBackend backend, std::optional<std::int64_t> gpu_bytes = std::nullopt);
+                                  TrainingBackend backend, const RankHosts& hosts,
+                                  std::optional<std::int64_t> gpu_bytes = std::nullopt);
 PlanVerdict plan_verdict(const DrafterConfig& config, const TrainingConfig& training, int world_size,
-                         TrainingBackend backend, std::int64_t host_bytes_per_rank = host_memory_bytes_per_rank(),
+                         TrainingBackend backend, const RankHosts& hosts,
                          std::optional<std::int64_t> gpu_bytes = std::nullopt);
 
 // Prints the verdict and the table (as `dflash plan` does).

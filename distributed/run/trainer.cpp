@@ -177,7 +177,12 @@ int run_training(const TrainingRunOptions& o, Communicator& comm, std::ostream& 
   // 2. Plan gate: with --backend cuda against the ranks' smallest GPU (95 GB where none is found).
   std::optional<std::int64_t> gpu_bytes;
   if (o.backend == TrainingBackend::cuda) gpu_bytes = o.device_bytes ? o.device_bytes(comm) : cuda_device_bytes(comm);
-  const PlanVerdict verdict = plan_verdict(config, training, R, o.backend, host_memory_bytes_per_rank(), gpu_bytes);
+  // The hosts as every rank sees them: the most ranks a node holds and the smallest share of a
+  // host's memory a rank gets (nodes may differ), so that all give one verdict.
+  RankHosts hosts{comm.node_ranks(), host_memory_bytes_per_rank(comm.node_ranks())};
+  comm.all_reduce(&hosts.ranks_on_node, &hosts.ranks_on_node, 1, CommType::i64, CommOp::max);
+  comm.all_reduce(&hosts.bytes_per_rank, &hosts.bytes_per_rank, 1, CommType::i64, CommOp::min);
+  const PlanVerdict verdict = plan_verdict(config, training, R, o.backend, hosts, gpu_bytes);
   if (lead && o.backend == TrainingBackend::cuda) {
     log << "dflash train: GPU memory per rank "
         << (gpu_bytes ? gb_string(std::uint64_t(*gpu_bytes)) + " (the smallest of the ranks' GPUs)"

@@ -16,6 +16,7 @@ class ForwardingCommunicator : public Communicator {
   explicit ForwardingCommunicator(Communicator& inner) : inner_(inner) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
+  int node_ranks() const override { return inner_.node_ranks(); }
   std::string_view backend() const override { return inner_.backend(); }
   void all_reduce(const void* send, void* recv, std::size_t count, CommType type, CommOp op) override {
     inner_.all_reduce(send, recv, count, type, op);
@@ -33,6 +34,8 @@ class ForwardingCommunicator : public Communicator {
     inner_.all_reduce_in_place_on_stream(buffer, count, type, op, stream);
   }
   void wait_for_stream(void* stream) override { inner_.wait_for_stream(stream); }
+  double wait_limit_seconds() const override { return inner_.wait_limit_seconds(); }
+  void set_wait_limit_seconds(double seconds) override { inner_.set_wait_limit_seconds(seconds); }
 
  protected:
   void end_job(int exit_code) override { inner_.abort(exit_code); }

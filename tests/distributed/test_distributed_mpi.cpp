@@ -79,6 +79,18 @@ TEST(MpiCommunicator, InPlaceCollectivesWriteOnlyWhatNcclWrites) {
   }
 }
 
+// Every rank of this job runs on this machine (mpirun -np 4 here): the node's ranks are the world,
+// and their node-local ranks 0 ... R-1, one each (the GPU a GPU rank takes).
+TEST(MpiCommunicator, NodeRanksAreTheRanksSharingThisMachine) {
+  MpiCommunicator& w = world();
+  EXPECT_EQ(w.node_ranks(), w.size());
+  std::vector<std::int64_t> local(std::size_t(w.size()), 0);
+  local[std::size_t(w.rank())] = w.node_local_rank();
+  w.all_reduce(local.data(), local.data(), local.size(), CommType::i64, CommOp::sum);
+  std::sort(local.begin(), local.end());
+  for (int r = 0; r < w.size(); ++r) EXPECT_EQ(local[std::size_t(r)], r);
+}
+
 // A collective under WaitLimitLifted waits for a peer as long as it takes; the limit is back after.
 // With the limit in force the slow peer would end the whole job (fail_job), failing this binary.
 TEST(MpiCommunicator, ALiftedWaitLimitWaitsForASlowPeerAndComesBack) {
@@ -233,7 +245,7 @@ void expect_plan_equals_measured(int R, std::int64_t U, int zero) {
     train_step(tracker, *sub, config, training, tiny.frozen, tiny.state, mine, {.bucket_bytes = kSmallBucket});
   }
   // The request `dflash train --backend cpu` plans with (its plan gate), at this step's buckets.
-  PlanRequest q = training_plan_request(config, training, R, TrainingBackend::cpu);
+  PlanRequest q = training_plan_request(config, training, R, TrainingBackend::cpu, single_rank_hosts());
   ASSERT_EQ(q.sequences, b);
   q.layout.bucket_bytes = kSmallBucket;
   q.layout.buckets_in_flight = 1;

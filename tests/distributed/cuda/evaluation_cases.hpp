@@ -156,7 +156,7 @@ inline void expect_evaluation_within_the_bf16_rule(const EvalCase& e, const Make
     EXPECT_GT(a.weight_sum, 0.0);
   }
 
-  const PlanRequest request = training_plan_request(config, training, 1, TrainingBackend::cuda);
+  const PlanRequest request = training_plan_request(config, training, 1, TrainingBackend::cuda, single_rank_hosts());
   const std::int64_t flat_gradient =
       parameter_memory(drafter_parameter_counts(config), request.precision, request.layout)[PlanCategory::gradients];
   EXPECT_EQ(peaks.at(std::string(category_name(MemoryCategory::gradients))), flat_gradient)

@@ -340,7 +340,8 @@ void expect_host_state_round_trip(const Backend& be, Communicator& comm) {
 template <class Backend>
 void expect_state_memory_is_the_plans(const Backend& be, const MemoryTracker& memory, Communicator& comm) {
   CudaTinyProblem p(1);
-  const PlanRequest request = training_plan_request(p.config, p.training, 1, TrainingBackend::cuda);
+  const PlanRequest request =
+      training_plan_request(p.config, p.training, 1, TrainingBackend::cuda, single_rank_hosts());
   ASSERT_TRUE(request.layout.in_place_flat);
   // The step's plan (its parameters: bf16 matrices, fp32 norm weights), and of its gradients the
   // state's flat part alone (the plan adds the loss head's dL/dY, alive only within a step).

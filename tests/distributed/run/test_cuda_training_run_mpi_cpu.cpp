@@ -22,11 +22,13 @@
 #include "common/tolerances.hpp"
 #include "distributed/flat_parameters.hpp"
 #include "distributed/metrics/svg_report.hpp"
+#include "distributed/run/plan_gate.hpp"
 #include "distributed/training_config.hpp"
 #include "distributed/weights/drafter_export.hpp"
 #include "distributed/weights/drafter_init.hpp"
 #include "distributed/weights/target_tensors.hpp"
 #include "harness/mpi_world.hpp"
+#include "planner/memory_size.hpp"
 #include "tests/distributed/run/cuda_run_support.hpp"
 
 namespace dflash {
@@ -103,21 +105,28 @@ void expect_data_and_schedule_of_one_rank(const std::filesystem::path& run) {
   EXPECT_EQ(many[0].accuracy, one[0].accuracy);
 }
 
-// The uninterrupted 2-rank CUDA run (every rank calls it), made once.
-const std::filesystem::path& two_rank_run() {
+// The uninterrupted 2-rank CUDA run (every rank calls it), made once; `log` its log on this rank.
+const std::filesystem::path& two_rank_run(std::string* log = nullptr) {
   static MemoryTracker memory;
+  static std::string run_log;
   static const std::filesystem::path out = [] {
     const std::filesystem::path run = shared_directory() / "two";
-    EXPECT_EQ(train_on_the_world(cuda_options_for(run, memory)), 0);
+    EXPECT_EQ(train_on_the_world(cuda_options_for(run, memory), &run_log), 0);
     return run;
   }();
+  if (log) *log = run_log;
   return out;
 }
 
 TEST(CudaTrainingRunOnCpuRanks, TwoRanksFollowOneRank) {
   ASSERT_EQ(world().size(), 2) << "run under mpirun -np 2";
-  const std::filesystem::path run = two_rank_run();
+  std::string log;
+  const std::filesystem::path run = two_rank_run(&log);
   if (world().rank() != 0) return;
+  // The host plan counts the ranks that share this machine (MPI's shared-memory split, under any
+  // launcher, not an mpirun variable) and holds the lead's peak against half the host.
+  EXPECT_THAT(log, HasSubstr("node: 2 rank(s) at their peaks"));
+  EXPECT_THAT(log, HasSubstr("host share per rank " + gib_string(host_memory_bytes_per_rank(2)) + " GiB"));
   expect_data_and_schedule_of_one_rank(run);
   const StepRecord first = read_metrics_file(run / "metrics.jsonl").front(),
                    alone = read_metrics_file(one_rank_run() / "metrics.jsonl").front();

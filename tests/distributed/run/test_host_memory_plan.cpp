@@ -24,7 +24,7 @@ namespace dflash::train_testing {
 namespace {
 
 HostMemoryPlan host_plan(const DrafterConfig& config, const TrainingConfig& training, int ranks) {
-  return *plan_host_memory(training_plan_request(config, training, ranks, TrainingBackend::cuda));
+  return *plan_host_memory(training_plan_request(config, training, ranks, TrainingBackend::cuda, single_rank_hosts()));
 }
 
 std::int64_t bytes_of(const auto& v) { return std::int64_t(v.size() * sizeof(v[0])); }

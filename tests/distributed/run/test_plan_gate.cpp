@@ -20,7 +20,8 @@ TEST(PlanGate, HostVerdictHoldsTheWritingRanksPeakAgainstItsShare) {
   training.global_batch_sequences = 8;
   training.max_context = 4096;
   const int R = 8;
-  const PlanVerdict plenty = plan_verdict(config, training, R, TrainingBackend::cuda, std::int64_t(1) << 40);
+  const PlanVerdict plenty =
+      plan_verdict(config, training, R, TrainingBackend::cuda, RankHosts{1, std::int64_t(1) << 40});
   ASSERT_TRUE(plenty.host.has_value());
   const std::int64_t peak = plenty.host->lead_peak();
   ASSERT_GT(peak, plenty.host->rank_peak());
@@ -30,10 +31,10 @@ TEST(PlanGate, HostVerdictHoldsTheWritingRanksPeakAgainstItsShare) {
   // Below 40 GiB the headroom is 2 GiB: a share of exactly peak + 2 GiB fits, a byte less does not.
   const std::int64_t exact = peak + kHeadroomMinimumBytes;
   ASSERT_LT(exact, std::int64_t(40) << 30);
-  const PlanVerdict just = plan_verdict(config, training, R, TrainingBackend::cuda, exact);
+  const PlanVerdict just = plan_verdict(config, training, R, TrainingBackend::cuda, RankHosts{1, exact});
   EXPECT_TRUE(just.host_fits());
   EXPECT_TRUE(just.fits());
-  const PlanVerdict short_by_one = plan_verdict(config, training, R, TrainingBackend::cuda, exact - 1);
+  const PlanVerdict short_by_one = plan_verdict(config, training, R, TrainingBackend::cuda, RankHosts{1, exact - 1});
   EXPECT_FALSE(short_by_one.host_fits());
   EXPECT_TRUE(short_by_one.device_fits());
   EXPECT_FALSE(short_by_one.fits());
@@ -43,7 +44,7 @@ TEST(PlanGate, HostVerdictHoldsTheWritingRanksPeakAgainstItsShare) {
   EXPECT_NE(printed.str().find("DOES NOT FIT"), std::string::npos) << printed.str();
   EXPECT_NE(printed.str().find("host memory per rank"), std::string::npos) << printed.str();
 
-  const PlanVerdict cpu = plan_verdict(config, training, R, TrainingBackend::cpu, exact - 1);
+  const PlanVerdict cpu = plan_verdict(config, training, R, TrainingBackend::cpu, RankHosts{1, exact - 1});
   EXPECT_FALSE(cpu.host.has_value());
   EXPECT_TRUE(cpu.host_fits());
 }
@@ -62,10 +63,10 @@ TEST(PlanGate, DeviceVerdictHoldsTheStepToTheRanksGpu) {
   training.zero_stage = 0;
   const int R = 8;
   const std::int64_t host = std::int64_t(1) << 40, h100 = 85'520'809'984;
-  const PlanVerdict unknown = plan_verdict(config, training, R, TrainingBackend::cuda, host);
+  const PlanVerdict unknown = plan_verdict(config, training, R, TrainingBackend::cuda, RankHosts{1, host});
   EXPECT_EQ(unknown.plan.fit.device_bytes, kDefaultDeviceBytes);
   EXPECT_TRUE(unknown.device_fits());
-  const PlanVerdict on_h100 = plan_verdict(config, training, R, TrainingBackend::cuda, host, h100);
+  const PlanVerdict on_h100 = plan_verdict(config, training, R, TrainingBackend::cuda, RankHosts{1, host}, h100);
   EXPECT_EQ(on_h100.plan.fit.device_bytes, h100);
   EXPECT_FALSE(on_h100.device_fits());
   EXPECT_FALSE(on_h100.fits());
@@ -78,11 +79,11 @@ TEST(PlanGate, DeviceVerdictHoldsTheStepToTheRanksGpu) {
     const std::int64_t mid = lo + (hi - lo) / 2;
     (device_fit(total, mid).fits ? hi : lo) = mid;
   }
-  EXPECT_TRUE(plan_verdict(config, training, R, TrainingBackend::cuda, host, hi).device_fits());
-  EXPECT_FALSE(plan_verdict(config, training, R, TrainingBackend::cuda, host, hi - 1).device_fits());
+  EXPECT_TRUE(plan_verdict(config, training, R, TrainingBackend::cuda, RankHosts{1, host}, hi).device_fits());
+  EXPECT_FALSE(plan_verdict(config, training, R, TrainingBackend::cuda, RankHosts{1, host}, hi - 1).device_fits());
 
-  const PlanVerdict cpu = plan_verdict(config, training, R, TrainingBackend::cpu, host, h100);
-  EXPECT_EQ(cpu.plan.fit.device_bytes, host_memory_bytes_per_rank());
+  const PlanVerdict cpu = plan_verdict(config, training, R, TrainingBackend::cpu, RankHosts{1, host}, h100);
+  EXPECT_EQ(cpu.plan.fit.device_bytes, host) << "backend cpu: the device is the host share";
 }
 
 }  // namespace
