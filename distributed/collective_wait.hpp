@@ -9,6 +9,7 @@
 // (tests/distributed/test_collective_wait.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -47,16 +48,18 @@ struct WaitLimit {
   std::string_view likely_cause;
 };
 
-// A gap longer than this between two polls is time this process did not run: the whole job
-// suspended (Slurm's scontrol suspend, gang scheduling and preemption stop every rank with SIGSTOP
-// and resume it later), not a peer that kept it waiting. A running wait polls every few
-// microseconds, a descheduled one within milliseconds.
+// The most one gap between two polls adds to a wait's time. A running wait polls every few
+// microseconds, a descheduled one within milliseconds; a longer gap is mostly time this process
+// did not run - the whole job suspended (Slurm's scontrol suspend, gang scheduling and preemption
+// stop every rank with SIGSTOP and resume it later) - not a peer that kept it waiting. Capped, not
+// dropped: a poll loop that itself takes longer (a call that blocks, a wedged driver) still
+// reaches the limit.
 inline constexpr double kPausedGapS = 2.0;
 
 // Returns once `poll()` says done; `poll()` throws on an error of its own. While busy,
 // `async_error()` is asked after every poll, and `now_s()` (seconds on a steady clock): the first
-// error it gives, or the limit passed in the time the wait has run (gaps over kPausedGapS between
-// polls left out), is handed to `fail(reason)`, which must not return (it ends what it can of the
+// error it gives, or the limit passed in the time the wait has run (each gap between polls counted
+// up to kPausedGapS), is handed to `fail(reason)`, which must not return (it ends what it can of the
 // collective, so that the peers' waits end too, and throws or ends the job).
 template <class Poll, class AsyncError, class Fail, class Now>
 void wait_for_collective(Poll poll, AsyncError async_error, Fail fail, const WaitLimit& limit, Now now_s) {
@@ -67,7 +70,7 @@ void wait_for_collective(Poll poll, AsyncError async_error, Fail fail, const Wai
       return;  // not reached
     }
     const double now = now_s();
-    if (now - last <= kPausedGapS) waited += now - last;
+    waited += std::min(now - last, kPausedGapS);
     last = now;
     if (limit.seconds > 0 && waited > limit.seconds) {
       fail(str("not finished after ", limit.seconds, " s (", limit.variable, "): ", limit.likely_cause));

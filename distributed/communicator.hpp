@@ -8,7 +8,10 @@
 //   all_reduce      send == recv;
 //   reduce_scatter  recv == send + rank() * count (rank r's block of the send buffer);
 //   all_gather      send == recv + rank() * count.
-// A failed call throws CommunicationError naming the collective and the library's message.
+// A failed call throws CommunicationError naming the collective and the library's message. An MPI
+// collective that started and cannot finish (past DFLASH_MPI_TIMEOUT_S, or its MPI_Test failing)
+// ends the job where it waits instead (rank_guard.hpp's fail_job): MPI cannot cancel it, and
+// unwinding would free its buffers while it is in flight.
 #pragma once
 
 #include <cstddef>

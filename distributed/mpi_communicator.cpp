@@ -120,13 +120,13 @@ void MpiCommunicator::wait(void* request, std::string_view call) {
       [&] {
         int done = 0;
         const int code = MPI_Test(started, &done, MPI_STATUS_IGNORE);
-        if (code != MPI_SUCCESS) check(code, str("MPI_Test of ", call));
+        if (code != MPI_SUCCESS) fail_job(*this, str("MPI MPI_Test of ", call, " failed: ", mpi_message(code)));
         return done != 0 ? CollectivePoll::done : CollectivePoll::busy;
       },
       no_async_error,
-      // The job ends here, not through an exception: the collective stays in flight on the
-      // caller's buffers, which unwinding would free, and the destructors on the way (a NCCL
-      // communicator's destroy) may wait for the rank that stopped.
+      // The job ends here, not through an exception (a failed MPI_Test too): the collective stays
+      // in flight on the caller's buffers, which unwinding would free, and the destructors on the
+      // way (a NCCL communicator's destroy) may wait for the rank that stopped.
       [&](const std::string& reason) { fail_job(*this, str(call, " ", reason)); },
       WaitLimit{kMpiTimeoutVariable, timeout_s_,
                 "a rank has stopped (stuck in I/O, a debugger, a hung device) or is that far behind; "

@@ -57,23 +57,35 @@ DFLASH_HD std::int64_t attention_shared_row_stride(std::int64_t d) {
 // 4-byte words one access of one warp touches in one bank; 1 = conflict-free, words shared by
 // several lanes are broadcast), which tests/cuda/attention/test_attention_simt_banks.cpp measures
 // on the host over each program's real partition, the fp32 score tiles, accumulators and row
-// statistics included: 1 for every tile, a ragged one (key_tile 40) too.
+// statistics included: 1 where the R query rows of a tile are a multiple of 32 or divide 32, for
+// any key tile (a ragged one, key_tile 40, too), bf16 rows of any d and fp32 rows of d a multiple
+// of 32. Two shapes the CUDA-core programs alone run wrap a warp across rows, 2-way
+// (kAttentionRowWrapBankWays): fp32 rows of other d (d 40: the tile loads' lanes reach from a
+// row's tail into the next row's head, rows an odd 41 words apart), and other R (48, 144: the
+// score lanes wrap from row R - 1 to row 0, rows r and r + 32 meeting in one bank).
 inline constexpr int kAttentionSharedBankWays = 1;
+inline constexpr int kAttentionRowWrapBankWays = 2;
 
-// Where the score of query row r and key c of the current tile sits in the programs' fp32 score
-// tiles (the forward's P, the backward's f P and dS): key-major, [KTmax, R], the R rows of one key
-// adjacent. The score loops give consecutive threads consecutive rows of one key (score_of_element),
-// and the forward's softmax gives each thread a row of its own: both reach 32 consecutive words
-// per warp access. Row-major ([R, KTmax]), the softmax's lanes were KTmax words apart: a 32-way
-// conflict at 32 or 64 keys a tile, 8-way at 40.
-DFLASH_HD inline std::int64_t score_index(std::int64_t query_rows, std::int64_t r, std::int64_t c) {
-  return c * query_rows + r;
+// Row stride of the key-major score tiles (the forward's P, the backward's f P and dS): R, plus one
+// where R is a multiple of 32. key_grads gives the lanes of a warp two keys at one row where d is
+// not a multiple of 32 (d 40: keys c and c + 1), and rows R words apart would meet in one bank.
+DFLASH_HD inline std::int64_t score_stride(std::int64_t query_rows) {
+  return query_rows % 32 == 0 ? query_rows + 1 : query_rows;
 }
 
-// The (row, key) of element e of a score loop over a tile of `keys` keys: rows fastest, so the
-// lanes of a warp share a key row (one broadcast word) and read query rows an odd number of words
-// apart (attention_shared_row_stride). Every element is still one thread's fixed-order sum: the
-// order of the elements changes nothing in the results.
+// Where the score of query row r and key c of the current tile sits in the score tiles:
+// key-major, [KTmax, score_stride(R)], the R rows of one key adjacent. The score loops give
+// consecutive threads consecutive rows of one key (score_of_element), and the forward's softmax
+// gives each thread a row of its own: both reach consecutive words. Row-major ([R, KTmax]), the
+// softmax's lanes were KTmax words apart: a 32-way conflict at 32 or 64 keys a tile, 8-way at 40.
+DFLASH_HD inline std::int64_t score_index(std::int64_t query_rows, std::int64_t r, std::int64_t c) {
+  return c * score_stride(query_rows) + r;
+}
+
+// The (row, key) of element e of a score loop over R query rows: rows fastest, so the lanes of a
+// warp share a key row (one broadcast word) and read query rows an odd number of words apart
+// (attention_shared_row_stride). Every element is still one thread's fixed-order sum: the order
+// of the elements changes nothing in the results.
 struct ScoreElement {
   std::int64_t r, c;
 };
@@ -187,7 +199,7 @@ DFLASH_HD inline void load_row_stats(const AttentionTiling& tl, const float* lse
 
 // Shared memory of the backward programs' score tile: the query rows, dO rows, one key tile (each
 // [rows, d] with row stride `row`, attention_shared_row_stride), and the tile's f P and dS
-// ([KTmax, R], score_index).
+// ([KTmax, score_stride(R)], score_index).
 template <class Storage>
 struct BackwardTile {
   std::int64_t row;
@@ -209,8 +221,8 @@ struct BackwardTile {
     v = mem.take<Storage>(KT * row);
     lse = mem.take<float>(R);
     delta = mem.take<float>(R);
-    fp = mem.take<float>(R * KT);
-    ds = mem.take<float>(R * KT);
+    fp = mem.take<float>(KT * score_stride(R));
+    ds = mem.take<float>(KT * score_stride(R));
   }
 };
 
@@ -324,7 +336,7 @@ struct AttentionForwardShared {
   Storage* q;        // [R, d]
   Storage* k;        // [KTmax, d]
   Storage* v;        // [KTmax, d]
-  float* p;          // [KTmax, R] (score_index) scores, then f exp(s - m)
+  float* p;          // [KTmax, score_stride(R)] (score_index) scores, then f exp(s - m)
   float* acc;        // [R, d] unnormalised output
   float* row_max;    // [R] running max m
   float* row_sum;    // [R] running sum l of exp(s - m) (without dropout: it normalises P)
@@ -335,7 +347,7 @@ struct AttentionForwardShared {
         q(mem.take<Storage>(tl.query_rows() * row)),
         k(mem.take<Storage>(tl.max_tile_keys() * row)),
         v(mem.take<Storage>(tl.max_tile_keys() * row)),
-        p(mem.take<float>(tl.query_rows() * tl.max_tile_keys())),
+        p(mem.take<float>(tl.max_tile_keys() * score_stride(tl.query_rows()))),
         acc(mem.take<float>(tl.query_rows() * tl.d)),
         row_max(mem.take<float>(tl.query_rows())),
         row_sum(mem.take<float>(tl.query_rows())),

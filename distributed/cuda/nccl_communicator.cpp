@@ -118,9 +118,10 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap)
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  // ncclCommDestroy is a collective of the node's ranks: a rank unwinding from a failure (its
-  // guard ends the job next) would wait in it for peers that are waiting for it in a collective,
-  // and the job would hang instead of ending. Left to the job's end then.
+  // ncclCommDestroy is a collective of the node's ranks: a rank whose stack unwinds from a failure
+  // through this destructor (its guard ends the job next) would wait in it for peers that are
+  // waiting for it in a collective, and the job would hang instead of ending. Left to the job's
+  // end then. (Destroyed inside a catch block the exception is no longer uncaught: no code does.)
   if (std::uncaught_exceptions() > 0) return;
   if (state_->comm != nullptr) ncclCommDestroy(state_->comm);
   if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);

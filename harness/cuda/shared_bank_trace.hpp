@@ -13,7 +13,9 @@
 // float: its accesses are announced through DFLASH_SHARED (cuda/exec/shared_access_observer.hpp),
 // which a TraceScope (harness/cuda/shared_observer_scope.hpp) notes in the same log; the phase
 // helpers they share with the tensor-core programs (load_row_stats, begin_query_tile_backward,
-// store_context_key_grads: a thread per consecutive element) are not announced. The tensor-core
+// store_context_key_grads) are not announced: in the CUDA-core programs a thread per consecutive
+// element; the tensor-core dkv's store reads its accumulator rows ld_acc = d + 4 apart, 2-way at
+// d 16, 48, 80 and 112, untraced. The tensor-core
 // programs, on raw bf16 bits and floats, report each warp step's accesses through DFLASH_SHARED
 // alone (under HostWarpExec: every HostWarp::lanes call a phase).
 #pragma once

@@ -140,28 +140,33 @@ struct ScriptedClock {
 
 // Slurm's scontrol suspend, gang scheduling and preemption stop every rank (SIGSTOP) and resume it
 // later: the steady clock ran on, but no peer kept this one waiting. A wait resumed after a pause
-// longer than the limit must not fail on its first poll.
-TEST(CollectiveWait, TimeTheProcessWasStoppedDoesNotCount) {
+// longer than the limit must not fail on its first poll: the pause adds kPausedGapS, no more.
+TEST(CollectiveWait, APauseOfTheProcessAddsAtMostThePauseGap) {
   FakeCollective collective{.busy_polls = 8};
   ScriptedClock suspended{.steps = {0.0, 1.0, 1.0, 1000.0}};  // the job stopped for 1000 s at the 3rd poll
   wait_for_collective(std::ref(collective), no_async_error, throw_failed, limit_of(10.0), std::ref(suspended));
-  EXPECT_EQ(collective.polls, 9);
-  // A peer that stops after the pause still ends the wait, after 10 s of the wait's own running time.
+  EXPECT_EQ(collective.polls, 9) << "1 + 1 + 2 (the pause) + 5 = 9 s at the 8th busy poll: within 10 s";
+  // A peer that stops after the pause still ends the wait.
   FakeCollective stopped_peer{.busy_polls = 1 << 30, .hang_after = 1000};
   ScriptedClock again{.steps = {0.0, 1.0, 1.0, 1000.0}};
   EXPECT_THROW(
       wait_for_collective(std::ref(stopped_peer), no_async_error, throw_failed, limit_of(10.0), std::ref(again)),
       Failed);
-  EXPECT_EQ(stopped_peer.polls, 12) << "2 s before the pause, none for it, 9 s after it: 11 s > 10 s at poll 12";
+  EXPECT_EQ(stopped_peer.polls, 10) << "1 + 1 + 2 + 7 = 11 s > 10 s at poll 10";
 }
 
-TEST(CollectiveWait, GapsUpToThePauseThresholdAreWaitingTime) {
-  FakeCollective collective{.busy_polls = 1 << 30, .hang_after = 1000};
-  FakeClock slow_polls{.step = kPausedGapS};  // a loaded machine: every poll kPausedGapS apart
-  EXPECT_THROW(
-      wait_for_collective(std::ref(collective), no_async_error, throw_failed, limit_of(10.0), std::ref(slow_polls)),
-      Failed);
-  EXPECT_EQ(collective.polls, 6) << "2 s a poll: 12 s > 10 s at the 6th";
+// A poll loop slower than the pause gap (a call that blocks, a wedged driver) still reaches the
+// limit: each gap counts kPausedGapS.
+TEST(CollectiveWait, PollsSlowerThanThePauseGapStillReachTheLimit) {
+  for (const double gap : {kPausedGapS, 5.0, 600.0}) {
+    FakeCollective collective{.busy_polls = 1 << 30, .hang_after = 1000};
+    FakeClock slow_polls{.step = gap};
+    EXPECT_THROW(
+        wait_for_collective(std::ref(collective), no_async_error, throw_failed, limit_of(10.0), std::ref(slow_polls)),
+        Failed)
+        << "polls " << gap << " s apart";
+    EXPECT_EQ(collective.polls, 6) << "2 s counted a poll: 12 s > 10 s at the 6th (polls " << gap << " s apart)";
+  }
 }
 
 TEST(WaitLimitSeconds, UnsetIsTheDefaultZeroIsNoneAndBadValuesAreRefusedByName) {

@@ -3,7 +3,9 @@
 // (kAttentionThreads) on storage that reports each access (harness/cuda/shared_bank_trace.hpp) and,
 // for the fp32 score tiles, accumulators and row statistics, through DFLASH_SHARED
 // (harness/cuda/shared_observer_scope.hpp); no warp-wide access may touch more distinct words of
-// one bank than the design's degree (kAttentionSharedBankWays). With rows d apart (the layout before
+// one bank than the design's degree (kAttentionSharedBankWays; kAttentionRowWrapBankWays for fp32
+// rows of d 40, which wrap in the tile loads), and every region of each program's layout must show
+// in the trace. With rows d apart (the layout before
 // the padding) the score loops' 32 lanes read 32 rows at one column: a 32-way conflict at d = 128.
 // With the score tiles row-major (before score_index), the forward's softmax, a thread per row, was
 // 32-way at 32 keys a tile and 8-way at 40.
@@ -65,7 +67,7 @@ TEST(AttentionSharedRowStride, OddWordsAtLeastD) {
 
 struct BankCase {
   AttentionCase shape;
-  int design_ways;
+  int bf16_ways, fp32_ways;  // the design's degree with each storage
 };
 
 // Every visited tile wholly visible (anchors on tile boundaries, full attention) and every loop
@@ -73,8 +75,17 @@ struct BankCase {
 // accesses in each phase, so step s of all 32 lanes is one instruction (the test checks it).
 std::vector<BankCase> bank_cases() {
   return {
-      {{"d128_tiles32", 96, 1, 16, 2, 1, 128, false, 0, 32, 0.1, {64}, {1}}, kAttentionSharedBankWays},
-      {{"d128_tiles40", 120, 1, 16, 2, 1, 128, false, 0, 40, 0.0, {80}, {1}}, kAttentionSharedBankWays},
+      {{"d128_tiles32", 96, 1, 16, 2, 1, 128, false, 0, 32, 0.1, {64}, {1}},
+       kAttentionSharedBankWays,
+       kAttentionSharedBankWays},
+      {{"d128_tiles40", 120, 1, 16, 2, 1, 128, false, 0, 40, 0.0, {80}, {1}},
+       kAttentionSharedBankWays,
+       kAttentionSharedBankWays},
+      // d not a multiple of 32: key_grads' lanes span two keys (the score tiles' padded stride
+      // keeps them 1-way); fp32 rows of 41 words wrap in the tile loads
+      {{"d40_tiles32", 96, 1, 16, 2, 1, 40, false, 0, 32, 0.1, {64}, {1}},
+       kAttentionSharedBankWays,
+       kAttentionRowWrapBankWays},
   };
 }
 
@@ -124,7 +135,7 @@ std::vector<SharedRegion> forward_regions(const AttentionTiling& tl, unsigned ch
   const AttentionForwardShared<Storage> sm(mem, tl);
   const std::int64_t R = tl.query_rows(), KT = tl.max_tile_keys();
   return {region("q", shared, sm.q, R * sm.row),    region("k", shared, sm.k, KT * sm.row),
-          region("v", shared, sm.v, KT * sm.row),   region("p", shared, sm.p, KT * R),
+          region("v", shared, sm.v, KT * sm.row),   region("p", shared, sm.p, KT * score_stride(R)),
           region("acc", shared, sm.acc, R * tl.d),  region("row_max", shared, sm.row_max, R),
           region("row_sum", shared, sm.row_sum, R), region("rescale", shared, sm.rescale, R)};
 }
@@ -132,10 +143,14 @@ template <class Storage>
 std::vector<SharedRegion> tile_regions(const attention_program_detail::BackwardTile<Storage>& s,
                                        const AttentionTiling& tl, unsigned char* shared) {
   const std::int64_t R = tl.query_rows(), KT = tl.max_tile_keys();
-  return {region("q", shared, s.q, R * s.row),  region("d_out", shared, s.d_out, R * s.row),
-          region("k", shared, s.k, KT * s.row), region("v", shared, s.v, KT * s.row),
-          region("lse", shared, s.lse, R),      region("delta", shared, s.delta, R),
-          region("fp", shared, s.fp, KT * R),   region("ds", shared, s.ds, KT * R)};
+  return {region("q", shared, s.q, R * s.row),
+          region("d_out", shared, s.d_out, R * s.row),
+          region("k", shared, s.k, KT * s.row),
+          region("v", shared, s.v, KT * s.row),
+          region("lse", shared, s.lse, R),
+          region("delta", shared, s.delta, R),
+          region("fp", shared, s.fp, KT * score_stride(R)),
+          region("ds", shared, s.ds, KT * score_stride(R))};
 }
 template <class Storage>
 std::vector<SharedRegion> dq_regions(const AttentionTiling& tl, unsigned char* shared) {
@@ -158,6 +173,7 @@ std::vector<SharedRegion> dkv_regions(const AttentionTiling& tl, unsigned char* 
 template <class Raw>
 void expect_design_ways(const BankCase& bc, const char* storage) {
   using Storage = TracedStorage<Raw>;
+  const int design_ways = sizeof(Raw) == 2 ? bc.bf16_ways : bc.fp32_ways;
   const AttentionCase& c = bc.shape;
   const AttentionData data(c);
   const auto cast = in_storage<Storage>;
@@ -205,10 +221,10 @@ void expect_design_ways(const BankCase& bc, const char* storage) {
                 static_cast<long long>(p.banks.worst.step));
     EXPECT_GT(p.banks.accesses, 0) << p.name << ": the trace saw no shared access";
     EXPECT_EQ(p.banks.regions_seen, p.regions) << storage << " " << p.name << ": a region's accesses bypass the trace";
-    EXPECT_LE(p.banks.worst.ways, bc.design_ways)
+    EXPECT_LE(p.banks.worst.ways, design_ways)
         << storage << " " << p.name << ": " << p.banks.worst.ways << "-way bank conflict in phase "
         << p.banks.worst.phase << ", warp " << p.banks.worst.warp << ", step " << p.banks.worst.step
-        << " (design: " << bc.design_ways << ")";
+        << " (design: " << design_ways << ")";
   }
 }
 
