@@ -53,10 +53,11 @@ struct WaitLimit {
 // did not run - the whole job suspended (Slurm's scontrol suspend, gang scheduling and preemption
 // stop every rank with SIGSTOP and resume it later) - not a peer that kept it waiting. Capped, not
 // dropped: a poll loop that itself takes longer (a call that blocks, a wedged driver) still
-// reaches the limit.
+// reaches the limit, after limit x gap / kPausedGapS of wall time (60 s polls: 30 times the limit).
 inline constexpr double kPausedGapS = 2.0;
 
-// Returns once `poll()` says done; `poll()` throws on an error of its own. While busy,
+// Returns once `poll()` says done; on an error of its own `poll()` throws (NCCL) or ends the job
+// (MPI). While busy,
 // `async_error()` is asked after every poll, and `now_s()` (seconds on a steady clock): the first
 // error it gives, or the limit passed in the time the wait has run (each gap between polls counted
 // up to kPausedGapS), is handed to `fail(reason)`, which must not return (it ends what it can of the

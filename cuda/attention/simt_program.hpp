@@ -58,8 +58,8 @@ DFLASH_HD std::int64_t attention_shared_row_stride(std::int64_t d) {
 // several lanes are broadcast), which tests/cuda/attention/test_attention_simt_banks.cpp measures
 // on the host over each program's real partition, the fp32 score tiles, accumulators and row
 // statistics included: 1 where the R query rows of a tile are a multiple of 32 or divide 32, for
-// any key tile (a ragged one, key_tile 40, too), bf16 rows of any d and fp32 rows of d a multiple
-// of 32. Two shapes the CUDA-core programs alone run wrap a warp across rows, 2-way
+// any key tile (a ragged one, key_tile 40, too), bf16 rows of any d (d >= 16 where R = 16: at d 8
+// key_grads spans four keys 16 words apart, 2-way) and fp32 rows of d a multiple of 32. Two shapes the CUDA-core programs alone run wrap a warp across rows, 2-way
 // (kAttentionRowWrapBankWays): fp32 rows of other d (d 40: the tile loads' lanes reach from a
 // row's tail into the next row's head, rows an odd 41 words apart), and other R (48, 144: the
 // score lanes wrap from row R - 1 to row 0, rows r and r + 32 meeting in one bank).

@@ -6,8 +6,9 @@
 // global_batch_sequences / (R U) sequences per rank per micro-step, U micro-steps, R ranks, the
 // config's ZeRO stage and policies. Device memory: for `cuda` the smallest GPU of the run's ranks
 // (cuda_device_bytes, cuda_step_backend.hpp), or the 95 GB device of SPEC §1 where no GPU is
-// found; for `cpu` the host's physical memory shared by the ranks on this node
-// (Communicator::node_ranks: MPI's shared-memory split, under any launcher).
+// found; for `cpu` the smallest share of a host's physical memory any rank gets (each node's
+// memory divided by its ranks, Communicator::node_ranks: MPI's shared-memory split, under any
+// launcher).
 // Element sizes: production mixed precision for `cuda`, all double (with master copy and moments)
 // for `cpu`. With `cuda` the host is planned too (planner/host_memory.hpp) and the run refused when
 // a rank's host would not hold it.
@@ -58,7 +59,7 @@ struct RankHosts {
   std::int64_t ranks_on_node = 1;
   std::int64_t bytes_per_rank = 0;
 };
-// One rank alone on this machine (a single process, `dflash plan`, the tests' one-rank runs).
+// One rank alone on this machine (the tests' and benchmarks' one-rank plans).
 inline RankHosts single_rank_hosts() { return {1, host_memory_bytes_per_rank(1)}; }
 
 // `gpu_bytes`: the GPU memory of each rank with backend cuda (nullopt: kDefaultDeviceBytes, SPEC
